@@ -84,7 +84,7 @@ func (s *Server) Resume() error {
 	cfg := embed.NewConfig()
 	cfg.Name = "etcdtest"
 	cfg.Dir = s.dir
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "fatal" // shutdown during outage tests logs errors that are expected
 	cfg.ListenClientUrls = []url.URL{s.clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{s.clientURL}
 	cfg.ListenPeerUrls = []url.URL{s.peerURL}

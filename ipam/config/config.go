@@ -1,0 +1,287 @@
+// Package config reads safe-ipam's part of a CNI plugin config and builds
+// the config its delegate receives. Keys safe-ipam does not own are kept
+// byte for byte.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Handle modes: how the delegate keys handles on ADD.
+const (
+	// HandlesContainer is Calico 3.x: ADD keys by <network>.<containerID>
+	// itself, so pod identity may reach the delegate on ADD.
+	HandlesContainer = "container"
+	// HandlesPod is Calico 2.x: the delegate keys by namespace.podname when
+	// it sees pod identity, so safe-ipam removes it on ADD too.
+	HandlesPod = "pod"
+)
+
+// Store types.
+const (
+	StoreFile = "file"
+	StoreEtcd = "etcd"
+)
+
+// Defaults an operator gets without setting anything.
+const (
+	DefaultDelegate      = "calico-ipam"
+	DefaultStoreDir      = "/var/lib/cni/safe-ipam"
+	DefaultCacheDir      = "/var/lib/cni/safe-ipam/cache"
+	DefaultEtcdPrefix    = "/safe-ipam/v1"
+	DefaultLogFile       = "/var/log/safe-ipam.log"
+	DefaultLogLevel      = "info"
+	DefaultGCGracePeriod = 60 * time.Second
+	DefaultDialTimeout   = 5 * time.Second
+)
+
+// ownedKeys are the ipam keys safe-ipam consumes; the delegate never sees them.
+var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod"}
+
+// Delegate names the IPAM plugin safe-ipam fronts.
+type Delegate struct {
+	Type   string `json:"type"`
+	BinDir string `json:"binDir,omitempty"`
+	// Check forwards CHECK to the delegate. Default: true, except for
+	// calico-ipam, which has no CHECK.
+	Check *bool `json:"check,omitempty"`
+}
+
+// ForwardsCheck says whether CHECK goes to the delegate.
+func (d Delegate) ForwardsCheck() bool {
+	if d.Check != nil {
+		return *d.Check
+	}
+	return d.Type != DefaultDelegate
+}
+
+// Store says where records live.
+type Store struct {
+	Type        string   `json:"type"`
+	Dir         string   `json:"dir,omitempty"`
+	Endpoints   []string `json:"endpoints,omitempty"`
+	Prefix      string   `json:"prefix,omitempty"`
+	CertFile    string   `json:"certFile,omitempty"`
+	KeyFile     string   `json:"keyFile,omitempty"`
+	CAFile      string   `json:"caFile,omitempty"`
+	DialTimeout Duration `json:"dialTimeout,omitempty"`
+}
+
+// Config is a parsed plugin config.
+type Config struct {
+	Network         string
+	CNIVersion      string
+	NodeName        string // Calico's top-level "nodename", if set
+	Delegate        Delegate
+	DelegateHandles string
+	Store           Store
+	CacheDir        string
+	LogFile         string
+	LogLevel        string
+	GCGracePeriod   time.Duration
+
+	top  map[string]json.RawMessage
+	ipam map[string]json.RawMessage
+}
+
+// Parse reads a plugin config. Errors are *types.Error: code 6 when the
+// JSON does not decode, 7 when a value is invalid; messages name the field.
+func Parse(stdin []byte) (*Config, error) {
+	c := &Config{}
+	if err := json.Unmarshal(stdin, &c.top); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
+	}
+	if c.top == nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "decoding network config: not a JSON object", "")
+	}
+	if err := c.readTop(); err != nil {
+		return nil, err
+	}
+	if err := c.readIPAM(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Config) readTop() error {
+	if err := field(c.top, "name", &c.Network); err != nil {
+		return err
+	}
+	if c.Network == "" {
+		return invalid("name", "missing network name")
+	}
+	if err := field(c.top, "cniVersion", &c.CNIVersion); err != nil {
+		return err
+	}
+	if err := field(c.top, "nodename", &c.NodeName); err != nil {
+		return err
+	}
+	raw, ok := c.top["ipam"]
+	if !ok || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return invalid("ipam", "missing ipam section")
+	}
+	if err := json.Unmarshal(raw, &c.ipam); err != nil || c.ipam == nil {
+		return invalid("ipam", "must be a JSON object")
+	}
+	return nil
+}
+
+func (c *Config) readIPAM() error {
+	var ipamType string
+	if err := field(c.ipam, "type", &ipamType); err != nil {
+		return err
+	}
+	if ipamType == "" {
+		return invalid("ipam.type", "missing")
+	}
+	steps := []func(ipamType string) error{c.readDelegate, c.readHandles, c.readStore, c.readLogging, c.readGC}
+	for _, step := range steps {
+		if err := step(ipamType); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) readDelegate(ipamType string) error {
+	c.Delegate = Delegate{Type: DefaultDelegate}
+	if err := strictField(c.ipam, "delegate", &c.Delegate); err != nil {
+		return err
+	}
+	if !validPluginName(c.Delegate.Type) {
+		return invalid("ipam.delegate.type", fmt.Sprintf("%q is not a plugin name", c.Delegate.Type))
+	}
+	if c.Delegate.Type == ipamType {
+		return invalid("ipam.delegate.type", fmt.Sprintf("%q would delegate to itself", c.Delegate.Type))
+	}
+	if c.Delegate.BinDir != "" && !filepath.IsAbs(c.Delegate.BinDir) {
+		return invalid("ipam.delegate.binDir", "must be an absolute path")
+	}
+	return nil
+}
+
+func (c *Config) readHandles(string) error {
+	c.DelegateHandles = HandlesContainer
+	if err := field(c.ipam, "delegateHandles", &c.DelegateHandles); err != nil {
+		return err
+	}
+	if c.DelegateHandles != HandlesContainer && c.DelegateHandles != HandlesPod {
+		return invalid("ipam.delegateHandles", fmt.Sprintf("%q is not %q or %q", c.DelegateHandles, HandlesContainer, HandlesPod))
+	}
+	return nil
+}
+
+func (c *Config) readLogging(string) error {
+	c.LogFile, c.LogLevel, c.CacheDir = DefaultLogFile, DefaultLogLevel, DefaultCacheDir
+	for key, dst := range map[string]*string{"logFile": &c.LogFile, "logLevel": &c.LogLevel, "cacheDir": &c.CacheDir} {
+		if err := field(c.ipam, key, dst); err != nil {
+			return err
+		}
+	}
+	if c.LogFile != "" && !filepath.IsAbs(c.LogFile) {
+		return invalid("ipam.logFile", "must be an absolute path or empty")
+	}
+	if c.CacheDir != "" && !filepath.IsAbs(c.CacheDir) {
+		return invalid("ipam.cacheDir", "must be an absolute path or empty")
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return invalid("ipam.logLevel", fmt.Sprintf("%q is not debug, info, warn or error", c.LogLevel))
+}
+
+func (c *Config) readGC(string) error {
+	grace := Duration(DefaultGCGracePeriod)
+	if err := field(c.ipam, "gcGracePeriod", &grace); err != nil {
+		return err
+	}
+	if grace < 0 {
+		return invalid("ipam.gcGracePeriod", "must not be negative")
+	}
+	c.GCGracePeriod = time.Duration(grace)
+	return nil
+}
+
+func (c *Config) readStore(string) error {
+	if _, ok := c.ipam["store"]; !ok {
+		c.Store = c.calicoStore()
+	} else if err := strictField(c.ipam, "store", &c.Store); err != nil {
+		return err
+	}
+	return c.Store.validate()
+}
+
+// calicoStore is the default store: Calico's own etcd when the plugin
+// config points calico-ipam at one, else node-local files.
+func (c *Config) calicoStore() Store {
+	var datastore, endpoints string
+	_ = field(c.top, "datastore_type", &datastore)
+	_ = field(c.top, "etcd_endpoints", &endpoints)
+	if datastore != "etcdv3" || strings.TrimSpace(endpoints) == "" {
+		return Store{Type: StoreFile}
+	}
+	s := Store{Type: StoreEtcd}
+	for _, e := range strings.Split(endpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			s.Endpoints = append(s.Endpoints, e)
+		}
+	}
+	_ = field(c.top, "etcd_cert_file", &s.CertFile)
+	_ = field(c.top, "etcd_key_file", &s.KeyFile)
+	_ = field(c.top, "etcd_ca_cert_file", &s.CAFile)
+	return s
+}
+
+func (s *Store) validate() error {
+	if s.DialTimeout == 0 {
+		s.DialTimeout = Duration(DefaultDialTimeout)
+	}
+	if s.DialTimeout < 0 {
+		return invalid("ipam.store.dialTimeout", "must be positive")
+	}
+	switch s.Type {
+	case StoreFile:
+		if s.Dir == "" {
+			s.Dir = DefaultStoreDir
+		}
+		if !filepath.IsAbs(s.Dir) {
+			return invalid("ipam.store.dir", "must be an absolute path")
+		}
+		return nil
+	case StoreEtcd:
+		return s.validateEtcd()
+	}
+	return invalid("ipam.store.type", fmt.Sprintf("%q is not %q or %q", s.Type, StoreFile, StoreEtcd))
+}
+
+func (s *Store) validateEtcd() error {
+	if len(s.Endpoints) == 0 {
+		return invalid("ipam.store.endpoints", "the etcd store needs at least one endpoint")
+	}
+	for _, e := range s.Endpoints {
+		u, err := url.Parse(e)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return invalid("ipam.store.endpoints", fmt.Sprintf("%q is not an http(s) URL", e))
+		}
+	}
+	if s.Prefix == "" {
+		s.Prefix = DefaultEtcdPrefix
+	}
+	s.Prefix = strings.TrimRight(s.Prefix, "/")
+	if !strings.HasPrefix(s.Prefix, "/") {
+		return invalid("ipam.store.prefix", "must start with /")
+	}
+	if (s.CertFile == "") != (s.KeyFile == "") {
+		return invalid("ipam.store.certFile", "certFile and keyFile go together")
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+// Package record defines safe-ipam's ownership record: which attachment
+// holds which addresses, under which delegate handle.
+package record
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/utils"
+)
+
+// Attachment is the CNI identity of one interface of one container on one
+// network. It is the key of a record.
+type Attachment struct {
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifName"`
+}
+
+func (a Attachment) String() string {
+	return fmt.Sprintf("%s/%s/%s", a.Network, a.ContainerID, a.IfName)
+}
+
+// State says whether the delegate's allocation is known to be complete.
+type State string
+
+const (
+	// Pending is written before the delegate ADD: the delegate may hold
+	// addresses for the attachment that the record does not list yet.
+	Pending State = "pending"
+	// Committed records list every address the delegate gave.
+	Committed State = "committed"
+)
+
+// Record is one attachment's ownership claim.
+type Record struct {
+	Attachment
+	PodNamespace string    `json:"podNamespace,omitempty"`
+	PodName      string    `json:"podName,omitempty"`
+	PodUID       string    `json:"podUID,omitempty"`
+	Node         string    `json:"node,omitempty"`
+	Handle       string    `json:"handle"`
+	State        State     `json:"state"`
+	IPs          []string  `json:"ips,omitempty"`
+	Result       []byte    `json:"result,omitempty"`
+	Created      time.Time `json:"created"`
+	Updated      time.Time `json:"updated"`
+
+	// Revision identifies this version of the record in its store, for
+	// compare-and-swap. Stores set it; it is not part of the record's JSON.
+	Revision int64 `json:"-"`
+}
+
+// Validate applies CNI's rules for names. Stores build keys and file names
+// from these fields, so nothing else may reach them.
+func (a Attachment) Validate() error {
+	if err := ValidateNetwork(a.Network); err != nil {
+		return err
+	}
+	if err := utils.ValidateContainerID(a.ContainerID); err != nil {
+		return fmt.Errorf("container ID %q: %s", a.ContainerID, err.Msg)
+	}
+	if err := utils.ValidateInterfaceName(a.IfName); err != nil {
+		return fmt.Errorf("interface name %q: %s", a.IfName, err.Msg)
+	}
+	return nil
+}
+
+// ValidateNetwork applies CNI's rule for network names.
+func ValidateNetwork(network string) error {
+	if err := utils.ValidateNetworkName(network); err != nil {
+		return fmt.Errorf("network name %q: %s", network, err.Msg)
+	}
+	return nil
+}

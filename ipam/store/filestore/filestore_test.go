@@ -1,0 +1,56 @@
+package filestore
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/storetest"
+)
+
+func TestContract(t *testing.T) {
+	var dirs []string
+	storetest.Run(t, func(t *testing.T) store.Store {
+		dir := filepath.Join(t.TempDir(), "records")
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { checkTree(t, dir) })
+		dirs = append(dirs, dir)
+		return s
+	})
+	if len(dirs) == 0 {
+		t.Fatal("contract opened no store")
+	}
+}
+
+// checkTree fails on loose permissions and on temp files left behind.
+func checkTree(t *testing.T, dir string) {
+	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if info.IsDir() {
+			want = 0o700
+		}
+		if info.Mode().Perm() != want {
+			t.Errorf("%s has mode %v, want %v", path, info.Mode().Perm(), want)
+		}
+		if info.Name()[0] == '.' && info.Name() != lockName {
+			t.Errorf("temp file left: %s", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestUnwritableDirIsUnavailable(t *testing.T) {
+	if _, err := Open("/proc/safe-ipam-test"); err == nil {
+		t.Fatal("opening a store under /proc succeeded")
+	}
+}

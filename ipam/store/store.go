@@ -1,0 +1,43 @@
+// Package store defines where safe-ipam keeps its records. Every change
+// is a compare-and-swap against the revision the caller last saw, so two
+// processes working on one attachment can never both win.
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// ErrConflict means the stored record is not the one the caller expected.
+var ErrConflict = errors.New("record changed concurrently")
+
+// ErrUnavailable wraps failures to reach the store at all.
+var ErrUnavailable = errors.New("store unavailable")
+
+// Store keeps one record per attachment.
+type Store interface {
+	// Swap replaces the record of att with next if the stored record is
+	// still prev (nil: no record). A nil next deletes. On success it returns
+	// next with its new Revision; on a mismatch it returns the stored record
+	// (nil if none) and ErrConflict.
+	Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error)
+	// Get returns the record of att, or nil when there is none.
+	Get(ctx context.Context, att record.Attachment) (*record.Record, error)
+	// Delete removes the record of att whatever it holds; no record is fine.
+	Delete(ctx context.Context, att record.Attachment) error
+	// List returns every record of a network.
+	List(ctx context.Context, network string) ([]*record.Record, error)
+	// Ping fails when the store cannot serve requests.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// SameRevision says whether the stored record cur is the one prev names.
+func SameRevision(cur, prev *record.Record) bool {
+	if cur == nil || prev == nil {
+		return cur == nil && prev == nil
+	}
+	return cur.Revision == prev.Revision
+}
