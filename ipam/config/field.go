@@ -76,3 +76,6 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
+
+// Std returns the time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }

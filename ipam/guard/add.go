@@ -1,0 +1,146 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// Add records a pending claim, lets the delegate allocate, and commits the
+// addresses. A committed record is answered from the record; a pending one
+// (an ADD that crashed) is released and started over.
+func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
+	att, args, err := g.attachment(env)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := g.cfg.DelegateConfig(g.version, nil)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	g.at(AddStart)
+	rec, err := g.reserve(ctx, att, env, args)
+	if err != nil || rec.State == record.Committed {
+		if err != nil {
+			return nil, err
+		}
+		g.log.Info("ADD answered from record", "attachment", att.String(), "ips", rec.IPs)
+		return g.replay(rec)
+	}
+	result, err := g.delegate.Add(ctx, conf, g.addCall(att, env, args))
+	g.at(AddDelegated)
+	if err != nil {
+		return nil, g.abandon(ctx, rec, env, args, err)
+	}
+	if err := g.commit(ctx, rec, result); err != nil {
+		return nil, g.abandon(ctx, rec, env, args, err)
+	}
+	g.at(AddCommitted)
+	return convertResult(result, g.cfg.CNIVersion)
+}
+
+// reserve writes the pending record, or returns the committed one.
+func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) (*record.Record, error) {
+	pending := g.newRecord(att, args)
+	cur, err := g.store.Swap(ctx, att, nil, pending)
+	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State == record.Pending {
+		cur, err = g.restart(ctx, cur, pending, env, args)
+	}
+	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State == record.Committed {
+		return cur, nil
+	}
+	if err != nil {
+		return nil, storeError("recording "+att.String(), err)
+	}
+	g.at(AddReserved)
+	return cur, nil
+}
+
+// restart recovers from an ADD that stopped between its pending record and
+// its commit: whatever the delegate holds for the attachment is released
+// before the new attempt takes the record over.
+func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env Env, args cniargs.Args) (*record.Record, error) {
+	g.log.Warn("ADD found a pending record; releasing before retrying", "attachment", stale.Attachment.String(), "since", stale.Created)
+	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
+		return nil, err
+	}
+	g.at(AddRecovered)
+	return g.store.Swap(ctx, stale.Attachment, stale, pending)
+}
+
+func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Record {
+	now := g.now().UTC()
+	return &record.Record{
+		Attachment:   att,
+		PodNamespace: args.Get(cniargs.PodNamespace),
+		PodName:      args.Get(cniargs.PodName),
+		PodUID:       args.Get(cniargs.PodUID),
+		Node:         g.node(),
+		Handle:       g.handle(att),
+		State:        record.Pending,
+		Created:      now,
+		Updated:      now,
+	}
+}
+
+// addCall passes pod identity only to a delegate that keys ADD by
+// container anyway (Calico 3.x uses it for attributes).
+func (g *Guard) addCall(att record.Attachment, env Env, args cniargs.Args) delegate.Call {
+	cniArgs := env.Args
+	if g.cfg.DelegateHandles == config.HandlesPod {
+		cniArgs = args.WithoutPodIdentity().String()
+	}
+	return delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: cniArgs, Path: env.Path}
+}
+
+func (g *Guard) commit(ctx context.Context, pending *record.Record, result types.Result) error {
+	ips, err := resultIPs(result)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("delegate result: %v", err), "")
+	}
+	raw, err := json.Marshal(result)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("delegate result: %v", err), "")
+	}
+	committed := *pending
+	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
+	if _, err := g.store.Swap(ctx, pending.Attachment, pending, &committed); err != nil {
+		return storeError("committing "+pending.Attachment.String(), err)
+	}
+	g.log.Info("ADD", "attachment", pending.Attachment.String(), "ips", ips, "handle", committed.Handle)
+	return nil
+}
+
+// abandon undoes a failed ADD: the delegate releases whatever it may hold
+// and the pending record goes. If either step fails, the pending record
+// stays, and the next ADD, DEL or GC of the attachment releases it.
+func (g *Guard) abandon(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, cause error) error {
+	att := pending.Attachment
+	if err := g.release(ctx, att, env, args, nil); err != nil {
+		g.log.Error("ADD failed and its release failed; the pending record stays for DEL or GC", "attachment", att.String(), "cause", cause, "error", err)
+		return cause
+	}
+	g.at(AddFailedReleased)
+	if _, err := g.store.Swap(ctx, att, pending, nil); err != nil && !errors.Is(err, store.ErrConflict) {
+		g.log.Error("ADD failed; removing its pending record failed", "attachment", att.String(), "error", err)
+	}
+	g.log.Warn("ADD failed and was released", "attachment", att.String(), "error", cause)
+	return cause
+}
+
+func (g *Guard) replay(rec *record.Record) (types.Result, error) {
+	res, err := parseResult("", rec.Result)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("recorded result of %s: %v", rec.Attachment, err), "")
+	}
+	return convertResult(res, g.cfg.CNIVersion)
+}

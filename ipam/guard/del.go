@@ -1,0 +1,228 @@
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// Del releases the attachment's own handles in the delegate and then
+// forgets the record. It succeeds when there is nothing to release. If the
+// delegate fails, the record stays and the runtime retries.
+func (g *Guard) Del(ctx context.Context, env Env) error {
+	att, args, err := g.attachment(env)
+	if err != nil {
+		return err
+	}
+	prev, err := g.prevResultFor()
+	if err != nil {
+		return err
+	}
+	g.at(DelStart)
+	if err := g.release(ctx, att, env, args, prev); err != nil {
+		return err
+	}
+	g.at(DelReleased)
+	if err := g.store.Delete(ctx, att); err != nil {
+		return storeError("forgetting "+att.String(), err)
+	}
+	g.at(DelForgotten)
+	g.log.Info("DEL", "attachment", att.String())
+	return nil
+}
+
+// Check verifies that the attachment's committed record holds exactly the
+// addresses of prevResult, then asks the delegate if it has a CHECK.
+func (g *Guard) Check(ctx context.Context, env Env) error {
+	att, args, err := g.attachment(env)
+	if err != nil {
+		return err
+	}
+	raw := g.cfg.RawPrevResult()
+	if raw == nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, "CHECK needs a prevResult", "")
+	}
+	prev, err := parseResult(g.cfg.CNIVersion, raw)
+	if err != nil {
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding prevResult: %v", err), "")
+	}
+	rec, err := g.store.Get(ctx, att)
+	if err != nil {
+		return storeError("reading "+att.String(), err)
+	}
+	if err := matchRecord(att, rec, prev); err != nil {
+		return err
+	}
+	return g.forwardCheck(ctx, att, env, args)
+}
+
+func matchRecord(att record.Attachment, rec *record.Record, prev types.Result) error {
+	if rec == nil {
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no record for %s", att), "")
+	}
+	if rec.State != record.Committed {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("record for %s is %s: its ADD has not finished", att, rec.State), "")
+	}
+	want, err := resultIPs(prev)
+	if err != nil {
+		return err
+	}
+	if !sameSet(rec.IPs, want) {
+		return types.NewError(ErrRecordMismatch, fmt.Sprintf("%s holds %s, prevResult has %s", att, strings.Join(rec.IPs, ","), strings.Join(want, ",")), "")
+	}
+	return nil
+}
+
+func (g *Guard) forwardCheck(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) error {
+	if hasCheck, _ := version.GreaterThanOrEqualTo(g.version, "0.4.0"); !g.cfg.Delegate.ForwardsCheck() || !hasCheck {
+		return nil
+	}
+	prev, err := g.prevResultFor()
+	if err != nil {
+		return err
+	}
+	conf, err := g.cfg.DelegateConfig(g.version, prev)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	call := g.addCall(att, env, args)
+	return g.delegate.Run(ctx, "CHECK", conf, call)
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = append([]string(nil), a...), append([]string(nil), b...)
+	sort.Strings(a)
+	sort.Strings(b)
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// GC releases every record of the network whose attachment the runtime
+// does not list as valid. Without the list it releases nothing: a runtime
+// that cannot say what runs must not be read as "nothing runs".
+func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
+	valid, listed, err := validAttachments(stdin)
+	if err != nil {
+		return err
+	}
+	if !listed {
+		g.log.Warn("GC without cni.dev/valid-attachments: releasing nothing")
+		return nil
+	}
+	recs, err := g.store.List(ctx, g.cfg.Network)
+	if err != nil {
+		return storeError("listing records of "+g.cfg.Network, err)
+	}
+	var errs []error
+	for _, rec := range recs {
+		if g.keep(rec, valid) {
+			continue
+		}
+		if err := g.collect(ctx, rec, env); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if g.delegate.Speaks("1.1.0") {
+		if err := g.forwardGC(ctx, env); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinErrors("GC", errs)
+}
+
+func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
+	if valid[[2]string{rec.ContainerID, rec.IfName}] {
+		return true
+	}
+	// A young pending record is an ADD in flight, not garbage.
+	return rec.State == record.Pending && g.now().Sub(rec.Created) < g.cfg.GCGracePeriod
+}
+
+func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error {
+	att := rec.Attachment
+	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+		return err
+	}
+	g.at(GCReleased)
+	_, err := g.store.Swap(ctx, att, rec, nil)
+	if errors.Is(err, store.ErrConflict) {
+		return nil // re-added meanwhile; the new record is not ours to drop
+	}
+	if err != nil {
+		return storeError("forgetting "+att.String(), err)
+	}
+	g.at(GCForgotten)
+	g.log.Info("GC released", "attachment", att.String(), "ips", rec.IPs, "state", rec.State)
+	return nil
+}
+
+func (g *Guard) forwardGC(ctx context.Context, env Env) error {
+	conf, err := g.cfg.DelegateConfig("1.1.0", nil)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	return g.delegate.Run(ctx, "GC", conf, Env{Path: env.Path}.call())
+}
+
+// validAttachments reads cni.dev/valid-attachments, telling an absent key
+// from an empty list.
+func validAttachments(stdin []byte) (map[[2]string]bool, bool, error) {
+	var conf struct {
+		Valid *[]types.GCAttachment `json:"cni.dev/valid-attachments"`
+	}
+	if err := json.Unmarshal(stdin, &conf); err != nil {
+		return nil, false, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding cni.dev/valid-attachments: %v", err), "")
+	}
+	if conf.Valid == nil {
+		return nil, false, nil
+	}
+	valid := make(map[[2]string]bool, len(*conf.Valid))
+	for _, a := range *conf.Valid {
+		valid[[2]string{a.ContainerID, a.IfName}] = true
+	}
+	return valid, true, nil
+}
+
+func joinErrors(verb string, errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return types.NewError(types.ErrInternal, fmt.Sprintf("%s: %d error(s): %s", verb, len(errs), strings.Join(msgs, "; ")), "")
+}
+
+// Status reports whether ADD can work: the store answers and the delegate
+// is there (and ready, if it has STATUS).
+func (g *Guard) Status(ctx context.Context, env Env) error {
+	if err := g.store.Ping(ctx); err != nil {
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("record store: %v", err), "")
+	}
+	if !g.delegate.Speaks("1.1.0") {
+		return nil
+	}
+	conf, err := g.cfg.DelegateConfig("1.1.0", nil)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	return g.delegate.Run(ctx, "STATUS", conf, env.call())
+}

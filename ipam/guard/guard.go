@@ -1,0 +1,165 @@
+// Package guard implements safe-ipam's verbs: it records which attachment
+// owns which addresses and makes every handle the delegate touches
+// container-keyed, so no DEL can release by pod name.
+package guard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// Env is the CNI environment of one invocation.
+type Env struct {
+	ContainerID string
+	NetNS       string
+	IfName      string
+	Args        string // CNI_ARGS as received
+	Path        string // CNI_PATH
+}
+
+// Step names a point between two effects of a verb, where a crash can
+// happen. Tests stop the process at each of them.
+type Step string
+
+// The steps, in the order each verb reaches them.
+const (
+	AddStart          Step = "add-start"
+	AddReserved       Step = "add-reserved"
+	AddRecovered      Step = "add-recovered"
+	AddDelegated      Step = "add-delegated"
+	AddFailedReleased Step = "add-failed-released"
+	AddCommitted      Step = "add-committed"
+	DelStart          Step = "del-start"
+	DelReleased       Step = "del-released"
+	DelForgotten      Step = "del-forgotten"
+	GCReleased        Step = "gc-released"
+	GCForgotten       Step = "gc-forgotten"
+)
+
+// Steps lists every step, for tests that crash at each.
+var Steps = []Step{AddStart, AddReserved, AddRecovered, AddDelegated, AddFailedReleased, AddCommitted, DelStart, DelReleased, DelForgotten, GCReleased, GCForgotten}
+
+// ErrRecordMismatch is safe-ipam's CHECK failure code: the record does not
+// hold the addresses of prevResult. Codes from 100 are plugin-specific.
+const ErrRecordMismatch uint = 100
+
+// Guard runs the verbs for one plugin config.
+type Guard struct {
+	cfg      *config.Config
+	store    store.Store
+	delegate *delegate.Delegate
+	version  string // spoken with the delegate
+	log      *slog.Logger
+	now      func() time.Time
+	// At, when set, is called at every Step; crash tests stop there.
+	At func(Step)
+
+	closeLog func()
+}
+
+// New builds a Guard. The delegate must have been resolved; its version is
+// negotiated here so an incompatible one fails before anything changes.
+func New(cfg *config.Config, st store.Store, d *delegate.Delegate, log *slog.Logger) (*Guard, error) {
+	v, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
+	if err != nil {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
+	}
+	return &Guard{cfg: cfg, store: st, delegate: d, version: v, log: log, now: time.Now}, nil
+}
+
+func (g *Guard) at(s Step) {
+	if g.At != nil {
+		g.At(s)
+	}
+}
+
+// attachment validates the invocation's identity. skel checks it too; the
+// stores build paths from it, so it is checked again here.
+func (g *Guard) attachment(env Env) (record.Attachment, cniargs.Args, error) {
+	att := record.Attachment{Network: g.cfg.Network, ContainerID: env.ContainerID, IfName: env.IfName}
+	if err := att.Validate(); err != nil {
+		return att, cniargs.Args{}, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	args, err := cniargs.Parse(env.Args)
+	if err != nil {
+		return att, args, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
+	}
+	return att, args, nil
+}
+
+// release runs the delegate DEL for att without pod identity, so the
+// delegate frees only the container's own handles.
+func (g *Guard) release(ctx context.Context, att record.Attachment, env Env, args cniargs.Args, prevResult []byte) error {
+	conf, err := g.cfg.DelegateConfig(g.version, prevResult)
+	if err != nil {
+		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	call := delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: args.WithoutPodIdentity().String(), Path: env.Path}
+	if err := g.delegate.Run(ctx, "DEL", conf, call); err != nil {
+		return fmt.Errorf("releasing %s in %s: %w", att, g.delegate.Type, err)
+	}
+	return nil
+}
+
+// handle is the delegate handle the attachment's addresses live under.
+func (g *Guard) handle(att record.Attachment) string {
+	if g.cfg.DelegateHandles == config.HandlesPod {
+		return att.ContainerID // Calico 2.x without pod identity
+	}
+	return att.Network + "." + att.ContainerID
+}
+
+func (g *Guard) node() string {
+	if g.cfg.NodeName != "" {
+		return g.cfg.NodeName
+	}
+	host, _ := os.Hostname()
+	return host
+}
+
+// storeError turns a store failure into the CNI error a runtime retries on.
+func storeError(action string, err error) error {
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		return err
+	}
+	code := types.ErrInternal
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) {
+		code = types.ErrTryAgainLater
+	}
+	return types.NewError(code, fmt.Sprintf("%s: %v", action, err), "")
+}
+
+// prevResultFor converts the config's prevResult to the delegate's version.
+func (g *Guard) prevResultFor() ([]byte, error) {
+	raw := g.cfg.RawPrevResult()
+	if raw == nil {
+		return nil, nil
+	}
+	res, err := parseResult(g.cfg.CNIVersion, raw)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding prevResult: %v", err), "")
+	}
+	conv, err := convertResult(res, g.version)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(conv)
+}
+
+func (e Env) call() delegate.Call {
+	return delegate.Call{ContainerID: e.ContainerID, NetNS: e.NetNS, IfName: e.IfName, Args: e.Args, Path: e.Path}
+}

@@ -1,0 +1,95 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+)
+
+// Verbs that name no attachment.
+const (
+	VerbGC     = "GC"
+	VerbStatus = "STATUS"
+)
+
+// Open validates everything a verb needs, in order, before anything is
+// changed: config (6, 7), the attachment and CNI_ARGS (4), the delegate
+// binary (50), the CNI version (1), the store (11; 50 for STATUS).
+// Close the Guard when done.
+func Open(ctx context.Context, verb string, stdin []byte, env Env) (*Guard, error) {
+	cfg, err := config.Parse(stdin)
+	if err != nil {
+		return nil, err
+	}
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
+	g, err := open(ctx, verb, cfg, env, log)
+	if err != nil {
+		log.Error("refused", "error", err)
+		closeLog()
+		return nil, err
+	}
+	g.closeLog = closeLog
+	return g, nil
+}
+
+func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *slog.Logger) (*Guard, error) {
+	if verb != VerbGC && verb != VerbStatus {
+		probe := &Guard{cfg: cfg}
+		if _, _, err := probe.attachment(env); err != nil {
+			return nil, err
+		}
+	}
+	d, err := delegate.Resolve(ctx, cfg.Delegate.Type, cfg.Delegate.BinDir, env.Path, cfg.CacheDir)
+	if err != nil {
+		code := types.ErrInternal
+		if errors.Is(err, delegate.ErrMissing) {
+			code = types.ErrPluginNotAvailable
+		}
+		return nil, types.NewError(code, fmt.Sprintf("delegate %s: %v", cfg.Delegate.Type, err), "")
+	}
+	st, err := openStore(ctx, cfg.Store)
+	if err != nil {
+		code := types.ErrTryAgainLater
+		if verb == VerbStatus {
+			code = types.ErrPluginNotAvailable
+		}
+		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
+	}
+	g, err := New(cfg, st, d, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func openStore(ctx context.Context, s config.Store) (store.Store, error) {
+	if s.Type == config.StoreEtcd {
+		return etcdstore.Open(ctx, etcdstore.Config{
+			Endpoints: s.Endpoints, Prefix: s.Prefix,
+			CertFile: s.CertFile, KeyFile: s.KeyFile, CAFile: s.CAFile,
+			DialTimeout: s.DialTimeout.Std(),
+		})
+	}
+	return filestore.Open(s.Dir)
+}
+
+// Close releases the store connection and the log file.
+func (g *Guard) Close() {
+	if g.store != nil {
+		g.store.Close()
+	}
+	if g.closeLog != nil {
+		g.closeLog()
+	}
+}

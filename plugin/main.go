@@ -1,0 +1,98 @@
+// Command safe-ipam is a CNI IPAM plugin that fronts calico-ipam and makes
+// DEL safe: no DEL can release addresses by pod name. Run without
+// CNI_COMMAND it offers admin subcommands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+var supported = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+func main() {
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
+		os.Exit(runAdmin(os.Args[1:]))
+	}
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+		supported, "safe-ipam "+Version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
+}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	return withGuard("ADD", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+		res, err := g.Add(ctx, env)
+		if err != nil {
+			return err
+		}
+		return types.PrintResult(res, res.Version())
+	})
+}
+
+func cmdDel(args *skel.CmdArgs) error {
+	return withGuard("DEL", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+		return g.Del(ctx, env)
+	})
+}
+
+func cmdCheck(args *skel.CmdArgs) error {
+	return withGuard("CHECK", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+		return g.Check(ctx, env)
+	})
+}
+
+func cmdGC(args *skel.CmdArgs) error {
+	return withGuard(guard.VerbGC, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+		return g.GC(ctx, env, args.StdinData)
+	})
+}
+
+func cmdStatus(args *skel.CmdArgs) error {
+	return withGuard(guard.VerbStatus, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+		return g.Status(ctx, env)
+	})
+}
+
+func withGuard(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, guard.Env) error) error {
+	ctx := context.Background()
+	env := guard.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
+	g, err := guard.Open(ctx, verb, args.StdinData, env)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	g.At = crashPoint
+	return run(ctx, g, env)
+}
+
+func runAdmin(args []string) int {
+	switch args[0] {
+	case "version", "--version":
+		fmt.Printf("safe-ipam %s (CNI %v)\n", Version, supported.SupportedVersions())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "safe-ipam: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+const usage = `safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
+
+As a CNI plugin it is run by the container runtime with CNI_COMMAND set
+(ADD, DEL, CHECK, GC, STATUS, VERSION) and its config on stdin.
+
+Admin commands (CNI_COMMAND unset):
+  safe-ipam version     print the version and the CNI versions it speaks
+  safe-ipam help        this text
+`
