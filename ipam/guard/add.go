@@ -52,7 +52,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) (*record.Record, error) {
 	pending := g.newRecord(att, args)
 	cur, err := g.store.Swap(ctx, att, nil, pending)
-	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State == record.Pending {
+	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State != record.Committed {
 		cur, err = g.restart(ctx, cur, pending, env, args)
 	}
 	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State == record.Committed {
@@ -66,10 +66,11 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, arg
 }
 
 // restart recovers from an ADD that stopped between its pending record and
-// its commit: whatever the delegate holds for the attachment is released
-// before the new attempt takes the record over.
+// its commit, or a DEL that stopped after its mark: whatever the delegate
+// holds for the attachment is released before the new attempt takes the
+// record over.
 func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env Env, args cniargs.Args) (*record.Record, error) {
-	g.log.Warn("ADD found a pending record; releasing before retrying", "attachment", stale.Attachment.String(), "since", stale.Created)
+	g.log.Warn("ADD found an unfinished record; releasing before retrying", "attachment", stale.Attachment.String(), "state", stale.State, "since", stale.Updated)
 	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
 		return nil, err
 	}

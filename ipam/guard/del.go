@@ -16,9 +16,12 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
-// Del releases the attachment's own handles in the delegate and then
-// forgets the record. It succeeds when there is nothing to release. If the
-// delegate fails, the record stays and the runtime retries.
+// Del marks the record releasing, releases the attachment's own handles in
+// the delegate and then forgets the record. The mark comes first so that a
+// crash after the release cannot leave a committed record that a later ADD
+// would replay with addresses the delegate has freed. It succeeds when
+// there is nothing to release. If the delegate fails, the record stays and
+// the runtime retries.
 func (g *Guard) Del(ctx context.Context, env Env) error {
 	att, args, err := g.attachment(env)
 	if err != nil {
@@ -29,12 +32,20 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 		return err
 	}
 	g.at(DelStart)
+	marked, err := g.store.MarkReleasing(ctx, att, g.now().UTC())
+	if err != nil {
+		return storeError("marking "+att.String(), err)
+	}
+	g.at(DelMarked)
 	if err := g.release(ctx, att, env, args, prev); err != nil {
 		return err
 	}
 	g.at(DelReleased)
-	if err := g.store.Delete(ctx, att); err != nil {
-		return storeError("forgetting "+att.String(), err)
+	if marked != nil {
+		// A conflict means an ADD took the attachment over meanwhile.
+		if _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {
+			return storeError("forgetting "+att.String(), err)
+		}
 	}
 	g.at(DelForgotten)
 	g.log.Info("DEL", "attachment", att.String())
@@ -71,7 +82,7 @@ func matchRecord(att record.Attachment, rec *record.Record, prev types.Result) e
 		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no record for %s", att), "")
 	}
 	if rec.State != record.Committed {
-		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("record for %s is %s: its ADD has not finished", att, rec.State), "")
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("record for %s is %s, not committed", att, rec.State), "")
 	}
 	want, err := resultIPs(prev)
 	if err != nil {
@@ -155,17 +166,22 @@ func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
 	return rec.State == record.Pending && g.now().Sub(rec.Created) < g.cfg.GCGracePeriod
 }
 
+// collect releases one record as DEL does, but only if it is still the
+// record GC listed: an attachment re-added meanwhile is not garbage.
 func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error {
 	att := rec.Attachment
+	marked, err := g.store.Swap(ctx, att, rec, store.ReleasingRecord(att, rec, g.now().UTC()))
+	if errors.Is(err, store.ErrConflict) {
+		return nil
+	}
+	if err != nil {
+		return storeError("marking "+att.String(), err)
+	}
 	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
 	g.at(GCReleased)
-	_, err := g.store.Swap(ctx, att, rec, nil)
-	if errors.Is(err, store.ErrConflict) {
-		return nil // re-added meanwhile; the new record is not ours to drop
-	}
-	if err != nil {
+	if _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {
 		return storeError("forgetting "+att.String(), err)
 	}
 	g.at(GCForgotten)

@@ -43,6 +43,7 @@ const (
 	AddFailedReleased Step = "add-failed-released"
 	AddCommitted      Step = "add-committed"
 	DelStart          Step = "del-start"
+	DelMarked         Step = "del-marked"
 	DelReleased       Step = "del-released"
 	DelForgotten      Step = "del-forgotten"
 	GCReleased        Step = "gc-released"
@@ -50,7 +51,7 @@ const (
 )
 
 // Steps lists every step, for tests that crash at each.
-var Steps = []Step{AddStart, AddReserved, AddRecovered, AddDelegated, AddFailedReleased, AddCommitted, DelStart, DelReleased, DelForgotten, GCReleased, GCForgotten}
+var Steps = []Step{AddStart, AddReserved, AddRecovered, AddDelegated, AddFailedReleased, AddCommitted, DelStart, DelMarked, DelReleased, DelForgotten, GCReleased, GCForgotten}
 
 // ErrRecordMismatch is safe-ipam's CHECK failure code: the record does not
 // hold the addresses of prevResult. Codes from 100 are plugin-specific.

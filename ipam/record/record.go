@@ -30,6 +30,9 @@ const (
 	Pending State = "pending"
 	// Committed records list every address the delegate gave.
 	Committed State = "committed"
+	// Releasing is written before the delegate DEL: the addresses may be
+	// free in the delegate already, so the record must never be replayed.
+	Releasing State = "releasing"
 )
 
 // Record is one attachment's ownership claim.

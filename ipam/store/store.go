@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
@@ -25,8 +26,10 @@ type Store interface {
 	Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error)
 	// Get returns the record of att, or nil when there is none.
 	Get(ctx context.Context, att record.Attachment) (*record.Record, error)
-	// Delete removes the record of att whatever it holds; no record is fine.
-	Delete(ctx context.Context, att record.Attachment) error
+	// MarkReleasing replaces the record of att, if there is one, with a
+	// Releasing record, without a prior read, and returns what it wrote
+	// (nil when there was no record). Stores may keep the other fields.
+	MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error)
 	// List returns every record of a network.
 	List(ctx context.Context, network string) ([]*record.Record, error)
 	// Ping fails when the store cannot serve requests.
@@ -40,4 +43,16 @@ func SameRevision(cur, prev *record.Record) bool {
 		return cur == nil && prev == nil
 	}
 	return cur.Revision == prev.Revision
+}
+
+// ReleasingRecord is the marker MarkReleasing writes over rec (nil: a
+// store that cannot read first keeps only the attachment).
+func ReleasingRecord(att record.Attachment, rec *record.Record, now time.Time) *record.Record {
+	out := &record.Record{Attachment: att, Created: now}
+	if rec != nil {
+		copied := *rec
+		out = &copied
+	}
+	out.State, out.Updated = record.Releasing, now
+	return out
 }

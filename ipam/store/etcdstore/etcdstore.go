@@ -157,18 +157,30 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 	return decodeFirst(resp.Kvs)
 }
 
-// Delete implements store.Store: one unconditional delete, so DEL costs a
-// single round trip.
-func (s *Store) Delete(ctx context.Context, att record.Attachment) error {
+// MarkReleasing implements store.Store in one Txn that writes the marker
+// only over an existing record. Without a read it cannot keep the fields.
+func (s *Store) MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error) {
 	if err := att.Validate(); err != nil {
-		return err
+		return nil, err
+	}
+	key := s.key(att)
+	marker := store.ReleasingRecord(att, nil, now)
+	data, err := json.Marshal(marker)
+	if err != nil {
+		return nil, fmt.Errorf("encoding record %s: %w", att, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if _, err := s.client.Delete(ctx, s.key(att)); err != nil {
-		return fmt.Errorf("%w: deleting record %s: %v", store.ErrUnavailable, att, err)
+	resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
+		Then(clientv3.OpPut(key, string(data))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("%w: marking record %s: %v", store.ErrUnavailable, att, err)
 	}
-	return nil
+	if !resp.Succeeded {
+		return nil, nil
+	}
+	marker.Revision = resp.Header.Revision
+	return marker, nil
 }
 
 // List implements store.Store.

@@ -94,13 +94,18 @@ func (s *Store) Get(_ context.Context, att record.Attachment) (*record.Record, e
 	return s.read(s.path(att))
 }
 
-// Delete implements store.Store. A rename-based write never leaves a
-// partial file, so an unlocked remove is safe.
-func (s *Store) Delete(_ context.Context, att record.Attachment) error {
-	if err := att.Validate(); err != nil {
-		return err
+// MarkReleasing implements store.Store, keeping the record's fields.
+func (s *Store) MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error) {
+	for {
+		cur, err := s.Get(ctx, att)
+		if err != nil || cur == nil {
+			return nil, err
+		}
+		marked, err := s.Swap(ctx, att, cur, store.ReleasingRecord(att, cur, now))
+		if !errors.Is(err, store.ErrConflict) {
+			return marked, err
+		}
 	}
-	return s.remove(att)
 }
 
 // List implements store.Store.

@@ -63,10 +63,11 @@ func createCommitDelete(t *testing.T, s store.Store) {
 	if got, _ := s.Get(ctx, att); got != nil {
 		t.Fatalf("record left after delete: %+v", got)
 	}
-	for i := 0; i < 2; i++ {
-		if err := s.Delete(ctx, att); err != nil {
-			t.Fatalf("delete of nothing #%d: %v", i, err)
-		}
+	if m, err := s.MarkReleasing(ctx, att, time.Now()); m != nil || err != nil {
+		t.Fatalf("marking no record = %+v, %v; want nothing", m, err)
+	}
+	if got, _ := s.Get(ctx, att); got != nil {
+		t.Fatalf("marking no record created %+v", got)
 	}
 }
 
@@ -89,7 +90,17 @@ func conflicts(t *testing.T, s store.Store) {
 	if cur, err := s.Swap(ctx, att, p, nil); !errors.Is(err, store.ErrConflict) || cur.Revision != c.Revision {
 		t.Fatalf("stale delete = %+v, %v; want conflict", cur, err)
 	}
-	if err := s.Delete(ctx, att); err != nil {
+	m, err := s.MarkReleasing(ctx, att, time.Now())
+	if err != nil || m == nil || m.State != record.Releasing || m.Revision == c.Revision {
+		t.Fatalf("mark = %+v, %v; want a new releasing revision", m, err)
+	}
+	if got, _ := s.Get(ctx, att); got == nil || got.State != record.Releasing || got.Revision != m.Revision {
+		t.Fatalf("stored after mark = %+v", got)
+	}
+	if cur, err := s.Swap(ctx, att, c, &next); !errors.Is(err, store.ErrConflict) || cur.Revision != m.Revision {
+		t.Fatalf("swap over a marked record = %+v, %v; want conflict", cur, err)
+	}
+	if _, err := s.Swap(ctx, att, m, nil); err != nil {
 		t.Fatal(err)
 	}
 	if cur, err := s.Swap(ctx, att, c, &next); !errors.Is(err, store.ErrConflict) || cur != nil {
@@ -103,7 +114,7 @@ func noABA(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, att); err != nil {
+	if _, err := s.Swap(ctx, att, first, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Swap(ctx, att, nil, pending(att)); err != nil {
@@ -176,8 +187,8 @@ func invalidNames(t *testing.T, s store.Store) {
 		if _, err := s.Swap(ctx, att, nil, pending(att)); err == nil || errors.Is(err, store.ErrConflict) {
 			t.Errorf("swap of %v: %v; want a validation error", att, err)
 		}
-		if err := s.Delete(ctx, att); err == nil {
-			t.Errorf("delete of %v succeeded", att)
+		if _, err := s.MarkReleasing(ctx, att, time.Now()); err == nil {
+			t.Errorf("mark of %v succeeded", att)
 		}
 	}
 	if _, err := s.List(ctx, "a/b"); err == nil {
