@@ -1,15 +1,16 @@
 package config
 
 import (
+	"bytes"
 	"encoding/json"
-	"fmt"
+	"sort"
 )
 
 // DelegateConfig is the config the delegate receives: the whole plugin
 // config unchanged except that the ipam section loses safe-ipam's keys and
 // names the delegate, cniVersion becomes the version spoken with the
 // delegate, and prevResult (if any) is replaced by one in that version.
-func (c *Config) DelegateConfig(cniVersion string, prevResult []byte) ([]byte, error) {
+func (c *Config) DelegateConfig(cniVersion string, prevResult []byte) []byte {
 	ipam := make(map[string]json.RawMessage, len(c.ipam))
 	for k, v := range c.ipam {
 		ipam[k] = v
@@ -24,23 +25,41 @@ func (c *Config) DelegateConfig(cniVersion string, prevResult []byte) ([]byte, e
 	for k, v := range c.top {
 		top[k] = v
 	}
-	var err error
-	if top["ipam"], err = json.Marshal(ipam); err != nil {
-		return nil, fmt.Errorf("encoding delegate ipam section: %w", err)
-	}
+	top["ipam"] = encodeObject(ipam)
 	// Used directly as a plugin in a conflist, safe-ipam stands in the
 	// delegate's place at the top level too.
 	var topType string
 	if json.Unmarshal(c.top["type"], &topType) == nil && topType == c.ipamType() {
 		top["type"] = delegateType
 	}
-	if top["cniVersion"], err = json.Marshal(cniVersion); err != nil {
-		return nil, err
-	}
+	top["cniVersion"], _ = json.Marshal(cniVersion)
 	if prevResult != nil {
 		top["prevResult"] = prevResult
 	}
-	return json.Marshal(top)
+	return encodeObject(top)
+}
+
+// encodeObject writes an object with its values exactly as given;
+// json.Marshal would compact them.
+func encodeObject(obj map[string]json.RawMessage) []byte {
+	keys := make([]string, 0, len(obj))
+	for k := range obj {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		name, _ := json.Marshal(k)
+		b.Write(name)
+		b.WriteByte(':')
+		b.Write(obj[k])
+	}
+	b.WriteByte('}')
+	return b.Bytes()
 }
 
 // RawPrevResult is the prevResult of the plugin config, if any.

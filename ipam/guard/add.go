@@ -23,10 +23,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf, err := g.cfg.DelegateConfig(g.version, nil)
-	if err != nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
+	conf := g.cfg.DelegateConfig(g.version, nil)
 	g.at(AddStart)
 	rec, err := g.reserve(ctx, att, env, args)
 	if err != nil || rec.State == record.Committed {

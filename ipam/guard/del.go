@@ -102,10 +102,7 @@ func (g *Guard) forwardCheck(ctx context.Context, att record.Attachment, env Env
 	if err != nil {
 		return err
 	}
-	conf, err := g.cfg.DelegateConfig(g.version, prev)
-	if err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
+	conf := g.cfg.DelegateConfig(g.version, prev)
 	call := g.addCall(att, env, args)
 	return g.delegate.Run(ctx, "CHECK", conf, call)
 }
@@ -190,10 +187,7 @@ func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error 
 }
 
 func (g *Guard) forwardGC(ctx context.Context, env Env) error {
-	conf, err := g.cfg.DelegateConfig("1.1.0", nil)
-	if err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
+	conf := g.cfg.DelegateConfig("1.1.0", nil)
 	return g.delegate.Run(ctx, "GC", conf, Env{Path: env.Path}.call())
 }
 
@@ -236,9 +230,6 @@ func (g *Guard) Status(ctx context.Context, env Env) error {
 	if !g.delegate.Speaks("1.1.0") {
 		return nil
 	}
-	conf, err := g.cfg.DelegateConfig("1.1.0", nil)
-	if err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
+	conf := g.cfg.DelegateConfig("1.1.0", nil)
 	return g.delegate.Run(ctx, "STATUS", conf, env.call())
 }

@@ -104,10 +104,7 @@ func (g *Guard) attachment(env Env) (record.Attachment, cniargs.Args, error) {
 // release runs the delegate DEL for att without pod identity, so the
 // delegate frees only the container's own handles.
 func (g *Guard) release(ctx context.Context, att record.Attachment, env Env, args cniargs.Args, prevResult []byte) error {
-	conf, err := g.cfg.DelegateConfig(g.version, prevResult)
-	if err != nil {
-		return types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
-	}
+	conf := g.cfg.DelegateConfig(g.version, prevResult)
 	call := delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: args.WithoutPodIdentity().String(), Path: env.Path}
 	if err := g.delegate.Run(ctx, "DEL", conf, call); err != nil {
 		return fmt.Errorf("releasing %s in %s: %w", att, g.delegate.Type, err)

@@ -1,0 +1,239 @@
+package calico
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Block is an IPAM allocation block, stored under BlockKey(CIDR).
+type Block struct {
+	CIDR netip.Prefix `json:"cidr"`
+	// Affinity is "host:<node>" for a block claimed by a node, null if not.
+	Affinity          *string    `json:"affinity"`
+	AffinityClaimTime *time.Time `json:"affinity_claim_time,omitempty"`
+	// Allocations holds, per ordinal, an index into Attributes, or nil
+	// when the address is free.
+	Allocations []*int `json:"allocations"`
+	// Unallocated is the free list in the order addresses are handed out.
+	Unallocated []int       `json:"unallocated"`
+	Attributes  []Attribute `json:"attributes"`
+	// SequenceNumber counts every change to the block's allocations.
+	SequenceNumber uint64 `json:"sequenceNumber"`
+	// SequenceNumberForAllocation records, per allocated ordinal (decimal),
+	// the SequenceNumber at the moment it was allocated.
+	SequenceNumberForAllocation map[string]uint64 `json:"sequenceNumberForAllocation"`
+	Deleted                     bool              `json:"deleted"`
+}
+
+// Attribute says who holds an address: the handle and free-form details
+// such as namespace, pod, node and timestamp.
+type Attribute struct {
+	HandleID  *string           `json:"handle_id"`
+	Secondary map[string]string `json:"secondary"`
+}
+
+// Handle returns the handle ID, "" when it is null.
+func (a Attribute) Handle() string {
+	if a.HandleID == nil {
+		return ""
+	}
+	return *a.HandleID
+}
+
+func (a Attribute) equal(o Attribute) bool {
+	return a.Handle() == o.Handle() && (a.HandleID == nil) == (o.HandleID == nil) &&
+		(a.Secondary == nil) == (o.Secondary == nil) && maps.Equal(a.Secondary, o.Secondary)
+}
+
+// ErrBlockFull means a block has fewer free addresses than asked for.
+var ErrBlockFull = errors.New("block has no free addresses")
+
+const hostAffinityPrefix = "host:"
+
+// NewBlock returns an empty, unclaimed block for cidr whose sequence
+// number starts at seq. Calico starts it from the clock so that a block
+// that is deleted and recreated never reuses sequence numbers.
+func NewBlock(cidr netip.Prefix, seq uint64) (*Block, error) {
+	n, err := Ordinals(cidr)
+	if err != nil {
+		return nil, err
+	}
+	b := &Block{
+		CIDR:                        cidr.Masked(),
+		Allocations:                 make([]*int, n),
+		Unallocated:                 make([]int, n),
+		Attributes:                  []Attribute{},
+		SequenceNumber:              seq,
+		SequenceNumberForAllocation: map[string]uint64{},
+	}
+	for i := range b.Unallocated {
+		b.Unallocated[i] = i
+	}
+	return b, nil
+}
+
+// ClaimFor makes node the block's owner. Calico stores the claim time in
+// whole seconds, UTC.
+func (b *Block) ClaimFor(node string, at time.Time) {
+	aff := hostAffinityPrefix + node
+	t := at.UTC().Truncate(time.Second)
+	b.Affinity, b.AffinityClaimTime = &aff, &t
+}
+
+// AffinityNode returns the node the block is affine to.
+func (b *Block) AffinityNode() (string, bool) {
+	if b.Affinity == nil {
+		return "", false
+	}
+	return strings.CutPrefix(*b.Affinity, hostAffinityPrefix)
+}
+
+// Size is the number of addresses in the block.
+func (b *Block) Size() int { return len(b.Allocations) }
+
+// FreeCount is the number of addresses that can still be allocated.
+func (b *Block) FreeCount() int { return len(b.Unallocated) }
+
+// IP returns the address of ordinal ord.
+func (b *Block) IP(ord int) (netip.Addr, error) { return OrdinalToIP(b.CIDR, ord) }
+
+// Ordinal returns the ordinal of ip in the block.
+func (b *Block) Ordinal(ip netip.Addr) (int, error) { return IPToOrdinal(b.CIDR, ip) }
+
+// Attribute returns the attribute of an allocated ordinal.
+func (b *Block) Attribute(ord int) (Attribute, bool) {
+	if ord < 0 || ord >= len(b.Allocations) || b.Allocations[ord] == nil {
+		return Attribute{}, false
+	}
+	i := *b.Allocations[ord]
+	if i < 0 || i >= len(b.Attributes) {
+		return Attribute{}, false
+	}
+	return b.Attributes[i], true
+}
+
+// Allocate takes n ordinals from the head of the free list for handle
+// ("" for a null handle) with the given secondary attributes. It changes
+// nothing and returns ErrBlockFull if fewer than n are free.
+func (b *Block) Allocate(n int, handle string, secondary map[string]string) ([]int, error) {
+	if n > len(b.Unallocated) {
+		return nil, fmt.Errorf("allocating %d in %s with %d free: %w", n, b.CIDR, len(b.Unallocated), ErrBlockFull)
+	}
+	if b.SequenceNumberForAllocation == nil {
+		b.SequenceNumberForAllocation = map[string]uint64{}
+	}
+	attr := b.attributeIndex(newAttribute(handle, secondary))
+	ords := slices.Clone(b.Unallocated[:n])
+	b.Unallocated = b.Unallocated[n:]
+	for _, ord := range ords {
+		b.Allocations[ord] = &attr
+		b.SequenceNumberForAllocation[strconv.Itoa(ord)] = b.SequenceNumber
+		b.SequenceNumber++
+	}
+	return ords, nil
+}
+
+func newAttribute(handle string, secondary map[string]string) Attribute {
+	a := Attribute{Secondary: maps.Clone(secondary)}
+	if handle != "" {
+		a.HandleID = &handle
+	}
+	return a
+}
+
+// attributeIndex reuses an identical attribute so that repeated
+// allocations for the same holder share one entry.
+func (b *Block) attributeIndex(a Attribute) int {
+	for i, have := range b.Attributes {
+		if have.equal(a) {
+			return i
+		}
+	}
+	b.Attributes = append(b.Attributes, a)
+	return len(b.Attributes) - 1
+}
+
+// Release frees the given ordinals. Each goes to the tail of the free
+// list, so a freed address is reused only after the rest of the block.
+// It changes nothing if any ordinal is not allocated.
+func (b *Block) Release(ords ...int) error {
+	seen := map[int]bool{}
+	for _, ord := range ords {
+		if ord < 0 || ord >= len(b.Allocations) || b.Allocations[ord] == nil || seen[ord] {
+			return fmt.Errorf("releasing ordinal %d of %s: not allocated", ord, b.CIDR)
+		}
+		seen[ord] = true
+	}
+	for _, ord := range ords {
+		b.Allocations[ord] = nil
+		b.Unallocated = append(b.Unallocated, ord)
+		delete(b.SequenceNumberForAllocation, strconv.Itoa(ord))
+		b.SequenceNumber++
+	}
+	b.dropUnusedAttributes()
+	return nil
+}
+
+// ReleaseHandle frees every ordinal held by handle, in ordinal order, and
+// returns them.
+func (b *Block) ReleaseHandle(handle string) []int {
+	ords := b.OrdinalsOf(handle)
+	if err := b.Release(ords...); err != nil {
+		panic(err) // OrdinalsOf returns only allocated ordinals
+	}
+	return ords
+}
+
+// OrdinalsOf returns the ordinals held by handle, ascending.
+func (b *Block) OrdinalsOf(handle string) []int {
+	var ords []int
+	for ord := range b.Allocations {
+		if a, ok := b.Attribute(ord); ok && a.Handle() == handle {
+			ords = append(ords, ord)
+		}
+	}
+	return ords
+}
+
+// HandleCounts returns how many addresses each handle holds in the block.
+func (b *Block) HandleCounts() map[string]int {
+	counts := map[string]int{}
+	for ord := range b.Allocations {
+		if a, ok := b.Attribute(ord); ok {
+			counts[a.Handle()]++
+		}
+	}
+	return counts
+}
+
+// dropUnusedAttributes removes attributes no allocation refers to and
+// renumbers the allocations, keeping the attributes' order.
+func (b *Block) dropUnusedAttributes() {
+	used := make([]bool, len(b.Attributes))
+	for _, a := range b.Allocations {
+		if a != nil && *a >= 0 && *a < len(used) {
+			used[*a] = true
+		}
+	}
+	newIndex := make([]int, len(b.Attributes))
+	kept := b.Attributes[:0:0]
+	for i, attr := range b.Attributes {
+		newIndex[i] = len(kept)
+		if used[i] {
+			kept = append(kept, attr)
+		}
+	}
+	b.Attributes = kept
+	for ord, a := range b.Allocations {
+		if a != nil && *a >= 0 && *a < len(newIndex) {
+			i := newIndex[*a]
+			b.Allocations[ord] = &i
+		}
+	}
+}
