@@ -136,4 +136,3 @@ func freeURL() (url.URL, error) {
 	defer l.Close()
 	return url.URL{Scheme: "http", Host: l.Addr().String()}, nil
 }
-

@@ -1,0 +1,45 @@
+# safe-ipam: see README.md. `make build` puts binaries in bin/.
+GO       ?= go
+BIN      ?= bin
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -X main.Version=$(VERSION)
+PKGS     := ./...
+
+# The simulator, cnitool and the reference plugins are built next to
+# safe-ipam for the demo; tests build their own copies in temp dirs.
+TOOLS := github.com/containernetworking/cni/cnitool \
+         github.com/containernetworking/plugins/plugins/main/ptp \
+         github.com/containernetworking/plugins/plugins/main/loopback \
+         github.com/containernetworking/plugins/plugins/ipam/host-local
+
+.PHONY: all build tools test unit e2e lint demo bench chaos clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam ./plugin
+
+tools:
+	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo $(TOOLS)
+
+# Everything: lint, unit tests, fuzz seed corpora, and the e2e suite
+# (root and `ip netns` needed; with CI=true e2e fails instead of skipping).
+test: lint
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+unit:
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v '/e2e$$')
+
+e2e:
+	$(GO) test -count=1 -timeout 20m -v ./e2e/
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+demo: build tools
+	bash scripts/demo.sh $(BIN)
+
+clean:
+	rm -rf $(BIN)
