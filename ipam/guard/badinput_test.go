@@ -1,0 +1,77 @@
+package guard
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// Every bad input is refused with its CNI code before the delegate or the
+// store is touched.
+func TestBadInputChangesNothing(t *testing.T) {
+	tests := []struct {
+		name  string
+		env   func(Env) Env
+		conf  func(r *rig) []byte
+		code  uint
+		field string
+	}{
+		{name: "malformed JSON", conf: func(*rig) []byte { return []byte(`{"name":"net1",`) }, code: types.ErrDecodingFailure},
+		{name: "bad delegateHandles", conf: func(r *rig) []byte { r.handles = "namespace"; return r.conf() }, code: types.ErrInvalidNetworkConfig, field: "delegateHandles"},
+		{name: "bad store", conf: func(r *rig) []byte {
+			r.extraIPAM = map[string]any{"store": map[string]any{"type": "nfs"}}
+			return r.conf()
+		}, code: types.ErrInvalidNetworkConfig, field: "ipam.store.type"},
+		{name: "container ID", env: func(e Env) Env { e.ContainerID = "a/b"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
+		{name: "empty container ID", env: func(e Env) Env { e.ContainerID = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
+		{name: "empty ifname", env: func(e Env) Env { e.IfName = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "long ifname", env: func(e Env) Env { e.IfName = "eth0123456789012"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname dot", env: func(e Env) Env { e.IfName = "."; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname slash", env: func(e Env) Env { e.IfName = "x/y"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "CNI_ARGS", env: func(e Env) Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
+		{name: "missing delegate", env: func(e Env) Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
+		{name: "delegate not executable", conf: func(r *rig) []byte {
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "rig_test.go", "binDir": mustAbs(t, ".")}}
+			return r.conf()
+		}, code: types.ErrPluginNotAvailable, field: "not an executable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, r *rig) {
+				e := env("c1")
+				if tt.env != nil {
+					e = tt.env(e)
+				}
+				conf := r.conf()
+				if tt.conf != nil {
+					conf = tt.conf(r)
+				}
+				for _, verb := range []string{"ADD", "DEL"} {
+					_, err := r.run(verb, e, conf)
+					if cniCode(err) != tt.code || !strings.Contains(err.Error(), tt.field) {
+						t.Errorf("%s: %v; want code %d naming %q", verb, err, tt.code, tt.field)
+					}
+				}
+				for _, c := range r.calls("") {
+					if c.Command != "VERSION" {
+						t.Errorf("delegate called: %+v", c)
+					}
+				}
+				if len(r.records()) != 0 {
+					t.Errorf("records written: %v", r.records())
+				}
+			})
+		})
+	}
+}
+
+func mustAbs(t *testing.T, p string) string {
+	t.Helper()
+	dir, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
