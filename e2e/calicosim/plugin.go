@@ -1,0 +1,284 @@
+package calicosim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+)
+
+// About is printed when the binary runs without CNI_COMMAND.
+const About = "calico-ipam simulator (safe-ipam e2e): Calico IPAM in etcdv3, for tests"
+
+// Environment variables the simulator reads besides the CNI ones.
+const (
+	EnvLockFile = "CALICO_IPAM_LOCK_FILE" // lock path, or "none"
+	EnvHandles  = "CALICO_SIM_HANDLES"    // "modern" (default) or "legacy"
+	EnvTimeout  = "CALICO_SIM_TIMEOUT"    // Go duration bounding one command
+)
+
+// defaultTimeout bounds one CNI command, lock wait included, so that a
+// test with etcd down fails instead of hanging.
+const defaultTimeout = 30 * time.Second
+
+// Versions are the CNI versions calico-ipam declares: 0.1.0 to 1.0.0, so
+// a 1.1.0 config fails in skel with "incompatible CNI versions".
+func Versions() version.PluginInfo {
+	return version.PluginSupports("0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0")
+}
+
+// Plugin runs CNI commands. Its environment comes through Getenv so that
+// tests can run many in-process plugins with different settings.
+type Plugin struct {
+	Getenv func(string) string
+	Stdout io.Writer // CNI results
+	Stderr io.Writer // logs
+	Now    func() time.Time
+}
+
+// New returns a plugin reading the given environment and streams.
+func New(getenv func(string) string, stdout, stderr io.Writer) *Plugin {
+	return &Plugin{Getenv: getenv, Stdout: stdout, Stderr: stderr, Now: time.Now}
+}
+
+// Funcs wires the plugin into skel: ADD, DEL and a no-op CHECK; like
+// calico-ipam there is no GC or STATUS.
+func (p *Plugin) Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check}
+}
+
+// Add assigns addresses and prints the result in the config's version.
+func (p *Plugin) Add(args *skel.CmdArgs) error {
+	conf, err := ParseNetConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	res, err := p.Allocate(args)
+	if err != nil {
+		return err
+	}
+	out, err := res.GetAsVersion(conf.CNIVersion)
+	if err != nil {
+		return fmt.Errorf("converting result to %s: %w", conf.CNIVersion, err)
+	}
+	return out.PrintTo(p.Stdout)
+}
+
+// Check does nothing and succeeds.
+func (p *Plugin) Check(*skel.CmdArgs) error { return nil }
+
+// call is everything one command needs, opened from its args.
+type call struct {
+	conf   *NetConf
+	mode   HandleMode
+	pod    PodArgs
+	log    *slog.Logger
+	cli    *clientv3.Client
+	lock   hostLock
+	alloc  *Allocator
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func (p *Plugin) open(args *skel.CmdArgs) (*call, error) {
+	conf, err := ParseNetConf(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := ParseHandleMode(p.Getenv(EnvHandles))
+	if err != nil {
+		return nil, err
+	}
+	pod, err := ParsePodArgs(args.Args)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := p.timeout()
+	if err != nil {
+		return nil, err
+	}
+	c := &call{conf: conf, mode: mode, pod: pod, log: newLogger(p.Stderr, conf.LogLevel)}
+	c.ctx, c.cancel = context.WithTimeout(context.Background(), timeout)
+	if err := c.connect(p.lockPath()); err != nil {
+		c.close()
+		return nil, err
+	}
+	c.alloc = &Allocator{Client: c.cli, Node: conf.Nodename, Now: p.Now, Log: c.log}
+	return c, nil
+}
+
+func (c *call) connect(lockPath string) error {
+	var err error
+	if c.lock, err = lockHost(c.ctx, lockPath); err != nil {
+		return err
+	}
+	c.cli, err = NewClient(c.conf)
+	return err
+}
+
+func (c *call) close() {
+	if c.cli != nil {
+		c.cli.Close()
+	}
+	c.lock.unlock()
+	c.cancel()
+}
+
+func (p *Plugin) timeout() (time.Duration, error) {
+	v := p.Getenv(EnvTimeout)
+	if v == "" {
+		return defaultTimeout, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s=%q: want a positive duration such as 10s", EnvTimeout, v)
+	}
+	return d, nil
+}
+
+func (p *Plugin) lockPath() string {
+	if path := p.Getenv(EnvLockFile); path != "" {
+		return path
+	}
+	return DefaultLockFile
+}
+
+// Allocate does the work of ADD and returns the result in the current
+// CNI version instead of printing it.
+func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
+	c, err := p.open(args)
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	wants, err := c.families()
+	if err != nil {
+		return nil, err
+	}
+	// Calico looks the node up before allocating; its error text is part
+	// of what a wrapper observes, so it is returned unwrapped.
+	if err := CheckNode(c.ctx, c.cli, c.conf.Nodename); err != nil {
+		return nil, err
+	}
+	all, err := ReadIPPools(c.ctx, c.cli)
+	if err != nil {
+		return nil, err
+	}
+	handle := c.mode.AddHandle(c.conf.Name, args.ContainerID, c.pod)
+	secondary := c.attributes(p.now())
+	var done []Assignment
+	for _, fam := range wants {
+		asg, err := c.assign(all, fam, handle, secondary)
+		if err != nil {
+			return nil, errors.Join(err, c.undo(done))
+		}
+		done = append(done, asg)
+	}
+	c.log.Info("assigned", "handle", handle, "assignments", done)
+	return result(done), nil
+}
+
+func (p *Plugin) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+// families lists the address families the config asks for.
+func (c *call) families() ([]calico.Family, error) {
+	v4, _ := c.conf.AssignIPv4() // checked by ParseNetConf
+	v6, _ := c.conf.AssignIPv6()
+	var fams []calico.Family
+	if v4 {
+		fams = append(fams, calico.IPv4)
+	}
+	if v6 {
+		fams = append(fams, calico.IPv6)
+	}
+	if len(fams) == 0 {
+		return nil, errors.New("ipam.assign_ipv4 and ipam.assign_ipv6 are both false: nothing to assign")
+	}
+	return fams, nil
+}
+
+func (c *call) assign(all []calico.IPPool, fam calico.Family, handle string, secondary map[string]string) (Assignment, error) {
+	wanted := c.conf.IPAM.IPv4Pools
+	if fam == calico.IPv6 {
+		wanted = c.conf.IPAM.IPv6Pools
+	}
+	pools, err := SelectPools(all, wanted, fam)
+	if err != nil {
+		return Assignment{}, err
+	}
+	return c.alloc.Assign(c.ctx, pools, handle, secondary)
+}
+
+// undo releases the addresses of a dual-stack ADD that failed half-way.
+func (c *call) undo(done []Assignment) error {
+	var errs []error
+	for _, asg := range done {
+		errs = append(errs, c.alloc.Release(c.ctx, asg))
+	}
+	return errors.Join(errs...)
+}
+
+// attributes are the secondary attributes of an allocation. Calico 3.x
+// records node, timestamp and, when known, namespace and pod; Calico 2.x
+// recorded none.
+func (c *call) attributes(now time.Time) map[string]string {
+	if c.mode == LegacyHandles {
+		return nil
+	}
+	attrs := map[string]string{
+		"node":      c.conf.Nodename,
+		"timestamp": now.UTC().Round(0).String(),
+	}
+	if c.pod.HasPod() {
+		attrs["namespace"], attrs["pod"] = c.pod.Namespace, c.pod.Name
+	}
+	return attrs
+}
+
+// result reports each address with its block's mask and a route to the
+// block, as calico-ipam does.
+func result(asgs []Assignment) *current.Result {
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion}
+	for _, asg := range asgs {
+		mask := net.CIDRMask(asg.Block.Bits(), asg.Block.Addr().BitLen())
+		res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: asg.IP.AsSlice(), Mask: mask}})
+		res.Routes = append(res.Routes, &types.Route{Dst: net.IPNet{IP: asg.Block.Addr().AsSlice(), Mask: mask}})
+	}
+	return res
+}
+
+// Del releases the handles of the configured generation. A handle that
+// does not exist is fine, so DEL can be repeated.
+func (p *Plugin) Del(args *skel.CmdArgs) error {
+	c, err := p.open(args)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var errs []error
+	for _, h := range c.mode.DelHandles(c.conf.Name, args.ContainerID, c.pod) {
+		freed, err := c.alloc.ReleaseHandle(c.ctx, h)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c.log.Info("released", "handle", h, "ips", freed)
+	}
+	return errors.Join(errs...)
+}
