@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
@@ -79,6 +80,10 @@ func runAdmin(args []string) int {
 	case "version", "--version":
 		fmt.Printf("safe-ipam %s (CNI %v)\n", Version, supported.SupportedVersions())
 		return 0
+	case "audit":
+		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
+	case "repair":
+		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
@@ -93,6 +98,10 @@ As a CNI plugin it is run by the container runtime with CNI_COMMAND set
 (ADD, DEL, CHECK, GC, STATUS, VERSION) and its config on stdin.
 
 Admin commands (CNI_COMMAND unset):
+  safe-ipam audit       report pod-name handles, early releases, duplicates,
+                        leaks, orphan records and inconsistencies in Calico's
+                        etcd data (safe-ipam audit -h for flags)
+  safe-ipam repair      plan, and with --apply make, only proven fixes
   safe-ipam version     print the version and the CNI versions it speaks
   safe-ipam help        this text
 `

@@ -1,0 +1,272 @@
+package audit
+
+import (
+	"context"
+	"net/netip"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+)
+
+const blk = "10.244.0.0/26"
+
+func podAttrs(pod string) map[string]string {
+	return map[string]string{"namespace": "default", "pod": pod, "node": "node1", "timestamp": "2026-11-21 18:29:54 +0000 UTC"}
+}
+
+func TestCleanStoreExitsZero(t *testing.T) {
+	w := newWorld(t)
+	ip := w.allocate(blk, "node1", "net1.c1", podAttrs("web-0"))
+	w.record("net1", "c1", "node1", ip, "web-0")
+	live := w.liveFile(LiveAttachment{ContainerID: "c1", IfName: "eth0"})
+	code, rep, stderr := w.run(false, "--live", live)
+	if code != ExitClean || len(rep.Findings) != 0 {
+		t.Fatalf("exit %d, findings %+v, stderr %s", code, rep.Findings, stderr)
+	}
+	if rep.Summary.Allocations != 1 || rep.Summary.Records != 1 || rep.Summary.Blocks != 1 {
+		t.Errorf("summary %+v", rep.Summary)
+	}
+}
+
+func TestEveryFindingKind(t *testing.T) {
+	w := newWorld(t)
+	// pod-name handles: Calico 3.x attributes, and Calico 2.x with none.
+	w.allocate(blk, "node1", "default.web-0", podAttrs("web-0"))
+	w.allocate(blk, "node1", "kube-system.prometheus-0", nil)
+	// early-release: the record holds an address Calico has freed.
+	early := w.allocate(blk, "node1", "net1.c2", podAttrs("web-2"))
+	w.record("net1", "c2", "node1", early, "web-2")
+	w.release(blk, "net1.c2")
+	// duplicate: c3's address went to c4, and both are recorded.
+	dup := w.allocate(blk, "node1", "net1.c4", podAttrs("web-4"))
+	w.record("net1", "c3", "node1", dup, "web-3")
+	w.record("net1", "c4", "node1", dup, "web-4")
+	// leak: no record, not live. A live one with no record is fine.
+	w.allocate(blk, "node1", "net1.gone", podAttrs("old"))
+	w.allocate(blk, "node1", "net1.running", podAttrs("other"))
+	// orphan: a record whose attachment is not running.
+	orphan := w.allocate(blk, "node1", "net1.c5", podAttrs("web-5"))
+	w.record("net1", "c5", "node1", orphan, "web-5")
+	// inconsistent: a handle document that miscounts, an affinity alone.
+	h := w.handle("net1.running")
+	h.Block[blk] = 3
+	w.put(calico.HandleKey("net1.running"), h)
+	w.put(calico.AffinityKey("node1", mustPrefix("10.244.9.0/26")), calico.ConfirmedAffinity())
+	// Calico's own tunnel address is never judged.
+	w.allocate(blk, "node1", "ipip-tunnel-addr-node1", map[string]string{"node": "node1", "type": "ipipTunnelAddress"})
+
+	live := w.liveFile(
+		LiveAttachment{ContainerID: "c2", IfName: "eth0"}, LiveAttachment{ContainerID: "c3", IfName: "eth0"},
+		LiveAttachment{ContainerID: "c4", IfName: "eth0"}, LiveAttachment{ContainerID: "running", IfName: "eth0"},
+	)
+	code, rep, _ := w.run(false, "--live", live)
+	want := map[Kind]int{PodNameHandle: 2, EarlyRelease: 1, Duplicate: 1, Leak: 1, OrphanRecord: 1, Inconsistent: 2}
+	if code != ExitFindings || !reflect.DeepEqual(kinds(rep.Findings), want) {
+		t.Fatalf("exit %d, kinds %v; want %v\n%+v", code, kinds(rep.Findings), want, rep.Findings)
+	}
+	if f := find(rep.Findings, EarlyRelease); f.Address != early {
+		t.Errorf("early-release at %s, want %s", f.Address, early)
+	}
+	if f := find(rep.Findings, Duplicate); f.Address != dup || len(f.Records) != 2 {
+		t.Errorf("duplicate %+v", f)
+	}
+	if f := find(rep.Findings, Leak); f.Handle != "net1.gone" || !f.Releasable {
+		t.Errorf("leak %+v", f)
+	}
+
+	// Without a liveness source nothing is judged dead.
+	code, rep, _ = w.run(false)
+	got := kinds(rep.Findings)
+	if code != ExitFindings || got[Leak] != 0 || got[OrphanRecord] != 0 || got[Unverified] != 2 {
+		t.Errorf("without liveness: %v", got)
+	}
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+func TestRepairDryRunChangesNothingAndApplyAuditsClean(t *testing.T) {
+	w := newWorld(t)
+	w.allocate(blk, "node1", "default.web-0", podAttrs("web-0")) // owner gone
+	early := w.allocate(blk, "node1", "net1.c2", podAttrs("web-2"))
+	w.record("net1", "c2", "node1", early, "web-2")
+	w.release(blk, "net1.c2")
+	w.allocate(blk, "node1", "net1.gone", podAttrs("old"))
+	h := w.handle("net1.c9")
+	w.allocate(blk, "node1", "net1.c9", podAttrs("web-9"))
+	w.record("net1", "c9", "node1", "10.244.0.3", "web-9") // its own address
+	h = w.handle("net1.c9")
+	h.Block[blk] = 5
+	w.put(calico.HandleKey("net1.c9"), h)
+	live := w.liveFile(LiveAttachment{ContainerID: "c2", IfName: "eth0"}, LiveAttachment{ContainerID: "c9", IfName: "eth0"})
+
+	before := w.dump()
+	code, rep, _ := w.run(true, "--live", live)
+	if code != ExitFindings || len(rep.Actions) != 4 {
+		t.Fatalf("dry run: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
+	}
+	if after := w.dump(); !reflect.DeepEqual(before, after) {
+		t.Fatal("dry run changed etcd")
+	}
+	code, rep, _ = w.run(true, "--live", live, "--apply")
+	if code != ExitClean {
+		t.Fatalf("apply: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
+	}
+	for _, a := range rep.Actions {
+		if a.Outcome != "done" {
+			t.Errorf("action %+v not done", a)
+		}
+	}
+	code, rep, _ = w.run(false, "--live", live)
+	if code != ExitClean {
+		t.Fatalf("audit after repair: exit %d, %+v", code, rep.Findings)
+	}
+	snap, err := calicosim.State(context.Background(), w.cli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if al, ok := snap.Lookup(mustAddr(early)); !ok || al.Handle != "net1.c2" {
+		t.Errorf("early-released address after repair: %+v, %v; want it under net1.c2", al, ok)
+	}
+	if incs := snap.Inconsistencies(); len(incs) != 0 {
+		t.Errorf("simulator sees inconsistencies: %v", incs)
+	}
+}
+
+func TestRepairFailsClosed(t *testing.T) {
+	w := newWorld(t)
+	ip := w.allocate(blk, "node1", "net1.c1", podAttrs("web-1"))
+	w.record("net1", "c1", "node1", ip, "web-1")
+	w.allocate(blk, "node1", "default.web-0", podAttrs("web-0"))
+	w.allocate(blk, "node1", "net1.gone", podAttrs("old"))
+	tests := []struct {
+		name string
+		args []string
+		code int
+		why  string
+	}{
+		{"no liveness", nil, ExitFindings, "no liveness source"},
+		{"empty source with records on its node", []string{"--live", w.liveFile()}, ExitFindings, "no liveness source"},
+		{"source for another node", []string{"--live", w.liveFile(LiveAttachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, ExitFindings, "does not cover"},
+		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, ExitError, ""},
+		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, ExitError, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := w.dump()
+			code, rep, _ := w.run(true, append(tt.args, "--apply")...)
+			if code != tt.code {
+				t.Fatalf("exit %d, want %d", code, tt.code)
+			}
+			if !reflect.DeepEqual(before, w.dump()) {
+				t.Fatal("repair changed etcd")
+			}
+			if tt.why == "" {
+				return
+			}
+			if len(rep.Refused) < 2 {
+				t.Fatalf("refused %+v", rep.Refused)
+			}
+			for _, r := range rep.Refused {
+				if (r.Finding.Kind == Leak || r.Finding.Kind == PodNameHandle || r.Finding.Kind == Unverified) && !strings.Contains(r.Why, tt.why) {
+					t.Errorf("refusal %q does not say %q", r.Why, tt.why)
+				}
+			}
+		})
+	}
+}
+
+func TestAuditUnreachableEtcdExitsTwo(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := Run([]string{"--etcd-endpoints", "http://127.0.0.1:1", "--timeout", "1s", "--cni-cache="}, &stdout, &stderr, false)
+	if code != ExitError || !strings.Contains(stderr.String(), "safe-ipam audit:") {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+}
+
+// A calico-ipam writing between repair's read and its Txn is never
+// overwritten: the Txn fails, repair re-reads and retries.
+func TestRepairLosesRaceAndRetries(t *testing.T) {
+	w := newWorld(t)
+	early := w.allocate(blk, "node1", "net1.c2", podAttrs("web-2"))
+	w.record("net1", "c2", "node1", early, "web-2")
+	w.release(blk, "net1.c2")
+	pools := []calico.IPPool{calico.NewIPPool("p", mustPrefix("10.244.0.0/24"), 26)}
+	alloc := &calicosim.Allocator{Client: w.cli(), Node: "node1"}
+
+	snap, err := Load(context.Background(), w.cli(), recordsPrefix, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := &Liveness{Source: "test", Attachments: []LiveAttachment{{ContainerID: "c2", IfName: "eth0"}}}
+	live.index()
+	actions, _ := Plan(snap, Analyze(snap, Options{Liveness: live}), live)
+	if len(actions) != 1 || actions[0].Kind != Reclaim {
+		t.Fatalf("plan %+v", actions)
+	}
+	var racer atomic.Value
+	r := &Repairer{Client: w.cli(), Snap: snap, Live: live, BeforeCommit: func(a Action, attempt int) {
+		if attempt == 1 { // a concurrent calico-ipam ADD lands first
+			asg, err := alloc.Assign(context.Background(), pools, "net1.racer", podAttrs("racer"))
+			if err != nil {
+				t.Error(err)
+			}
+			racer.Store(asg)
+		}
+	}}
+	if err := r.Apply(context.Background(), actions); err != nil {
+		t.Fatalf("apply: %v (%+v)", err, actions)
+	}
+	state, err := calicosim.State(context.Background(), w.cli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	asg := racer.Load().(calicosim.Assignment)
+	if al, ok := state.Lookup(asg.IP); !ok || al.Handle != "net1.racer" {
+		t.Errorf("the concurrent allocation was lost: %+v", al)
+	}
+	if al, ok := state.Lookup(mustAddr(early)); !ok || al.Handle != "net1.c2" {
+		t.Errorf("re-claimed address: %+v", al)
+	}
+	if asg.IP == mustAddr(early) {
+		t.Errorf("the racer got the early-released address %s", early)
+	}
+}
+
+// The incident, built by the simulator in Calico 2.x mode: two
+// incarnations of default/web-0 share a pod-name handle, and the late DEL
+// of the old one frees the running one's address.
+func TestLegacyLateDelStateFromSimulator(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if err := calicosim.SeedIPPool(ctx, w.cli(), "default-ipv4-ippool", "10.244.0.0/24", 26); err != nil {
+		t.Fatal(err)
+	}
+	pools := []calico.IPPool{calico.NewIPPool("default-ipv4-ippool", mustPrefix("10.244.0.0/24"), 26)}
+	alloc := &calicosim.Allocator{Client: w.cli(), Node: "node1"}
+	if _, err := alloc.Assign(ctx, pools, "default.web-0", nil); err != nil { // container A
+		t.Fatal(err)
+	}
+	b, err := alloc.Assign(ctx, pools, "default.web-0", nil) // container B
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveB := w.liveFile(LiveAttachment{ContainerID: "B", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{b.Prefix().String()}})
+
+	code, rep, _ := w.run(false, "--live", liveB)
+	f := find(rep.Findings, PodNameHandle)
+	if code != ExitFindings || f == nil || f.Count != 2 || f.Releasable {
+		t.Fatalf("before the late DEL: exit %d, %+v", code, rep.Findings)
+	}
+	if _, err := alloc.ReleaseHandle(ctx, "default.web-0"); err != nil { // the late DEL of A
+		t.Fatal(err)
+	}
+	code, rep, _ = w.run(false, "--live", liveB)
+	f = find(rep.Findings, EarlyRelease)
+	if code != ExitFindings || f == nil || f.Address != b.IP.String() {
+		t.Fatalf("after the late DEL: exit %d, %+v; want B's %s early-released", code, rep.Findings, b.IP)
+	}
+}

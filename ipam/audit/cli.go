@@ -1,0 +1,222 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// Exit codes of audit and repair.
+const (
+	ExitClean    = 0
+	ExitFindings = 1
+	ExitError    = 2
+)
+
+// DefaultCNICache is where libcni keeps its result cache.
+const DefaultCNICache = "/var/lib/cni/results"
+
+type flags struct {
+	endpoints, cert, key, ca string
+	network, recordsPrefix   string
+	liveFile, cniCache, node string
+	json, apply              bool
+	timeout                  time.Duration
+	set                      map[string]bool
+}
+
+func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
+	host, _ := os.Hostname()
+	f := &flags{set: map[string]bool{}}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
+	fs.StringVar(&f.cert, "etcd-cert", "", "etcd client certificate")
+	fs.StringVar(&f.key, "etcd-key", "", "etcd client key")
+	fs.StringVar(&f.ca, "etcd-ca", "", "etcd CA certificate")
+	fs.StringVar(&f.network, "network", "", "only records of this CNI network (default: all); also marks <network>.<id> handles as container-keyed")
+	fs.StringVar(&f.recordsPrefix, "records-prefix", config.DefaultEtcdPrefix, "etcd prefix of safe-ipam's records")
+	fs.StringVar(&f.liveFile, "live", "", `JSON list of {"containerID","ifname"} known to be running`)
+	fs.StringVar(&f.cniCache, "cni-cache", DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
+	fs.StringVar(&f.node, "node", host, `the node the liveness source describes ("" with --live: every node)`)
+	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
+	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "overall time limit")
+	if cmd == "repair" {
+		fs.BoolVar(&f.apply, "apply", false, "make the changes (default: dry run, printing what would change)")
+	}
+	fs.Usage = func() { fmt.Fprint(stderr, usageText(cmd)); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	return f, nil
+}
+
+func usageText(cmd string) string {
+	if cmd == "repair" {
+		return `Usage: safe-ipam repair [flags]
+
+Plans (and with --apply makes) only proven fixes: releases leaked and
+pod-name-handle addresses whose owner a readable liveness source does not
+list, re-claims free addresses that a running record still holds, and
+rewrites handle counts from the blocks. Every write compares the revisions
+it read. Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
+
+`
+	}
+	return `Usage: safe-ipam audit [flags]
+
+Reads Calico's IPAM blocks, handles and affinities and safe-ipam's records
+from etcd and reports pod-name handles, early releases, duplicates, leaks,
+orphan records and inconsistencies. Exit 0: clean; 1: findings; 2: error.
+
+`
+}
+
+// Run is `safe-ipam audit` (repair false) or `safe-ipam repair`.
+func Run(args []string, stdout, stderr io.Writer, repair bool) int {
+	cmd := "audit"
+	if repair {
+		cmd = "repair"
+	}
+	f, err := parseFlags(cmd, args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitClean
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "safe-ipam %s: %v\n", cmd, err)
+		return ExitError
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	code, err := run(ctx, f, repair, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "safe-ipam %s: %v\n", cmd, err)
+		return ExitError
+	}
+	return code
+}
+
+func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, error) {
+	cli, err := f.client()
+	if err != nil {
+		return ExitError, err
+	}
+	defer cli.Close()
+	snap, err := Load(ctx, cli, strings.TrimRight(f.recordsPrefix, "/"), f.network)
+	if err != nil {
+		return ExitError, err
+	}
+	live, liveNote, err := f.liveness(snap)
+	if err != nil {
+		return ExitError, err
+	}
+	findings := Analyze(snap, Options{Networks: nonEmpty(f.network), Liveness: live})
+	report := NewReport(snap, findings, live)
+	if live == nil {
+		report.Liveness = liveNote
+	}
+	code := ExitClean
+	if !report.Clean() {
+		code = ExitFindings
+	}
+	if repair {
+		code = f.repair(ctx, cli, snap, report, live)
+	}
+	if f.json {
+		return code, report.WriteJSON(stdout)
+	}
+	return code, report.WriteText(stdout)
+}
+
+func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot, report *Report, live *Liveness) int {
+	report.Actions, report.Refused = Plan(snap, report.Findings, live)
+	code := ExitClean
+	if len(report.Refused) > 0 || (!f.apply && len(report.Actions) > 0) {
+		code = ExitFindings
+	}
+	if f.apply {
+		applied := true
+		r := &Repairer{Client: cli, Snap: snap, Live: live}
+		if err := r.Apply(ctx, report.Actions); err != nil {
+			applied, code = false, ExitFindings
+		}
+		report.Applied = &applied
+	}
+	return code
+}
+
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
+}
+
+func (f *flags) client() (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: strings.Split(f.endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if f.cert != "" || f.ca != "" {
+		tlsCfg, err := transport.TLSInfo{CertFile: f.cert, KeyFile: f.key, TrustedCAFile: f.ca}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+		cfg.TLS = tlsCfg
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return cli, nil
+}
+
+// liveness reads the chosen source. One the operator named explicitly
+// must be readable; the default cache may be absent (no liveness then).
+// A source that lists nothing while records of its node exist is not
+// trusted: a wrongly mounted directory looks empty.
+func (f *flags) liveness(snap *Snapshot) (*Liveness, string, error) {
+	var live *Liveness
+	var err error
+	if f.liveFile == "" && f.cniCache == "" {
+		return nil, "none", nil
+	}
+	if f.liveFile != "" {
+		live, err = ReadLiveFile(f.liveFile, f.node)
+	} else {
+		live, err = ReadCNICache(f.cniCache, f.node)
+	}
+	if err != nil {
+		if f.liveFile != "" || f.set["cni-cache"] {
+			return nil, "", err
+		}
+		return nil, fmt.Sprintf("none (%v)", err), nil
+	}
+	if n := committedOn(snap.Records, live); len(live.Attachments) == 0 && n > 0 {
+		return nil, fmt.Sprintf("none (%s lists no attachment while %d committed records exist on its node: not trusted)", live.Source, n), nil
+	}
+	return live, "", nil
+}
+
+func committedOn(recs []*record.Record, live *Liveness) int {
+	n := 0
+	for _, r := range recs {
+		if r.State == record.Committed && live.Covers(r.Node) {
+			n++
+		}
+	}
+	return n
+}
