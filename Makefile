@@ -20,7 +20,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam ./plugin
 
 tools:
-	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo $(TOOLS)
+	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo ./e2e/cmd/linklocal-gateway $(TOOLS)
 
 # Everything: lint, unit tests, fuzz seed corpora, and the e2e suite
 # (root and `ip netns` needed; with CI=true e2e fails instead of skipping).

@@ -1,0 +1,130 @@
+// Package e2e proves safe-ipam's claim end to end, on real parts: cnitool
+// runs ptp and loopback in network namespaces made with `ip netns`, and
+// calico-ipam (the simulator, or the binary named by CALICO_IPAM) keeps
+// its data in a real etcd. Every scenario runs twice: with calico-ipam
+// alone, the control, which must show the failure where there is one, and
+// with safe-ipam in front. Invariants are read from Calico's data in etcd
+// and from inside the netns, never from safe-ipam's own records.
+//
+// The tests need root and a working `ip netns`. Without them they skip,
+// unless CI=true, where they fail.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+)
+
+// netnsPrefix marks every netns this suite makes, so that a run can clear
+// what a killed run left behind.
+const netnsPrefix = "sipe2e-"
+
+// suite is what TestMain prepares once per go test run.
+type suite struct {
+	bin testbed.Binaries
+	// unsuitable is why this host cannot run the suite, nil if it can.
+	unsuitable error
+}
+
+// prepared is set by TestMain before any test runs and only read after.
+var prepared suite
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := testbed.CheckHost(ctx); err != nil {
+		prepared.unsuitable = err
+		return m.Run()
+	}
+	restoreForward, err := testbed.PreserveIPForward()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := restoreForward(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		}
+	}()
+	if err := testbed.NewNetnsSet(netnsPrefix).RemoveLeftovers(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: removing leftover netns: %v\n", err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "safe-ipam-e2e-bin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building binaries: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// requireHost skips the test on a host that cannot run it, or fails it
+// under CI, where a skip would hide that the proof never ran.
+func requireHost(t *testing.T) {
+	t.Helper()
+	if prepared.unsuitable == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %v", prepared.unsuitable)
+	}
+	t.Skip(prepared.unsuitable)
+}
+
+// newCluster starts an etcd of the test's own and returns an unseeded
+// cluster whose netns are all removed when the test ends, failed or not.
+func newCluster(t *testing.T, tag string) *testbed.Cluster {
+	t.Helper()
+	requireHost(t)
+	srv := etcdtest.Start(t)
+	set := testbed.NewNetnsSet(netnsPrefix + tag + "-")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := set.RemoveAll(ctx); err != nil {
+			t.Errorf("cleaning up netns: %v", err)
+		}
+	})
+	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Client(), EtcdEndpoint: srv.Endpoint(), Dir: t.TempDir(), Netns: set}
+}
+
+// testContext bounds one test, so a hung plugin fails it rather than the
+// whole run.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dumpOnFailure logs Calico's data and safe-ipam's log when the test fails.
+func dumpOnFailure(t *testing.T, c *testbed.Cluster) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if snap, err := c.Calico(context.Background()); err == nil {
+			for _, a := range snap.Allocations() {
+				t.Logf("calico: %s held by %s %v", a.IP, a.Handle, a.Secondary)
+			}
+		}
+		for _, log := range c.Logs() {
+			t.Logf("%s", log)
+		}
+	})
+}
