@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -51,23 +52,13 @@ type Options struct {
 	Liveness *Liveness
 }
 
-// allocation is one allocated address in Calico's blocks.
-type allocation struct {
-	addr      netip.Addr
-	block     netip.Prefix
-	ordinal   int
-	handle    string
-	secondary map[string]string
-	node      string
-}
-
 // analysis holds the indexes one audit builds from a snapshot.
 type analysis struct {
 	snap      *Snapshot
 	opts      Options
 	networks  map[string]bool
-	byAddr    map[netip.Addr]*allocation
-	byHandle  map[string][]*allocation
+	byAddr    map[netip.Addr]*Allocation
+	byHandle  map[string][]*Allocation
 	recByAddr map[netip.Addr][]*record.Record
 	recByHdl  map[string][]*record.Record
 	findings  []Finding
@@ -76,7 +67,7 @@ type analysis struct {
 // Analyze returns every finding, in a stable order.
 func Analyze(snap *Snapshot, opts Options) []Finding {
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		byAddr: map[netip.Addr]*allocation{}, byHandle: map[string][]*allocation{},
+		byAddr: map[netip.Addr]*Allocation{}, byHandle: map[string][]*Allocation{},
 		recByAddr: map[netip.Addr][]*record.Record{}, recByHdl: map[string][]*record.Record{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
@@ -94,63 +85,20 @@ func Analyze(snap *Snapshot, opts Options) []Finding {
 func (a *analysis) add(f Finding) { a.findings = append(a.findings, f) }
 
 func (a *analysis) indexBlocks() {
-	for _, doc := range a.snap.Blocks {
-		b := doc.Block
-		node, _ := b.AffinityNode()
-		a.checkPartition(doc)
-		for ord := range b.Allocations {
-			attr, ok := b.Attribute(ord)
-			if !ok {
-				continue
-			}
-			ip, err := b.IP(ord)
-			if err != nil {
-				continue
-			}
-			al := &allocation{addr: ip, block: b.CIDR, ordinal: ord, handle: attr.Handle(), secondary: attr.Secondary, node: node}
-			if n := attr.Secondary["node"]; n != "" {
-				al.node = n
-			}
-			if prev, dup := a.byAddr[ip]; dup {
-				a.add(Finding{Kind: Inconsistent, Address: ip.String(), Block: b.CIDR.String(), Handle: al.handle,
-					Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.block, b.CIDR)})
-				continue
-			}
-			a.byAddr[ip] = al
-			a.byHandle[al.handle] = append(a.byHandle[al.handle], al)
+	for _, b := range a.snap.Blocks {
+		for _, p := range b.Problems {
+			a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(), Node: b.Node, Why: p})
 		}
 	}
-}
-
-// checkPartition: every ordinal is either allocated (to an existing
-// attribute) or on the free list, exactly once.
-func (a *analysis) checkPartition(doc *BlockDoc) {
-	b := doc.Block
-	seen := make([]int, len(b.Allocations))
-	for ord, idx := range b.Allocations {
-		if idx != nil {
-			seen[ord]++
-			if *idx < 0 || *idx >= len(b.Attributes) {
-				a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(), Why: fmt.Sprintf("ordinal %d points at attribute %d of %d", ord, *idx, len(b.Attributes))})
-			}
-		}
-	}
-	for _, ord := range b.Unallocated {
-		if ord < 0 || ord >= len(seen) {
-			a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(), Why: fmt.Sprintf("free list holds ordinal %d outside the block", ord)})
+	for i := range a.snap.Allocations {
+		al := &a.snap.Allocations[i]
+		if prev, dup := a.byAddr[al.Addr]; dup {
+			a.add(Finding{Kind: Inconsistent, Address: al.Addr.String(), Block: al.Block.String(), Handle: al.Handle,
+				Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.Block, al.Block)})
 			continue
 		}
-		seen[ord]++
-	}
-	var bad []string
-	for ord, n := range seen {
-		if n != 1 {
-			bad = append(bad, fmt.Sprintf("%d(x%d)", ord, n))
-		}
-	}
-	if len(bad) > 0 {
-		a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(),
-			Why: "allocations and unallocated do not partition the block; ordinals " + strings.Join(bad, ",")})
+		a.byAddr[al.Addr] = al
+		a.byHandle[al.Handle] = append(a.byHandle[al.Handle], al)
 	}
 }
 
@@ -192,13 +140,13 @@ func (a *analysis) checkRecords() {
 		case al == nil:
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: rec.Handle, Records: recordNames(recs), Node: rec.Node,
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
-		case al.handle != rec.Handle && len(a.recByHdl[al.handle]) > 0:
-			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.handle, Block: al.block.String(), Node: rec.Node,
-				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.handle]...)),
-				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.handle)})
-		case al.handle != rec.Handle:
-			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.handle, Block: al.block.String(), Records: recordNames(recs), Node: rec.Node,
-				Why: fmt.Sprintf("the record holds the address under %s but Calico has it under %s", rec.Handle, al.handle)})
+		case al.Handle != rec.Handle && len(a.recByHdl[al.Handle]) > 0:
+			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
+				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.Handle]...)),
+				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
+		case al.Handle != rec.Handle:
+			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Records: recordNames(recs), Node: rec.Node,
+				Why: fmt.Sprintf("the record holds the address under %s but Calico has it under %s", rec.Handle, al.Handle)})
 		}
 	}
 	a.checkOrphans()
@@ -240,13 +188,13 @@ func (a *analysis) checkOrphans() {
 func (a *analysis) checkHandles() {
 	for handle, allocs := range a.byHandle {
 		first := allocs[0]
-		if calicoOwned(handle, first.secondary) {
+		if calicoOwned(handle, first) {
 			continue
 		}
-		podName := a.isPodNameHandle(handle, first.secondary)
+		podName := a.isPodNameHandle(handle, first)
 		recorded := len(a.recByHdl[handle]) > 0
 		owner, ownerLive, known := a.ownerLiveness(handle, podName, allocs)
-		f := Finding{Handle: handle, Count: len(allocs), Node: first.node, Address: addrList(allocs), Block: first.block.String()}
+		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
 		switch {
 		case podName:
 			f.Kind, f.Why = PodNameHandle, fmt.Sprintf("keyed by pod name: any DEL of a container of pod %s can free these addresses", owner)
@@ -255,7 +203,7 @@ func (a *analysis) checkHandles() {
 			continue
 		case !known:
 			f.Kind, f.Why = Unverified, "no record and no liveness source for this node: cannot tell a leak from a pod not behind safe-ipam"
-		case !a.containerKeyed(handle, first.secondary):
+		case !a.containerKeyed(handle, first):
 			f.Kind, f.Why = Unverified, "no record, and the handle names no container, so liveness cannot speak for it"
 		case ownerLive:
 			continue
@@ -268,17 +216,17 @@ func (a *analysis) checkHandles() {
 
 // ownerLiveness names a handle's owner and says whether a liveness source
 // that covers its node lists it (or any of its addresses).
-func (a *analysis) ownerLiveness(handle string, podName bool, allocs []*allocation) (owner string, live, known bool) {
+func (a *analysis) ownerLiveness(handle string, podName bool, allocs []*Allocation) (owner string, live, known bool) {
 	l := a.opts.Liveness
 	owner = a.containerOf(handle)
 	if podName {
 		owner = handle
 	}
 	for _, al := range allocs {
-		if !l.Covers(al.node) {
+		if !l.Covers(al.Node) {
 			return owner, false, false
 		}
-		if l.addrs[al.addr] {
+		if l.addrs[al.Addr] {
 			return owner, true, true
 		}
 	}
@@ -297,15 +245,15 @@ func (a *analysis) containerOf(handle string) string {
 
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,
 // null handles) belong to no container and are never judged.
-func calicoOwned(handle string, secondary map[string]string) bool {
-	return handle == "" || secondary["type"] != "" || strings.Contains(handle, "-tunnel-addr-")
+func calicoOwned(handle string, al *Allocation) bool {
+	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
 // containerKeyed: the handle is "<network>.<containerID>", a bare
 // container ID, or an allocation Calico tagged with a pod.
-func (a *analysis) containerKeyed(handle string, secondary map[string]string) bool {
+func (a *analysis) containerKeyed(handle string, al *Allocation) bool {
 	if net, _, ok := strings.Cut(handle, "."); ok {
-		return a.networks[net] || secondary["pod"] != ""
+		return a.networks[net] || al.Pod != ""
 	}
 	return containerID.MatchString(handle)
 }
@@ -319,8 +267,8 @@ var (
 
 // isPodNameHandle tells Calico 2.x's "namespace.podname" from 3.x's
 // "<network>.<containerID>" and from a bare container ID.
-func (a *analysis) isPodNameHandle(handle string, secondary map[string]string) bool {
-	ns, pod := secondary["namespace"], secondary["pod"]
+func (a *analysis) isPodNameHandle(handle string, al *Allocation) bool {
+	ns, pod := al.Namespace, al.Pod
 	if ns != "" && pod != "" {
 		return handle == ns+"."+pod
 	}
@@ -331,10 +279,10 @@ func (a *analysis) isPodNameHandle(handle string, secondary map[string]string) b
 	return dnsLabel.MatchString(first) && podNameLike.MatchString(rest)
 }
 
-func addrList(allocs []*allocation) string {
+func addrList(allocs []*Allocation) string {
 	addrs := make([]string, len(allocs))
 	for i, al := range allocs {
-		addrs[i] = al.addr.String()
+		addrs[i] = al.Addr.String()
 	}
 	sort.Strings(addrs)
 	return strings.Join(addrs, ",")
@@ -346,26 +294,27 @@ func (a *analysis) checkHandleDocs() {
 	for handle, allocs := range a.byHandle {
 		c := map[string]int{}
 		for _, al := range allocs {
-			c[al.block.String()]++
+			c[al.Block.String()]++
 		}
 		counts[handle] = c
 	}
 	for handle, c := range counts {
-		doc := a.snap.Handles[handle]
-		if doc == nil {
+		raw, ok := a.snap.Handles[handle]
+		if !ok {
 			if handle != "" {
 				a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c), Why: "blocks allocate addresses to a handle with no handle document"})
 			}
 			continue
 		}
-		if !sameCounts(doc.Handle.Block, c) {
+		var doc map[string]int
+		if err := json.Unmarshal(raw, &doc); err != nil || !sameCounts(doc, c) {
 			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
-				Why: fmt.Sprintf("handle document counts %v, blocks hold %v", doc.Handle.Block, c)})
+				Why: fmt.Sprintf("handle document counts %s, blocks hold %v", raw, c)})
 		}
 	}
-	for handle, doc := range a.snap.Handles {
+	for handle, raw := range a.snap.Handles {
 		if _, ok := counts[handle]; !ok {
-			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %v, blocks hold nothing for it", doc.Handle.Block)})
+			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", raw)})
 		}
 	}
 }

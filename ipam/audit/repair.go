@@ -179,11 +179,11 @@ func (r *Repairer) prepare(ctx context.Context, a Action) (clientv3.Txn, error) 
 type freshDocs struct {
 	handle    *calico.Handle
 	handleRev int64 // 0: absent
-	blocks    map[netip.Prefix]*BlockDoc
+	blocks    map[netip.Prefix]*freshBlock
 }
 
 func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip.Prefix) (*freshDocs, error) {
-	d := &freshDocs{blocks: map[netip.Prefix]*BlockDoc{}}
+	d := &freshDocs{blocks: map[netip.Prefix]*freshBlock{}}
 	resp, err := r.Client.Get(ctx, calico.HandleKey(handle))
 	if err != nil {
 		return nil, err
@@ -194,12 +194,7 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 			return nil, fmt.Errorf("handle %s: %w", handle, err)
 		}
 	}
-	cidrs := append([]netip.Prefix(nil), extra...)
-	for cidr, doc := range r.Snap.Blocks {
-		if len(doc.Block.OrdinalsOf(handle)) > 0 {
-			cidrs = append(cidrs, cidr)
-		}
-	}
+	cidrs := append(r.Snap.blocksOf(handle), extra...)
 	if d.handle != nil {
 		for k := range d.handle.Block {
 			if p, err := netip.ParsePrefix(k); err == nil {
@@ -222,7 +217,7 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 	return d, nil
 }
 
-func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*BlockDoc, error) {
+func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*freshBlock, error) {
 	key := calico.BlockKey(cidr)
 	resp, err := cli.Get(ctx, key)
 	if err != nil {
@@ -235,7 +230,7 @@ func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*B
 	if err := json.Unmarshal(resp.Kvs[0].Value, &b); err != nil {
 		return nil, fmt.Errorf("block %s: %w", cidr, err)
 	}
-	return &BlockDoc{Key: key, ModRevision: resp.Kvs[0].ModRevision, Block: &b}, nil
+	return &freshBlock{Key: key, ModRevision: resp.Kvs[0].ModRevision, Block: &b}, nil
 }
 
 // txn compares every document read with its revision, then writes.
@@ -360,4 +355,11 @@ func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (clientv3.Txn,
 	}
 	d.handle = counts
 	return d.txn(ctx, r.Client, a.Handle, nil)
+}
+
+// freshBlock is a block as just read, with the revision its Txn compares.
+type freshBlock struct {
+	Key         string
+	ModRevision int64
+	Block       *calico.Block
 }

@@ -39,9 +39,7 @@ func NewReport(snap *Snapshot, findings []Finding, live *Liveness) *Report {
 			r.Liveness += " (node " + live.Node + ")"
 		}
 	}
-	for _, doc := range snap.Blocks {
-		r.Summary.Allocations += doc.Block.Size() - doc.Block.FreeCount()
-	}
+	r.Summary.Allocations = len(snap.Allocations)
 	for _, f := range findings {
 		r.Summary.Findings[f.Kind]++
 	}

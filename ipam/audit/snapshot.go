@@ -22,33 +22,43 @@ import (
 // pageSize bounds how many keys one read holds in memory at once.
 const pageSize = 2000
 
-// Snapshot is Calico's IPAM data and safe-ipam's records, read at one etcd
-// revision.
+// Snapshot is what the audit needs of Calico's IPAM data and safe-ipam's
+// records, read at one etcd revision. It keeps summaries, not documents:
+// repair re-reads every document it changes, so only the facts the
+// findings need stay in memory.
 type Snapshot struct {
-	Revision   int64
-	Blocks     map[netip.Prefix]*BlockDoc
-	Handles    map[string]*HandleDoc
+	Revision    int64
+	Blocks      map[netip.Prefix]*BlockSummary
+	Allocations []Allocation
+	// Handles holds each handle document's per-block counts as stored.
+	Handles    map[string]json.RawMessage
 	Affinities []AffinityDoc
 	Records    []*record.Record
 }
 
-// BlockDoc is a block with the mod revision it was read at.
-type BlockDoc struct {
-	Key         string
-	ModRevision int64
-	Block       *calico.Block
+// BlockSummary is one block: who claims it, its size, and what is wrong
+// with its allocations and free list.
+type BlockSummary struct {
+	CIDR     netip.Prefix
+	Node     string // from the affinity "host:<node>"
+	Size     int
+	Free     int
+	Problems []string
 }
 
-// HandleDoc is a handle document with its mod revision.
-type HandleDoc struct {
-	Key         string
-	ModRevision int64
-	Handle      *calico.Handle
+// Allocation is one allocated address and the attributes the findings use.
+type Allocation struct {
+	Addr      netip.Addr
+	Block     netip.Prefix
+	Handle    string
+	Namespace string
+	Pod       string
+	Node      string // the attribute's node, else the block's
+	Type      string // set by Calico for its own (tunnel) addresses
 }
 
 // AffinityDoc is a host affinity.
 type AffinityDoc struct {
-	Key  string
 	Node string
 	CIDR netip.Prefix
 }
@@ -56,7 +66,7 @@ type AffinityDoc struct {
 // Load reads everything under Calico's IPAM prefix and the records of
 // network ("" for all) under recordsPrefix, at one revision.
 func Load(ctx context.Context, cli *clientv3.Client, recordsPrefix, network string) (*Snapshot, error) {
-	s := &Snapshot{Blocks: map[netip.Prefix]*BlockDoc{}, Handles: map[string]*HandleDoc{}}
+	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, Handles: map[string]json.RawMessage{}}
 	if err := scan(ctx, cli, calico.IPAMPrefix, &s.Revision, s.addCalico); err != nil {
 		return nil, fmt.Errorf("reading Calico IPAM data: %w", err)
 	}
@@ -72,7 +82,7 @@ func Load(ctx context.Context, cli *clientv3.Client, recordsPrefix, network stri
 
 // scan pages through a prefix at one revision (the first page's, shared
 // by later scans) so the snapshot is consistent.
-func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, add func(key string, value []byte, modRev int64) error) error {
+func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, add func(key string, value []byte) error) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	for {
@@ -88,7 +98,7 @@ func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, 
 			*rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if err := add(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
+			if err := add(string(kv.Key), kv.Value); err != nil {
 				return fmt.Errorf("%s: %w", kv.Key, err)
 			}
 		}
@@ -99,39 +109,109 @@ func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, 
 	}
 }
 
-func (s *Snapshot) addCalico(key string, value []byte, modRev int64) error {
+func (s *Snapshot) addCalico(key string, value []byte) error {
 	switch {
 	case strings.HasPrefix(key, calico.BlockPrefix):
 		var b calico.Block
 		if err := json.Unmarshal(value, &b); err != nil {
 			return err
 		}
-		s.Blocks[b.CIDR] = &BlockDoc{Key: key, ModRevision: modRev, Block: &b}
+		s.addBlock(&b)
 	case strings.HasPrefix(key, calico.HandlePrefix):
 		id, err := calico.ParseHandleKey(key)
 		if err != nil {
 			return err
 		}
-		var h calico.Handle
+		var h struct {
+			Block json.RawMessage `json:"block"`
+		}
 		if err := json.Unmarshal(value, &h); err != nil {
 			return err
 		}
-		s.Handles[id] = &HandleDoc{Key: key, ModRevision: modRev, Handle: &h}
+		s.Handles[id] = h.Block
 	case strings.HasPrefix(key, calico.HostPrefix):
 		node, cidr, err := calico.ParseAffinityKey(key)
 		if err != nil {
 			return err
 		}
-		s.Affinities = append(s.Affinities, AffinityDoc{Key: key, Node: node, CIDR: cidr})
+		s.Affinities = append(s.Affinities, AffinityDoc{Node: node, CIDR: cidr})
 	}
 	return nil
 }
 
-func (s *Snapshot) addRecord(key string, value []byte, modRev int64) error {
-	rec, err := etcdstore.Decode(value, modRev)
+func (s *Snapshot) addBlock(b *calico.Block) {
+	node, _ := b.AffinityNode()
+	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Size: b.Size(), Free: b.FreeCount(), Problems: partitionProblems(b)}
+	for ord := range b.Allocations {
+		attr, ok := b.Attribute(ord)
+		if !ok {
+			continue
+		}
+		ip, err := b.IP(ord)
+		if err != nil {
+			continue
+		}
+		al := Allocation{Addr: ip, Block: b.CIDR, Handle: attr.Handle(), Node: node,
+			Namespace: attr.Secondary["namespace"], Pod: attr.Secondary["pod"], Type: attr.Secondary["type"]}
+		if n := attr.Secondary["node"]; n != "" {
+			al.Node = n
+		}
+		s.Allocations = append(s.Allocations, al)
+	}
+}
+
+// partitionProblems: every ordinal must be either allocated (to an
+// existing attribute) or on the free list, exactly once.
+func partitionProblems(b *calico.Block) []string {
+	var problems []string
+	seen := make([]int, len(b.Allocations))
+	for ord, idx := range b.Allocations {
+		if idx == nil {
+			continue
+		}
+		seen[ord]++
+		if *idx < 0 || *idx >= len(b.Attributes) {
+			problems = append(problems, fmt.Sprintf("ordinal %d points at attribute %d of %d", ord, *idx, len(b.Attributes)))
+		}
+	}
+	for _, ord := range b.Unallocated {
+		if ord < 0 || ord >= len(seen) {
+			problems = append(problems, fmt.Sprintf("free list holds ordinal %d outside the block", ord))
+			continue
+		}
+		seen[ord]++
+	}
+	var bad []string
+	for ord, n := range seen {
+		if n != 1 {
+			bad = append(bad, fmt.Sprintf("%d(x%d)", ord, n))
+		}
+	}
+	if len(bad) > 0 {
+		problems = append(problems, "allocations and unallocated do not partition the block; ordinals "+strings.Join(bad, ","))
+	}
+	return problems
+}
+
+// blocksOf lists the blocks where the snapshot saw handle's addresses.
+func (s *Snapshot) blocksOf(handle string) []netip.Prefix {
+	var out []netip.Prefix
+	seen := map[netip.Prefix]bool{}
+	for _, al := range s.Allocations {
+		if al.Handle == handle && !seen[al.Block] {
+			seen[al.Block] = true
+			out = append(out, al.Block)
+		}
+	}
+	return out
+}
+
+func (s *Snapshot) addRecord(key string, value []byte) error {
+	rec, err := etcdstore.Decode(value, 0)
 	if err != nil {
 		return err
 	}
+	rec.Result = nil // the audit never replays; 100k results would dominate memory
 	s.Records = append(s.Records, rec)
 	return nil
 }
