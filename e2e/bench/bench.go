@@ -1,0 +1,194 @@
+// Package bench measures what safe-ipam costs on top of its delegate, the
+// way a runtime invokes it (libcni exec of a conflist), in one run against
+// one etcd: latency, exec cost, etcd round trips, churn, RSS and audit.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+)
+
+// Options size the run.
+type Options struct {
+	Samples     int    // ADD+DEL pairs per configuration
+	VersionRuns int    // VERSION execs per binary
+	ChurnOps    int    // ADD+DEL cycles per churn level, over all workers
+	AuditAllocs int    // allocations for the audit measurement (0 skips)
+	CalicoIPAM  string // a real calico-ipam binary; "" builds the simulator
+	Log         io.Writer
+	KeepWorkDir bool
+}
+
+// Results is everything measured; it is written to bench.json.
+type Results struct {
+	Machine    string             `json:"machine"`
+	Delegate   string             `json:"delegate"`
+	Latency    []Latency          `json:"latency"`
+	Ratios     map[string]float64 `json:"ratios"`
+	Exec       ExecCost           `json:"exec"`
+	RoundTrips RoundTrips         `json:"etcdRoundTrips"`
+	Churn      []Churn            `json:"churn"`
+	PeakRSSKiB int64              `json:"peakRSSKiBOneAdd"`
+	OwnRSSKiB  int64              `json:"ownRSSKiBOneAdd"`
+	Audit      *AuditCost         `json:"audit,omitempty"`
+}
+
+// Latency is one configuration's per-operation latency in milliseconds.
+type Latency struct {
+	Config string  `json:"config"`
+	Op     string  `json:"op"`
+	P50    float64 `json:"p50ms"`
+	P95    float64 `json:"p95ms"`
+	P99    float64 `json:"p99ms"`
+	N      int     `json:"n"`
+}
+
+// rig is the shared set-up: binaries, etcd, conflists.
+type rig struct {
+	dir      string
+	binDir   string
+	confDir  string
+	etcd     *etcdtest.Server
+	cni      *libcni.CNIConfig
+	opts     Options
+	delegate string
+}
+
+// Run measures everything and returns the results.
+func Run(ctx context.Context, opts Options) (*Results, error) {
+	r, err := setUp(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer r.tearDown()
+	res := &Results{Machine: machine(), Delegate: r.delegate, Ratios: map[string]float64{}}
+	steps := []struct {
+		name string
+		fn   func(context.Context, *Results) error
+	}{
+		{"latency", r.measureLatency},
+		{"exec", r.measureExec},
+		{"round trips", r.measureRoundTrips},
+		{"churn", r.measureChurn},
+		{"rss", r.measureRSS},
+		{"audit", r.measureAudit},
+	}
+	for _, s := range steps {
+		r.logf("bench: %s ...", s.name)
+		if err := s.fn(ctx, res); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return res, nil
+}
+
+func (r *rig) logf(format string, args ...any) {
+	if r.opts.Log != nil {
+		fmt.Fprintf(r.opts.Log, format+"\n", args...)
+	}
+}
+
+func setUp(ctx context.Context, opts Options) (*rig, error) {
+	dir, err := os.MkdirTemp("", "safe-ipam-bench-")
+	if err != nil {
+		return nil, err
+	}
+	r := &rig{dir: dir, binDir: filepath.Join(dir, "bin"), confDir: filepath.Join(dir, "net.d"), opts: opts, delegate: "calico-ipam simulator"}
+	if err := r.build(ctx); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	if r.etcd, err = etcdtest.New(filepath.Join(dir, "etcd")); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	cli := r.etcd.Client()
+	if err := calicosim.SeedIPPool(ctx, cli, "default-ipv4-ippool", "10.96.0.0/12", 26); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	if err := calicosim.SeedNode(ctx, cli, "node1"); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	r.cni = libcni.NewCNIConfigWithCacheDir([]string{r.binDir}, filepath.Join(dir, "cache"), nil)
+	return r, r.writeConflists()
+}
+
+func (r *rig) tearDown() {
+	if r.etcd != nil {
+		r.etcd.Close()
+	}
+	if !r.opts.KeepWorkDir {
+		os.RemoveAll(r.dir)
+	}
+}
+
+// build compiles the binaries the way `make build` does.
+func (r *rig) build(ctx context.Context) error {
+	if err := os.MkdirAll(r.binDir, 0o755); err != nil {
+		return err
+	}
+	pkgs := []string{"./plugin", "./e2e/cmd/peakrss", "github.com/containernetworking/plugins/plugins/ipam/host-local"}
+	if r.opts.CalicoIPAM == "" {
+		pkgs = append(pkgs, "./e2e/cmd/calico-ipam")
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", r.binDir + "/"}, pkgs...)...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building: %w", err)
+	}
+	if err := os.Rename(filepath.Join(r.binDir, "plugin"), filepath.Join(r.binDir, "safe-ipam")); err != nil {
+		return err
+	}
+	if r.opts.CalicoIPAM != "" {
+		r.delegate = "calico-ipam " + r.opts.CalicoIPAM
+		return copyExecutable(r.opts.CalicoIPAM, filepath.Join(r.binDir, "calico-ipam"))
+	}
+	return nil
+}
+
+func copyExecutable(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
+}
+
+func percentiles(samples []time.Duration) (p50, p95, p99 float64) {
+	s := append([]time.Duration(nil), samples...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	at := func(q float64) float64 {
+		if len(s) == 0 {
+			return 0
+		}
+		i := int(q*float64(len(s)-1) + 0.5)
+		return float64(s[i].Microseconds()) / 1000
+	}
+	return at(0.50), at(0.95), at(0.99)
+}
+
+// WriteJSON writes the results.
+func (res *Results) WriteJSON(path string) error {
+	data, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/libcni"
+)
+
+// The three configurations: the delegate alone, and safe-ipam in front
+// with each store. All are IPAM-only conflists, so only IPAM is measured.
+const (
+	Alone = "calico-ipam alone"
+	File  = "safe-ipam + file store"
+	Etcd  = "safe-ipam + etcd store"
+)
+
+var configs = []string{Alone, File, Etcd}
+
+func (r *rig) plugin(config string) map[string]any {
+	calicoKeys := map[string]any{"datastore_type": "etcdv3", "etcd_endpoints": r.etcd.Endpoint(), "nodename": "node1", "log_level": "warning"}
+	p := map[string]any{"type": "calico-ipam", "ipam": map[string]any{"type": "calico-ipam"}}
+	if config != Alone {
+		store := map[string]any{"type": "file", "dir": filepath.Join(r.dir, "records")}
+		if config == Etcd {
+			store = map[string]any{"type": "etcd", "endpoints": []string{r.etcd.Endpoint()}, "prefix": "/safe-ipam/v1"}
+		}
+		p = map[string]any{"type": "safe-ipam", "ipam": map[string]any{"type": "safe-ipam", "delegate": map[string]any{"type": "calico-ipam"},
+			"store": store, "cacheDir": filepath.Join(r.dir, "cache-safe-ipam"), "logFile": filepath.Join(r.dir, "safe-ipam.log"), "logLevel": "warn"}}
+	}
+	for k, v := range calicoKeys {
+		p[k] = v
+	}
+	return p
+}
+
+func confName(config string) string {
+	switch config {
+	case File:
+		return "bench-file"
+	case Etcd:
+		return "bench-etcd"
+	}
+	return "bench-alone"
+}
+
+func (r *rig) writeConflists() error {
+	if err := os.MkdirAll(r.confDir, 0o755); err != nil {
+		return err
+	}
+	for _, c := range configs {
+		list := map[string]any{"cniVersion": "1.0.0", "name": confName(c), "plugins": []any{r.plugin(c)}}
+		data, err := json.Marshal(list)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(r.confDir, confName(c)+".conflist"), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *rig) conflist(config string) (*libcni.NetworkConfigList, error) {
+	return libcni.ConfListFromFile(filepath.Join(r.confDir, confName(config)+".conflist"))
+}
+
+// pod is one StatefulSet-style attachment.
+type pod struct {
+	containerID, name string
+}
+
+func (p pod) runtime() *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: p.containerID,
+		NetNS:       "/var/run/netns/safe-ipam-bench-none", // IPAM never enters it
+		IfName:      "eth0",
+		Args:        [][2]string{{"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID}},
+	}
+}
+
+func (r *rig) add(ctx context.Context, list *libcni.NetworkConfigList, p pod) error {
+	if _, err := r.cni.AddNetworkList(ctx, list, p.runtime()); err != nil {
+		return fmt.Errorf("ADD %s: %w", p.containerID, err)
+	}
+	return nil
+}
+
+func (r *rig) del(ctx context.Context, list *libcni.NetworkConfigList, p pod) error {
+	if err := r.cni.DelNetworkList(ctx, list, p.runtime()); err != nil {
+		return fmt.Errorf("DEL %s: %w", p.containerID, err)
+	}
+	return nil
+}
