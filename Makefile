@@ -43,3 +43,8 @@ demo: build tools
 
 clean:
 	rm -rf $(BIN)
+
+# Cost on top of calico-ipam (the simulator, or $CALICO_IPAM), side by side;
+# writes $(BIN)/bench.json. Not part of `make test`.
+bench:
+	$(GO) run ./e2e/cmd/bench -out $(BIN)/bench.json

@@ -149,6 +149,7 @@ func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, err
 }
 
 func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot, report *Report, live *Liveness) int {
+	report.Repair = true
 	report.Actions, report.Refused = Plan(snap, report.Findings, live)
 	code := ExitClean
 	if len(report.Refused) > 0 || (!f.apply && len(report.Actions) > 0) {

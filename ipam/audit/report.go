@@ -18,6 +18,8 @@ type Report struct {
 	Actions  []Action  `json:"actions,omitempty"`
 	Refused  []Refusal `json:"refused,omitempty"`
 	Applied  *bool     `json:"applied,omitempty"`
+	// Repair marks a report of `safe-ipam repair`.
+	Repair bool `json:"repair,omitempty"`
 }
 
 // Summary counts what was read and found.
@@ -96,7 +98,24 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "audit: %d blocks, %d allocations, %d handles, %d records; %s; liveness: %s\n",
 		r.Summary.Blocks, r.Summary.Allocations, r.Summary.Handles, r.Summary.Records, r.countLine(), r.Liveness)
+	if err != nil || !r.Repair {
+		return err
+	}
+	_, err = fmt.Fprintln(w, r.repairLine())
 	return err
+}
+
+func (r *Report) repairLine() string {
+	if r.Applied == nil {
+		return fmt.Sprintf("repair: dry run, %d change(s) would apply, %d refused; run with --apply to make them", len(r.Actions), len(r.Refused))
+	}
+	done := 0
+	for _, a := range r.Actions {
+		if a.Outcome == "done" {
+			done++
+		}
+	}
+	return fmt.Sprintf("repair: %d of %d change(s) applied, %d refused", done, len(r.Actions), len(r.Refused))
 }
 
 func (r *Report) countLine() string {
