@@ -95,3 +95,11 @@ func (r *rig) del(ctx context.Context, list *libcni.NetworkConfigList, p pod) er
 	}
 	return nil
 }
+
+// do runs ADD or DEL.
+func (r *rig) do(ctx context.Context, op string, list *libcni.NetworkConfigList, p pod) error {
+	if op == "ADD" {
+		return r.add(ctx, list, p)
+	}
+	return r.del(ctx, list, p)
+}

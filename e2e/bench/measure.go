@@ -33,12 +33,7 @@ func (r *rig) measureLatency(ctx context.Context, res *Results) error {
 			p := pod{containerID: fmt.Sprintf("lat-%s-%d", confName(c), i), name: fmt.Sprintf("web-%d", i%4)}
 			for _, op := range []string{"ADD", "DEL"} {
 				start := time.Now()
-				if op == "ADD" {
-					err = r.add(ctx, list, p)
-				} else {
-					err = r.del(ctx, list, p)
-				}
-				if err != nil {
+				if err := r.do(ctx, op, list, p); err != nil {
 					return err
 				}
 				samples[c][op] = append(samples[c][op], time.Since(start))
@@ -140,12 +135,7 @@ func (r *rig) measureRoundTrips(ctx context.Context, res *Results) error {
 				return err
 			}
 			for _, p := range pods {
-				if op == "ADD" {
-					err = r.add(ctx, list, p)
-				} else {
-					err = r.del(ctx, list, p)
-				}
-				if err != nil {
+				if err := r.do(ctx, op, list, p); err != nil {
 					return err
 				}
 			}

@@ -166,7 +166,7 @@ func (a *Allocator) affineBlockWithRoom(ctx context.Context, fam calico.Family, 
 			continue
 		}
 		var blk calico.Block
-		rev, err := getJSON(ctx, a.Client, calico.BlockKey(cidr), &blk)
+		rev, err := calico.ReadJSON(ctx, a.Client, calico.BlockKey(cidr), &blk)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -221,7 +221,7 @@ func (a *Allocator) claimBlock(ctx context.Context, fam calico.Family, pools []c
 	affKey := calico.AffinityKey(a.Node, cidr)
 	// A stale affinity of ours may exist without its block; overwrite it.
 	var stale calico.Affinity
-	affRev, err := getJSON(ctx, a.Client, affKey, &stale)
+	affRev, err := calico.ReadJSON(ctx, a.Client, affKey, &stale)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -301,7 +301,7 @@ func nextPrefix(p netip.Prefix) (netip.Prefix, bool) {
 func (a *Allocator) allocateIn(ctx context.Context, blk *calico.Block, rev int64, handle string, secondary map[string]string) (Assignment, error) {
 	h := calico.NewHandle()
 	hKey := calico.HandleKey(handle)
-	hRev, err := getJSON(ctx, a.Client, hKey, h)
+	hRev, err := calico.ReadJSON(ctx, a.Client, hKey, h)
 	if err != nil {
 		return Assignment{}, err
 	}

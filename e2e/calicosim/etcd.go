@@ -34,22 +34,6 @@ func NewClient(c *NetConf) (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// getJSON reads key into v. It returns the key's ModRevision, 0 when the
-// key does not exist (v is then untouched).
-func getJSON(ctx context.Context, cli *clientv3.Client, key string, v any) (int64, error) {
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", key, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, v); err != nil {
-		return 0, fmt.Errorf("decoding %s: %w", key, err)
-	}
-	return resp.Kvs[0].ModRevision, nil
-}
-
 // unchanged guards a key read at revision rev; rev 0 means "still absent".
 func unchanged(key string, rev int64) clientv3.Cmp {
 	if rev == 0 {

@@ -25,7 +25,7 @@ func (e *NodeMissingError) Error() string {
 // CheckNode fails with *NodeMissingError unless the Node resource exists.
 func CheckNode(ctx context.Context, cli *clientv3.Client, name string) error {
 	var n calico.Node
-	rev, err := getJSON(ctx, cli, calico.NodeKey(name), &n)
+	rev, err := calico.ReadJSON(ctx, cli, calico.NodeKey(name), &n)
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", name, err)
 	}

@@ -27,7 +27,7 @@ func (a *Allocator) ReleaseHandle(ctx context.Context, handle string) ([]netip.A
 func (a *Allocator) tryReleaseHandle(ctx context.Context, handle string) ([]netip.Addr, error) {
 	var h calico.Handle
 	hKey := calico.HandleKey(handle)
-	hRev, err := getJSON(ctx, a.Client, hKey, &h)
+	hRev, err := calico.ReadJSON(ctx, a.Client, hKey, &h)
 	if err != nil || hRev == 0 {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func (a *Allocator) tryReleaseHandle(ctx context.Context, handle string) ([]neti
 func (a *Allocator) releaseInBlock(ctx context.Context, t *txn, cidr netip.Prefix, handle string) ([]netip.Addr, error) {
 	var blk calico.Block
 	key := calico.BlockKey(cidr)
-	rev, err := getJSON(ctx, a.Client, key, &blk)
+	rev, err := calico.ReadJSON(ctx, a.Client, key, &blk)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func (a *Allocator) Release(ctx context.Context, asg Assignment) error {
 func (a *Allocator) tryRelease(ctx context.Context, asg Assignment) error {
 	var blk calico.Block
 	bKey := calico.BlockKey(asg.Block)
-	rev, err := getJSON(ctx, a.Client, bKey, &blk)
+	rev, err := calico.ReadJSON(ctx, a.Client, bKey, &blk)
 	if err != nil || rev == 0 {
 		return err
 	}
@@ -108,7 +108,7 @@ func (a *Allocator) tryRelease(ctx context.Context, asg Assignment) error {
 	}
 	var h calico.Handle
 	hKey := calico.HandleKey(asg.Handle)
-	hRev, err := getJSON(ctx, a.Client, hKey, &h)
+	hRev, err := calico.ReadJSON(ctx, a.Client, hKey, &h)
 	if err != nil {
 		return err
 	}

@@ -96,16 +96,8 @@ func (s *Snapshot) add(key string, value []byte) error {
 
 func describeBlock(b calico.Block) (BlockState, error) {
 	bs := BlockState{Block: b}
-	for ord := range b.Allocations {
-		attr, ok := b.Attribute(ord)
-		if !ok {
-			continue
-		}
-		ip, err := b.IP(ord)
-		if err != nil {
-			return BlockState{}, err
-		}
-		bs.Allocated = append(bs.Allocated, Allocation{IP: ip, Block: b.CIDR, Ordinal: ord, Handle: attr.Handle(), Secondary: attr.Secondary})
+	for _, h := range b.Held() {
+		bs.Allocated = append(bs.Allocated, Allocation{IP: h.IP, Block: b.CIDR, Ordinal: h.Ordinal, Handle: h.Attribute.Handle(), Secondary: h.Attribute.Secondary})
 	}
 	for _, ord := range b.Unallocated {
 		ip, err := b.IP(ord)

@@ -70,11 +70,11 @@ type rekey struct {
 
 func (r *rekey) plan(ctx context.Context, cli *clientv3.Client) error {
 	var src, dst calico.Handle
-	srcRev, err := getJSON(ctx, cli, calico.HandleKey(r.from), &src)
+	srcRev, err := calico.ReadJSON(ctx, cli, calico.HandleKey(r.from), &src)
 	if err != nil || srcRev == 0 {
 		return err // no handle: nothing was allocated
 	}
-	dstRev, err := getJSON(ctx, cli, calico.HandleKey(r.to), &dst)
+	dstRev, err := calico.ReadJSON(ctx, cli, calico.HandleKey(r.to), &dst)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (r *rekey) planBlock(ctx context.Context, cli *clientv3.Client, cidr string
 		return 0, fmt.Errorf("handle %s names block %q: %w", r.from, cidr, err)
 	}
 	var b calico.Block
-	rev, err := getJSON(ctx, cli, calico.BlockKey(prefix), &b)
+	rev, err := calico.ReadJSON(ctx, cli, calico.BlockKey(prefix), &b)
 	if err != nil || rev == 0 {
 		return 0, err
 	}
@@ -162,19 +162,4 @@ func (r *rekey) commit(ctx context.Context, cli *clientv3.Client) error {
 		return fmt.Errorf("Calico's data changed while rewriting it; tests run one command at a time, so something else writes")
 	}
 	return nil
-}
-
-// getJSON decodes key into v and returns its mod revision, 0 if absent.
-func getJSON(ctx context.Context, cli *clientv3.Client, key string, v any) (int64, error) {
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", key, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, nil
-	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, v); err != nil {
-		return 0, fmt.Errorf("decoding %s: %w", key, err)
-	}
-	return resp.Kvs[0].ModRevision, nil
 }

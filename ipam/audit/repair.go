@@ -184,15 +184,13 @@ type freshDocs struct {
 
 func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip.Prefix) (*freshDocs, error) {
 	d := &freshDocs{blocks: map[netip.Prefix]*freshBlock{}}
-	resp, err := r.Client.Get(ctx, calico.HandleKey(handle))
+	var h calico.Handle
+	rev, err := calico.ReadJSON(ctx, r.Client, calico.HandleKey(handle), &h)
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) > 0 {
-		d.handle, d.handleRev = &calico.Handle{}, resp.Kvs[0].ModRevision
-		if err := json.Unmarshal(resp.Kvs[0].Value, d.handle); err != nil {
-			return nil, fmt.Errorf("handle %s: %w", handle, err)
-		}
+	if rev != 0 {
+		d.handle, d.handleRev = &h, rev
 	}
 	cidrs := append(r.Snap.blocksOf(handle), extra...)
 	if d.handle != nil {
@@ -219,18 +217,12 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 
 func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*freshBlock, error) {
 	key := calico.BlockKey(cidr)
-	resp, err := cli.Get(ctx, key)
-	if err != nil {
+	var b calico.Block
+	rev, err := calico.ReadJSON(ctx, cli, key, &b)
+	if err != nil || rev == 0 {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
-	var b calico.Block
-	if err := json.Unmarshal(resp.Kvs[0].Value, &b); err != nil {
-		return nil, fmt.Errorf("block %s: %w", cidr, err)
-	}
-	return &freshBlock{Key: key, ModRevision: resp.Kvs[0].ModRevision, Block: &b}, nil
+	return &freshBlock{Key: key, ModRevision: rev, Block: &b}, nil
 }
 
 // txn compares every document read with its revision, then writes.

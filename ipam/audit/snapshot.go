@@ -142,16 +142,9 @@ func (s *Snapshot) addCalico(key string, value []byte) error {
 func (s *Snapshot) addBlock(b *calico.Block) {
 	node, _ := b.AffinityNode()
 	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Size: b.Size(), Free: b.FreeCount(), Problems: partitionProblems(b)}
-	for ord := range b.Allocations {
-		attr, ok := b.Attribute(ord)
-		if !ok {
-			continue
-		}
-		ip, err := b.IP(ord)
-		if err != nil {
-			continue
-		}
-		al := Allocation{Addr: ip, Block: b.CIDR, Handle: attr.Handle(), Node: node,
+	for _, h := range b.Held() {
+		attr := h.Attribute
+		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: attr.Handle(), Node: node,
 			Namespace: attr.Secondary["namespace"], Pod: attr.Secondary["pod"], Type: attr.Secondary["type"]}
 		if n := attr.Secondary["node"]; n != "" {
 			al.Node = n

@@ -237,3 +237,25 @@ func (b *Block) dropUnusedAttributes() {
 		}
 	}
 }
+
+// Held is one allocated address of a block.
+type Held struct {
+	Ordinal   int
+	IP        netip.Addr
+	Attribute Attribute
+}
+
+// Held lists the block's allocated addresses in ordinal order.
+func (b *Block) Held() []Held {
+	var out []Held
+	for ord := range b.Allocations {
+		attr, ok := b.Attribute(ord)
+		if !ok {
+			continue
+		}
+		if ip, err := b.IP(ord); err == nil {
+			out = append(out, Held{Ordinal: ord, IP: ip, Attribute: attr})
+		}
+	}
+	return out
+}
