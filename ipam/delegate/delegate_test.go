@@ -1,0 +1,78 @@
+package delegate
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestNegotiate(t *testing.T) {
+	calico := []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"}
+	tests := []struct {
+		requested string
+		supported []string
+		want      string
+		wantErr   bool
+	}{
+		{"1.1.0", calico, "1.0.0", false},
+		{"1.0.0", calico, "1.0.0", false},
+		{"0.4.0", calico, "0.4.0", false},
+		{"0.3.1", []string{"1.0.0", "0.3.0"}, "0.3.0", false},
+		{"0.4.0", []string{"1.0.0", "1.1.0"}, "", true},
+		{"1.1.0", []string{"1.1.0", "0.4.0"}, "1.1.0", false},
+	}
+	for _, tt := range tests {
+		got, err := Negotiate(tt.requested, tt.supported)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("Negotiate(%s, %v) = %q, %v; want %q", tt.requested, tt.supported, got, err, tt.want)
+		}
+	}
+}
+
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	write := func(d, name string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(d, name), []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(dir, "calico-ipam", 0o755)
+	write(dir, "not-exec", 0o644)
+	write(other, "calico-ipam", 0o755)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(self, filepath.Join(other, "me")); err != nil {
+		t.Skipf("cannot link the test binary: %v", err)
+	}
+	tests := []struct {
+		name, typ, binDir, path, want string
+		missing, fails                bool
+	}{
+		{name: "in CNI_PATH", typ: "calico-ipam", path: other + ":" + dir, want: filepath.Join(other, "calico-ipam")},
+		{name: "binDir wins over CNI_PATH", typ: "calico-ipam", binDir: dir, path: other, want: filepath.Join(dir, "calico-ipam")},
+		{name: "missing", typ: "host-local", path: dir, missing: true},
+		{name: "not executable", typ: "not-exec", path: dir, missing: true},
+		{name: "itself", typ: "me", path: other, fails: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Find(tt.typ, tt.binDir, tt.path)
+			switch {
+			case tt.missing:
+				if !errors.Is(err, ErrMissing) {
+					t.Fatalf("err = %v; want ErrMissing", err)
+				}
+			case tt.fails:
+				if err == nil || errors.Is(err, ErrMissing) {
+					t.Fatalf("err = %v; want a refusal", err)
+				}
+			case err != nil || got != tt.want:
+				t.Fatalf("Find = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
