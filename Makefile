@@ -38,6 +38,12 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 
+# The long chaos run: many random histories (seed printed for replay),
+# the whole crash matrix, outages and every mutant. Its last line is
+# "chaos: <n> histories, <n> crash points, <n> outages, <n> lost, <n> duplicated".
+chaos:
+	$(GO) run ./e2e/chaos/cmd/chaos
+
 demo: build tools
 	bash scripts/demo.sh $(BIN)
 

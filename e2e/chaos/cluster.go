@@ -1,0 +1,414 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+)
+
+// Network is the network every history attaches to, Calico's usual name.
+const Network = "k8s-pod-network"
+
+// Namespace holds the StatefulSet whose pods the histories recreate.
+const Namespace = "default"
+
+// IfName is the interface of every attachment: Calico gives a pod one.
+const IfName = "eth0"
+
+// Generation is the handle naming of the Calico release calico-ipam
+// imitates.
+type Generation string
+
+// The two generations. Legacy (Calico 2.x) keys ADD and DEL by
+// namespace.podname, which is what makes a late DEL dangerous; modern
+// (Calico 3.x) keys ADD by container and still releases the pod name on
+// DEL.
+const (
+	Legacy Generation = "legacy"
+	Modern Generation = "modern"
+)
+
+// StoreKind says where safe-ipam keeps its records. NoSafeIPAM runs
+// calico-ipam alone: the control, which must show the failure.
+type StoreKind string
+
+// Store kinds.
+const (
+	FileStore  StoreKind = "file"
+	EtcdStore  StoreKind = "etcd"
+	NoSafeIPAM StoreKind = "none"
+)
+
+// Pool is a Calico IP pool the histories allocate from.
+type Pool struct {
+	Name      string
+	CIDR      string
+	BlockSize int
+}
+
+// The pools every cluster holds; a history names one in its config.
+var (
+	// WidePool never runs out in a history.
+	WidePool = Pool{Name: "chaos-wide", CIDR: "10.96.0.0/24", BlockSize: 28}
+	// TightPool has four blocks of four, so nodes claim blocks often and
+	// can run out: ADD then fails and safe-ipam's failure path runs.
+	TightPool = Pool{Name: "chaos-tight", CIDR: "10.97.0.0/28", BlockSize: 30}
+	// SinglePool is one block of four, for scripts that fill it.
+	SinglePool = Pool{Name: "chaos-single", CIDR: "10.98.0.0/30", BlockSize: 30}
+)
+
+var pools = []Pool{WidePool, TightPool, SinglePool}
+
+// Nodes are the nodes of every cluster; a history uses the first one or
+// both.
+var Nodes = []string{"node1", "node2"}
+
+// Timeouts of one invocation. Ops that run while etcd is known to be down
+// get the short one, so an outage costs little wall time; every other op
+// gets the long one, so a loaded machine never makes it fail.
+const (
+	normalTimeout = 5 * time.Second
+	outageTimeout = 300 * time.Millisecond
+	// partitionTimeout bounds a held call's store requests, which get no
+	// answer during a partition; calico-ipam's etcd still answers.
+	partitionTimeout = time.Second
+)
+
+// Setup chooses the parts of one history.
+type Setup struct {
+	Generation Generation
+	Store      StoreKind
+	Nodes      int // 1 or 2
+	Pool       Pool
+	// HostLock gives calico-ipam a per-node lock file; without it only
+	// etcd's compare-and-swap keeps concurrent allocations apart.
+	HostLock bool
+	// SharedPrefix keeps every node's etcd records under one prefix, as
+	// the default config does. Histories give each node its own prefix:
+	// see CrossNodeGCScript.
+	SharedPrefix bool
+	// StoreBehindProxy reaches the etcd store through the cluster's
+	// Proxy, and calico-ipam through a wrapper that can hold an ADD, so
+	// that a Partition step can cut the store's answers at the right
+	// moment.
+	StoreBehindProxy bool
+}
+
+func (s Setup) String() string {
+	lock := "etcd-cas"
+	if s.HostLock {
+		lock = "host-lock"
+	}
+	return fmt.Sprintf("%s/%s-store/%d-node/%s/%s", s.Generation, s.Store, s.Nodes, s.Pool.Name, lock)
+}
+
+// Safe says whether safe-ipam fronts calico-ipam.
+func (s Setup) Safe() bool { return s.Store != NoSafeIPAM }
+
+// nodes lists the nodes in use.
+func (s Setup) nodes() []string { return Nodes[:max(1, min(s.Nodes, len(Nodes)))] }
+
+// Cluster is an etcd holding Calico's resources, plus per-history working
+// directories for safe-ipam's file stores, caches, logs and locks. The
+// histories of one run use it one after another; Reset clears what a
+// history left.
+type Cluster struct {
+	bin   Binaries
+	dir   string
+	etcd  *etcdServer
+	cli   *clientv3.Client
+	proxy *Proxy
+	// held is a CNI_PATH whose calico-ipam can hold an ADD (see
+	// holdingDelegate).
+	held  Binaries
+	setup Setup
+	work  string
+	// histories counts Resets, naming each history's working directory.
+	histories int
+}
+
+// NewCluster starts etcd under dir and seeds every pool and node.
+func NewCluster(ctx context.Context, bin Binaries, dir string) (*Cluster, error) {
+	srv, err := newEtcdServer(filepath.Join(dir, "etcd"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{bin: bin, dir: dir, etcd: srv}
+	if err := c.start(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(ctx context.Context) error {
+	var err error
+	c.cli, err = clientv3.New(clientv3.Config{Endpoints: []string{c.etcd.Endpoint()}, DialTimeout: normalTimeout})
+	if err != nil {
+		return fmt.Errorf("etcd client: %w", err)
+	}
+	if c.proxy, err = NewProxy(strings.TrimPrefix(c.etcd.Endpoint(), "http://")); err != nil {
+		return fmt.Errorf("etcd proxy: %w", err)
+	}
+	if c.held, err = holdingDelegate(c.bin, filepath.Join(c.dir, "held-bin")); err != nil {
+		return err
+	}
+	return c.seed(ctx)
+}
+
+// holdingDelegate makes a CNI_PATH with safe-ipam and a calico-ipam that,
+// on an ADD with CHAOS_HOLD_DIR set, says so and waits for the harness's
+// go-ahead before running the simulator.
+func holdingDelegate(bin Binaries, dir string) (Binaries, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	held := Binaries{Dir: dir}
+	if err := os.Symlink(bin.Path(SafeIPAM), held.Path(SafeIPAM)); err != nil {
+		return Binaries{}, err
+	}
+	script := "#!/bin/sh\n" +
+		"if [ \"$CNI_COMMAND\" = ADD ] && [ -n \"$CHAOS_HOLD_DIR\" ]; then\n" +
+		"  : > \"$CHAOS_HOLD_DIR/held\"\n" +
+		"  while [ ! -e \"$CHAOS_HOLD_DIR/go\" ]; do sleep 0.01; done\n" +
+		"fi\n" +
+		"exec '" + bin.Path(CalicoIPAM) + "' \"$@\"\n"
+	if err := os.WriteFile(held.Path(CalicoIPAM), []byte(script), 0o755); err != nil {
+		return Binaries{}, err
+	}
+	return held, nil
+}
+
+func (c *Cluster) seed(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	for _, p := range pools {
+		if err := calicosim.SeedIPPool(ctx, c.cli, p.Name, p.CIDR, p.BlockSize); err != nil {
+			return fmt.Errorf("seeding pool %s: %w", p.Name, err)
+		}
+	}
+	for _, n := range Nodes {
+		if err := calicosim.SeedNode(ctx, c.cli, n); err != nil {
+			return fmt.Errorf("seeding node %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// Close stops etcd, its client and the proxy.
+func (c *Cluster) Close() {
+	if c.proxy != nil {
+		c.proxy.Close()
+	}
+	if c.cli != nil {
+		c.cli.Close()
+	}
+	c.etcd.Close()
+}
+
+// binaries is the CNI_PATH of the current history.
+func (c *Cluster) binaries() Binaries {
+	if c.setup.StoreBehindProxy {
+		return c.held
+	}
+	return c.bin
+}
+
+// Reset starts a history: it deletes every allocation, block, affinity,
+// handle and record, and gives the history fresh directories.
+func (c *Cluster) Reset(ctx context.Context, s Setup) error {
+	if err := c.etcd.Resume(); err != nil { // a failed history may have left it paused
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	for _, prefix := range []string{calico.IPAMPrefix, etcdPrefixRoot} {
+		if _, err := c.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+			return fmt.Errorf("clearing %s: %w", prefix, err)
+		}
+	}
+	if c.work != "" {
+		if err := os.RemoveAll(c.work); err != nil {
+			return fmt.Errorf("clearing %s: %w", c.work, err)
+		}
+	}
+	c.histories++
+	c.setup = s
+	c.work = filepath.Join(c.dir, fmt.Sprintf("history-%d", c.histories))
+	if err := os.MkdirAll(c.work, 0o700); err != nil {
+		return fmt.Errorf("history directory: %w", err)
+	}
+	return nil
+}
+
+// Setup is the setup of the current history.
+func (c *Cluster) Setup() Setup { return c.setup }
+
+// Pause stops etcd, keeping its data: both safe-ipam's etcd store and
+// calico-ipam's datastore become unreachable.
+func (c *Cluster) Pause() { c.etcd.Pause() }
+
+// Resume starts etcd again.
+func (c *Cluster) Resume() error { return c.etcd.Resume() }
+
+// LogFile is safe-ipam's log of the current history on node.
+func (c *Cluster) LogFile(node string) string { return filepath.Join(c.work, node+".log") }
+
+const etcdPrefixRoot = "/safe-ipam/chaos"
+
+func (c *Cluster) etcdPrefix(node string) string {
+	if c.setup.SharedPrefix {
+		return etcdPrefixRoot + "/shared"
+	}
+	return etcdPrefixRoot + "/" + node
+}
+
+func (c *Cluster) storeDir(node string) string { return filepath.Join(c.work, node, "records") }
+
+// netConf is the plugin config the runtime hands to node's CNI plugin:
+// calico-ipam's keys at the top level and, with safe-ipam, its section.
+func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {
+	conf := map[string]any{
+		"cniVersion":     "1.0.0", // calico-ipam refuses 1.1.0
+		"name":           Network,
+		"type":           "calico",
+		"datastore_type": "etcdv3",
+		"etcd_endpoints": c.etcd.Endpoint(),
+		"nodename":       node,
+	}
+	ipam := map[string]any{"type": CalicoIPAM, "ipv4_pools": []string{c.setup.Pool.Name}}
+	if c.setup.Safe() {
+		conf["cniVersion"] = "1.1.0" // safe-ipam speaks 1.0.0 to calico-ipam and adds GC
+		handles := "container"
+		if c.setup.Generation == Legacy {
+			handles = "pod"
+		}
+		ipam["type"] = SafeIPAM
+		ipam["delegate"] = map[string]any{"type": CalicoIPAM}
+		ipam["delegateHandles"] = handles
+		ipam["store"] = c.storeConf(node, timeout)
+		ipam["cacheDir"] = filepath.Join(c.work, node, "cache")
+		ipam["logFile"] = c.LogFile(node)
+		ipam["gcGracePeriod"] = "0s"
+	}
+	conf["ipam"] = ipam
+	return conf
+}
+
+func (c *Cluster) storeConf(node string, timeout time.Duration) map[string]any {
+	if c.setup.Store == EtcdStore {
+		endpoint := c.etcd.Endpoint()
+		if c.setup.StoreBehindProxy {
+			endpoint = c.proxy.Endpoint()
+		}
+		return map[string]any{"type": "etcd", "endpoints": []string{endpoint},
+			"prefix": c.etcdPrefix(node), "dialTimeout": timeout.String()}
+	}
+	return map[string]any{"type": "file", "dir": c.storeDir(node)}
+}
+
+// stores opens every node's record store for reading.
+func (c *Cluster) stores() (map[string]store.Store, error) {
+	out := map[string]store.Store{}
+	for _, n := range c.setup.nodes() {
+		switch c.setup.Store {
+		case FileStore:
+			s, err := filestore.Open(c.storeDir(n))
+			if err != nil {
+				return nil, err
+			}
+			out[n] = s
+		case EtcdStore:
+			// The shared client stays open; Close of this store would
+			// close it, so the store is never closed.
+			out[n] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(n), normalTimeout)
+		}
+	}
+	return out, nil
+}
+
+// Observation is what the checker reads after a step: Calico's data in
+// etcd and safe-ipam's records on every node.
+type Observation struct {
+	Calico  *calicosim.Snapshot
+	Records map[record.Attachment]*record.Record
+}
+
+// Observe reads Calico's IPAM data in one consistent read, then every
+// record.
+func (c *Cluster) Observe(ctx context.Context) (*Observation, error) {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	snap, err := calicosim.State(ctx, c.cli)
+	if err != nil {
+		return nil, err
+	}
+	obs := &Observation{Calico: snap, Records: map[record.Attachment]*record.Record{}}
+	stores, err := c.stores()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{} // a shared prefix lists the same records from each node
+	for _, n := range c.setup.nodes() {
+		s, ok := stores[n]
+		if !ok {
+			continue
+		}
+		key := n
+		if c.setup.Store == EtcdStore {
+			key = c.etcdPrefix(n)
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		recs, err := s.List(ctx, Network)
+		if err != nil {
+			return nil, fmt.Errorf("records of %s: %w", n, err)
+		}
+		for _, r := range recs {
+			if _, dup := obs.Records[r.Attachment]; dup {
+				return nil, fmt.Errorf("record of %s kept by two nodes", r.Attachment)
+			}
+			obs.Records[r.Attachment] = r
+		}
+	}
+	return obs, nil
+}
+
+// Dump is Calico's IPAM data and the records, for failure reports.
+func (c *Cluster) Dump(ctx context.Context) string {
+	obs, err := c.Observe(ctx)
+	if err != nil {
+		return fmt.Sprintf("(cannot read state: %v)", err)
+	}
+	out := map[string]any{"allocations": describeAllocations(obs), "handles": obs.Calico.Handles}
+	recs := map[string]any{}
+	for att, r := range obs.Records {
+		recs[att.String()] = map[string]any{"state": r.State, "ips": r.IPs, "handle": r.Handle}
+	}
+	out["records"] = recs
+	b, _ := json.MarshalIndent(out, "", "  ")
+	return string(b)
+}
+
+func describeAllocations(obs *Observation) map[string]string {
+	out := map[string]string{}
+	for _, a := range obs.Calico.Allocations() {
+		out[a.IP.String()] = a.Handle
+	}
+	return out
+}

@@ -1,0 +1,204 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+)
+
+// State is what the runtime believes about an attachment. It changes only
+// on what the runtime saw, never on what the plugin did.
+type State int
+
+// Attachment states.
+const (
+	// Created: the sandbox exists, its ADD has not run yet.
+	Created State = iota
+	// Live: the last ADD succeeded; the pod uses IPs.
+	Live
+	// Failed: the last ADD failed or crashed; the plugin may hold
+	// anything for it, until DEL or GC.
+	Failed
+	// Deleting: a DEL failed or crashed; the runtime owes another.
+	Deleting
+	// Deleted: a DEL succeeded, or a GC that did not list it did.
+	Deleted
+)
+
+func (s State) String() string {
+	return [...]string{"created", "live", "failed", "deleting", "deleted"}[s]
+}
+
+// Attachment is one sandbox of one pod incarnation on one node, the unit
+// CNI names by (network, container ID, ifname).
+type Attachment struct {
+	Pod         string
+	Node        string
+	ContainerID string
+	IfName      string
+	State       State
+	// IPs are the addresses of the last successful ADD.
+	IPs    []netip.Addr
+	result json.RawMessage
+	// Old: the pod has moved on (a newer incarnation, or none); the
+	// runtime owes this sandbox a DEL.
+	Old bool
+	// Forgotten: the runtime lost the sandbox (a restart); it sends no
+	// more DELs and leaves it out of GC's valid list, so only GC frees it.
+	Forgotten bool
+}
+
+func (a *Attachment) String() string {
+	return fmt.Sprintf("%s/%s@%s", a.Pod, short(a.ContainerID), a.Node)
+}
+
+// short abbreviates a container ID as runtimes print it.
+func short(id string) string { return id[:min(12, len(id))] }
+
+// cniArgs is what kubelet passes: pod identity included.
+func (a *Attachment) cniArgs() string {
+	return "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + Namespace + ";K8S_POD_NAME=" + a.Pod +
+		";K8S_POD_INFRA_CONTAINER_ID=" + a.ContainerID + ";K8S_POD_UID=uid-" + a.Pod
+}
+
+// live says the runtime runs a pod with the attachment's addresses: its
+// ADD succeeded and it has neither deleted nor forgotten it. Only live
+// attachments must keep their addresses.
+func (a *Attachment) live() bool { return a.State == Live && !a.Forgotten }
+
+// owes says the runtime still has to DEL the attachment.
+func (a *Attachment) owes() bool {
+	return a.State != Deleted && !a.Forgotten && (a.Old || a.State == Deleting)
+}
+
+// Model is the runtime's view of every attachment of a history: the
+// reference the invariants are checked against.
+type Model struct {
+	Setup Setup
+	Atts  []*Attachment
+	// current is each pod's running incarnation.
+	current map[string]*Attachment
+}
+
+// NewModel starts a history's model.
+func NewModel(s Setup) *Model {
+	return &Model{Setup: s, current: map[string]*Attachment{}}
+}
+
+// Incarnate makes a new sandbox for pod on node; the pod's previous
+// incarnation, if any, becomes old and owes a DEL.
+func (m *Model) Incarnate(pod, node, containerID string) *Attachment {
+	if prev := m.current[pod]; prev != nil {
+		prev.Old = true
+	}
+	a := &Attachment{Pod: pod, Node: node, ContainerID: containerID, IfName: IfName}
+	m.Atts = append(m.Atts, a)
+	m.current[pod] = a
+	return a
+}
+
+// Retire ends pod's running incarnation (the pod was deleted or its
+// sandbox is being replaced): it becomes old and owes a DEL.
+func (m *Model) Retire(pod string) *Attachment {
+	a := m.current[pod]
+	if a != nil {
+		a.Old = true
+		delete(m.current, pod)
+	}
+	return a
+}
+
+// Current is pod's running incarnation, nil if none.
+func (m *Model) Current(pod string) *Attachment { return m.current[pod] }
+
+// Forget makes the runtime lose a sandbox it still owes a DEL or an ADD.
+func (m *Model) Forget(a *Attachment) {
+	a.Forgotten, a.Old = true, true
+	if m.current[a.Pod] == a {
+		delete(m.current, a.Pod)
+	}
+}
+
+// Apply records what the runtime saw of a call.
+func (m *Model) Apply(call Call, out Outcome) {
+	switch call.Verb {
+	case Add:
+		a := call.Att
+		if out.OK() {
+			a.State, a.IPs, a.result = Live, out.IPs, out.Result
+		} else {
+			a.State, a.IPs, a.result = Failed, nil, nil
+		}
+	case Del:
+		a := call.Att
+		switch {
+		case a.State == Deleted: // a repeated DEL changes nothing the runtime knows
+		case out.OK():
+			a.State = Deleted
+		default:
+			a.State = Deleting
+		}
+	case GC:
+		if !out.OK() {
+			return
+		}
+		for _, a := range m.Atts {
+			if a.Node == call.Node && a.State != Deleted && !slices.Contains(call.Valid, a) {
+				a.State = Deleted
+			}
+		}
+	}
+}
+
+// Valid is the list a GC on node sends: every sandbox the runtime still
+// knows there. An ADD in flight is known; a forgotten sandbox is not.
+func (m *Model) Valid(node string) []*Attachment {
+	var out []*Attachment
+	for _, a := range m.Atts {
+		if a.Node == node && a.State != Deleted && !a.Forgotten {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Handle is the Calico handle an attachment's addresses live under.
+func (m *Model) Handle(a *Attachment) string {
+	switch {
+	case m.Setup.Safe() && m.Setup.Generation == Legacy:
+		return a.ContainerID // safe-ipam strips pod identity, so Calico 2.x keys by container
+	case m.Setup.Generation == Legacy:
+		return podHandle(a.Pod) // shared by every incarnation: the incident
+	}
+	return Network + "." + a.ContainerID
+}
+
+// HandleIsOwn says whether an attachment's handle is its alone, so that
+// Calico's holdings under it can be attributed to it.
+func (m *Model) HandleIsOwn() bool { return m.Setup.Safe() || m.Setup.Generation == Modern }
+
+func podHandle(pod string) string { return Namespace + "." + pod }
+
+// byHandle maps each handle to the attachments that allocate under it.
+func (m *Model) byHandle() map[string][]*Attachment {
+	out := map[string][]*Attachment{}
+	for _, a := range m.Atts {
+		h := m.Handle(a)
+		out[h] = append(out[h], a)
+	}
+	return out
+}
+
+// find is the attachment a record names, nil if the runtime never made it.
+func (m *Model) find(network, containerID, ifName string) *Attachment {
+	if network != Network {
+		return nil
+	}
+	for _, a := range m.Atts {
+		if a.ContainerID == containerID && a.IfName == ifName {
+			return a
+		}
+	}
+	return nil
+}

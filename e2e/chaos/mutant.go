@@ -1,0 +1,142 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+)
+
+// Mutant is a deliberately broken safe-ipam: one textual change to its
+// source. The suite must catch every mutant, which shows its checks can
+// fail on exactly the mistakes safe-ipam exists to avoid.
+type Mutant struct {
+	Name string
+	// Breaks says what the change breaks.
+	Breaks string
+	// File is the changed file, relative to the module root; Old must
+	// occur in it exactly once.
+	File     string
+	Old, New string
+	// Catchers are the histories that must catch it.
+	Catchers func() []Job
+}
+
+// Mutants lists the deliberately broken builds.
+func Mutants() []Mutant {
+	return []Mutant{
+		{
+			Name:   "del-passes-pod-identity",
+			Breaks: "DEL reaches calico-ipam with K8S_POD_NAMESPACE and K8S_POD_NAME",
+			File:   "ipam/guard/guard.go",
+			Old:    "Args: args.WithoutPodIdentity().String(), Path: env.Path}",
+			New:    "Args: args.String(), Path: env.Path}",
+			Catchers: func() []Job {
+				return ScriptJobs(
+					func() *Script { return CrashScript(guard.DelReleased, FollowRetry, Legacy, FileStore) },
+					func() *Script { return CrashScript(guard.AddDelegated, FollowDel, Legacy, EtcdStore) })
+			},
+		},
+		{
+			Name:   "forget-before-release",
+			Breaks: "DEL deletes the record before the delegate's DEL, so a crash or outage between them leaves an address no record names",
+			File:   "ipam/guard/del.go",
+			Old:    "\tg.at(DelMarked)\n",
+			New: "\tif marked != nil {\n" +
+				"\t\tif _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {\n" +
+				"\t\t\treturn storeError(\"forgetting \"+att.String(), err)\n" +
+				"\t\t}\n" +
+				"\t}\n" +
+				"\tg.at(DelMarked)\n",
+			Catchers: func() []Job {
+				return ScriptJobs(
+					func() *Script { return CrashScript(guard.DelMarked, FollowGC, Modern, FileStore) },
+					func() *Script { return CrashScript(guard.DelMarked, FollowGC, Legacy, EtcdStore) })
+			},
+		},
+		{
+			Name:   "add-passes-pod-identity",
+			Breaks: "ADD reaches a Calico 2.x calico-ipam with pod identity, which then keys by pod name",
+			File:   "ipam/guard/add.go",
+			Old:    "cniArgs = args.WithoutPodIdentity().String()",
+			New:    "cniArgs = args.String()",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return CrashScript(guard.AddCommitted, FollowRetry, Legacy, FileStore) })
+			},
+		},
+		{
+			Name:   "gc-ignores-valid-list",
+			Breaks: "GC collects attachments the runtime lists as valid",
+			File:   "ipam/guard/del.go",
+			Old:    "if valid[[2]string{rec.ContainerID, rec.IfName}] {",
+			New:    "if false && valid[[2]string{rec.ContainerID, rec.IfName}] {",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return CrashScript(guard.GCForgotten, FollowRetry, Modern, EtcdStore) })
+			},
+		},
+	}
+}
+
+// Build copies safe-ipam's source (go.mod, go.sum, ipam/, plugin/) from
+// the module at root into dir/src, applies the mutation and builds the
+// mutant with crash points, and the simulator, into dir/bin.
+func (mu Mutant) Build(ctx context.Context, root, dir string) (Binaries, error) {
+	src := filepath.Join(dir, "src")
+	for _, part := range []string{"go.mod", "go.sum", "ipam", "plugin"} {
+		if err := copyTree(filepath.Join(root, part), filepath.Join(src, part)); err != nil {
+			return Binaries{}, fmt.Errorf("mutant %s: %w", mu.Name, err)
+		}
+	}
+	if err := mu.apply(src); err != nil {
+		return Binaries{}, err
+	}
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	return Build(ctx, src, bin)
+}
+
+func (mu Mutant) apply(src string) error {
+	path := filepath.Join(src, mu.File)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("mutant %s: %w", mu.Name, err)
+	}
+	if n := strings.Count(string(b), mu.Old); n != 1 {
+		return fmt.Errorf("mutant %s no longer applies: %q occurs %d times in %s; update it in e2e/chaos/mutant.go", mu.Name, mu.Old, n, mu.File)
+	}
+	return os.WriteFile(path, []byte(strings.Replace(string(b), mu.Old, mu.New, 1)), 0o644)
+}
+
+// copyTree copies a file, or a directory's Go sources (tests left out).
+func copyTree(from, to string) error {
+	return filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if path != from && (!strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go")) {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o644)
+	})
+}

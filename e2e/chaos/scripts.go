@@ -1,0 +1,333 @@
+package chaos
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+)
+
+// Script is a fixed history: each entry builds its step from the model,
+// since attachments come into being as the script runs.
+type Script struct {
+	Name  string
+	Setup Setup
+	steps []func(m *Model) Step
+	byGC  bool
+	next  int
+	ids   int
+}
+
+// Next implements Schedule.
+func (s *Script) Next(m *Model) (Step, bool) {
+	if s.next >= len(s.steps) {
+		return Step{}, false
+	}
+	s.next++
+	return s.steps[s.next-1](m), true
+}
+
+// DrainByGC implements Schedule.
+func (s *Script) DrainByGC() bool { return s.byGC }
+
+func (s *Script) then(f func(m *Model) Step) *Script {
+	s.steps = append(s.steps, f)
+	return s
+}
+
+// containerID gives each sandbox of a script a readable, unique ID.
+func (s *Script) containerID(pod string) string {
+	s.ids++
+	return fmt.Sprintf("%s-sandbox-%d", strings.ReplaceAll(pod, "-", ""), s.ids)
+}
+
+// start makes a new incarnation of pod on node and ADDs it.
+func (s *Script) start(pod, node string, crashAt guard.Step, e Expect) *Script {
+	return s.then(func(m *Model) Step {
+		a := m.Incarnate(pod, node, s.containerID(pod))
+		return single(Call{Verb: Add, Node: node, Att: a, CrashAt: crashAt}, e, "")
+	})
+}
+
+// retryAdd ADDs pod's running sandbox again.
+func (s *Script) retryAdd(pod string, crashAt guard.Step, e Expect) *Script {
+	return s.then(func(m *Model) Step {
+		a := m.Current(pod)
+		return single(Call{Verb: Add, Node: a.Node, Att: a, CrashAt: crashAt}, e, "the runtime retries the ADD")
+	})
+}
+
+// del DELs the n-th attachment the script made (0-based).
+func (s *Script) del(n int, crashAt guard.Step, e Expect) *Script {
+	return s.then(func(m *Model) Step {
+		a := m.Atts[n]
+		return single(Call{Verb: Del, Node: a.Node, Att: a, CrashAt: crashAt}, e, "")
+	})
+}
+
+// forget makes the runtime lose the n-th attachment.
+func (s *Script) forget(n int) *Script {
+	return s.then(func(m *Model) Step {
+		m.Forget(m.Atts[n])
+		return Step{Note: fmt.Sprintf("the runtime forgets %s", m.Atts[n])}
+	})
+}
+
+// gc runs GC on node with what the runtime still knows as valid.
+func (s *Script) gc(node string, crashAt guard.Step, e Expect) *Script {
+	return s.then(func(m *Model) Step {
+		return single(Call{Verb: GC, Node: node, Valid: m.Valid(node), CrashAt: crashAt}, e, "")
+	})
+}
+
+func single(c Call, e Expect, note string) Step {
+	return Step{Calls: []Call{c}, Expect: []Expect{e}, Note: note}
+}
+
+// Follow-ups: what the runtime does after a call crashed.
+const (
+	FollowRetry = "retry" // the same call again
+	FollowDel   = "del"   // DEL of the attachment
+	FollowGC    = "gc"    // the runtime forgets it; GC collects it
+)
+
+// FollowUps are the runtime's reactions the crash matrix tries.
+var FollowUps = []string{FollowRetry, FollowDel, FollowGC}
+
+// CrashScript is one cell of the crash matrix: safe-ipam is killed at
+// step while a sandbox of web-0 is handled and another incarnation of
+// web-0 is live (or becomes live) beside it, then the runtime reacts with
+// followUp. The live neighbour is what a recovery that released by pod
+// name would hit.
+func CrashScript(step guard.Step, followUp string, gen Generation, store StoreKind) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("crash/%s/%s/%s-%s", step, followUp, gen, store),
+		Setup: Setup{Generation: gen, Store: store, Nodes: 1, Pool: WidePool, HostLock: true},
+	}
+	switch {
+	case step == guard.AddFailedReleased:
+		return s.crashAddFailed(followUp)
+	case strings.HasPrefix(string(step), "add-"):
+		return s.crashAdd(step, followUp)
+	case strings.HasPrefix(string(step), "del-"):
+		return s.crashDel(step, followUp)
+	}
+	return s.crashGC(step, followUp)
+}
+
+const node1 = "node1"
+
+// crashAdd: web-0's old sandbox (0) is live, its DEL late; the new
+// sandbox (1) crashes in ADD.
+func (s *Script) crashAdd(step guard.Step, followUp string) *Script {
+	s.start("web-0", node1, "", Succeeds)
+	if step == guard.AddRecovered {
+		// Only an ADD over an unfinished record recovers: make one.
+		s.start("web-0", node1, guard.AddDelegated, Crashes)
+		s.retryAdd("web-0", step, Crashes)
+	} else {
+		s.start("web-0", node1, step, Crashes)
+	}
+	switch followUp {
+	case FollowRetry:
+		s.retryAdd("web-0", "", Succeeds)
+	case FollowDel:
+		s.del(1, "", Succeeds)
+	case FollowGC:
+		s.forget(1).gc(node1, "", Succeeds)
+	}
+	return s.del(0, "", Succeeds) // the old sandbox's late DEL
+}
+
+// crashAddFailed: the pool is full, so the delegate's ADD fails and
+// safe-ipam is killed after releasing it.
+func (s *Script) crashAddFailed(followUp string) *Script {
+	s.Setup.Pool = SinglePool
+	s.start("web-0", node1, "", Succeeds)
+	for _, pod := range []string{"web-1", "web-2", "web-3"} {
+		s.start(pod, node1, "", Succeeds)
+	}
+	s.start("web-0", node1, guard.AddFailedReleased, Crashes) // sandbox 4
+	switch followUp {
+	case FollowRetry:
+		// The late DEL of web-0's old sandbox makes room.
+		s.del(0, "", Succeeds).retryAdd("web-0", "", Succeeds)
+	case FollowDel:
+		s.del(4, "", Succeeds).del(0, "", Succeeds)
+	case FollowGC:
+		s.forget(4).gc(node1, "", Succeeds).del(0, "", Succeeds)
+	}
+	return s
+}
+
+// crashDel: web-0's new sandbox (1) is live; the old one's (0) late DEL
+// crashes.
+func (s *Script) crashDel(step guard.Step, followUp string) *Script {
+	s.start("web-0", node1, "", Succeeds)
+	s.start("web-0", node1, "", Succeeds)
+	s.del(0, step, Crashes)
+	switch followUp {
+	case FollowRetry:
+		s.del(0, "", Succeeds)
+	case FollowDel:
+		// web-0 is replaced again before the retried DEL arrives.
+		s.start("web-0", node1, "", Succeeds).del(0, "", Succeeds)
+	case FollowGC:
+		s.forget(0).gc(node1, "", Succeeds)
+	}
+	return s
+}
+
+// crashGC: the runtime lost web-0's old sandbox (0); GC crashes
+// collecting it while the new one (1) is live.
+func (s *Script) crashGC(step guard.Step, followUp string) *Script {
+	s.start("web-0", node1, "", Succeeds)
+	s.start("web-0", node1, "", Succeeds)
+	s.forget(0)
+	s.gc(node1, step, Crashes)
+	switch followUp {
+	case FollowRetry:
+		s.gc(node1, "", Succeeds)
+	case FollowDel:
+		s.del(0, "", Succeeds) // a stray late DEL after all
+	case FollowGC:
+		// A new pod starts before the next GC, which must keep it.
+		s.start("web-1", node1, "", Succeeds).gc(node1, "", Succeeds)
+	}
+	return s
+}
+
+// CrashMatrix is every crash point with every follow-up, for each
+// generation and store given.
+func CrashMatrix(gens []Generation, stores []StoreKind) []func() *Script {
+	var out []func() *Script
+	for _, step := range guard.Steps {
+		for _, f := range FollowUps {
+			for _, g := range gens {
+				for _, st := range stores {
+					out = append(out, func() *Script { return CrashScript(step, f, g, st) })
+				}
+			}
+		}
+	}
+	return out
+}
+
+// OutageScript: etcd, holding both safe-ipam's etcd records and Calico's
+// data, stops while the runtime ADDs, DELs and GCs; everything must fail
+// and change nothing, then succeed on retry once etcd is back.
+func OutageScript(gen Generation, store StoreKind) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("outage/between/%s-%s", gen, store),
+		Setup: Setup{Generation: gen, Store: store, Nodes: 1, Pool: WidePool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-0", node1, "", Succeeds)
+	addExpect, delExpect, gcExpect := Fails, Fails, AnyOutcome
+	if store == EtcdStore {
+		addExpect, delExpect, gcExpect = TryAgain, TryAgain, TryAgain
+	}
+	if !s.Setup.Safe() {
+		gcExpect = Fails
+	}
+	s.then(func(m *Model) Step {
+		step := Step{Outage: Between, Note: "etcd is down for the whole step"}
+		fresh := m.Incarnate("web-1", node1, s.containerID("web-1"))
+		step.add(Call{Verb: Add, Node: node1, Att: fresh, Outage: true}, addExpect)
+		step.add(Call{Verb: Del, Node: node1, Att: m.Atts[0], Outage: true}, delExpect)
+		if s.Setup.Safe() {
+			step.add(Call{Verb: GC, Node: node1, Valid: m.Valid(node1), Outage: true}, gcExpect)
+		}
+		return step
+	})
+	s.del(0, "", Succeeds)
+	s.retryAdd("web-1", "", Succeeds)
+	return s.del(0, "", Succeeds) // repeated: must not release anything of web-0's new sandbox
+}
+
+// AmidOutageScript: etcd stops while three workers ADD and DEL, and
+// restarts while they may still be running; the runtime then retries
+// what failed.
+func AmidOutageScript(gen Generation, store StoreKind, pauseAfter, resumeAfter time.Duration) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("outage/amid-%s-%s/%s-%s", pauseAfter, resumeAfter, gen, store),
+		Setup: Setup{Generation: gen, Store: store, Nodes: 2, Pool: WidePool},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-1", "node2", "", Succeeds)
+	s.then(func(m *Model) Step {
+		step := Step{Outage: Amid, PauseAfter: pauseAfter, ResumeAfter: resumeAfter, Note: "etcd stops amid the calls"}
+		m.Retire("web-0")
+		step.add(Call{Verb: Del, Node: node1, Att: m.Atts[0]}, AnyOutcome)
+		for _, pod := range []string{"web-0", "web-2"} {
+			a := m.Incarnate(pod, "node2", s.containerID(pod))
+			step.add(Call{Verb: Add, Node: a.Node, Att: a}, AnyOutcome)
+		}
+		return step
+	})
+	s.then(func(m *Model) Step {
+		step := Step{Note: "the runtime retries what failed"}
+		for _, a := range m.Atts {
+			switch {
+			case a.State == Failed:
+				step.add(Call{Verb: Add, Node: a.Node, Att: a}, Succeeds)
+			case a.owes():
+				step.add(Call{Verb: Del, Node: a.Node, Att: a}, Succeeds)
+			}
+		}
+		return step
+	})
+	return s
+}
+
+// CrossNodeGCScript is a reproduction of a safe-ipam bug: with one etcd
+// prefix for every node (the default when the store is Calico's etcd), a
+// GC on node1 lists node2's records too, and node2's live attachment is
+// not in node1's valid list, so node1's GC releases it.
+func CrossNodeGCScript() *Script {
+	s := &Script{
+		Name:  "known-bug/gc-across-nodes",
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, SharedPrefix: true},
+	}
+	return s.start("web-0", node1, "", Succeeds).start("web-1", "node2", "", Succeeds).gc(node1, "", Succeeds)
+}
+
+// InvalidUTF8IfNameScript is a reproduction of a safe-ipam bug: an ifname
+// with a byte that is not UTF-8 is valid for CNI (and Linux), but the
+// record stores it in JSON, which replaces the byte, so List returns a
+// record under another name; GC then cannot collect it and leaks it.
+func InvalidUTF8IfNameScript(store StoreKind) *Script {
+	s := &Script{
+		Name:  "known-bug/ifname-not-utf8/" + string(store),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: WidePool},
+	}
+	return s.then(func(m *Model) Step {
+		a := m.Incarnate("web-0", node1, s.containerID("web-0"))
+		a.IfName = "eth\xff"
+		return single(Call{Verb: Add, Node: node1, Att: a}, Succeeds, "ifname \"eth\\xff\"")
+	}).forget(0).gc(node1, "", Succeeds)
+}
+
+// AmbiguousCommitScript is a reproduction of a safe-ipam bug. An ADD's
+// commit reaches etcd but its answer is lost (a one-way partition, or a
+// timeout while etcd is slow): safe-ipam takes the commit as failed,
+// releases the addresses in calico-ipam, and cannot delete the record it
+// believes pending. The record is committed, though, so the runtime's
+// retried ADD replays addresses Calico has freed, and the next pod gets
+// one of them: in a block of four, web-1's freed .1 goes to web-4.
+func AmbiguousCommitScript(gen Generation) *Script {
+	s := &Script{
+		Name:  "known-bug/ambiguous-commit/" + string(gen),
+		Setup: Setup{Generation: gen, Store: EtcdStore, Nodes: 1, Pool: TightPool, StoreBehindProxy: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(m *Model) Step {
+		a := m.Incarnate("web-1", node1, s.containerID("web-1"))
+		return Step{Calls: []Call{{Verb: Add, Node: node1, Att: a, Hold: true}}, Expect: []Expect{AnyOutcome},
+			Outage: Partition, Note: "the store's answers are lost from the delegate ADD on"}
+	})
+	s.retryAdd("web-1", "", Succeeds)
+	for _, pod := range []string{"web-2", "web-3", "web-4"} {
+		s.start(pod, node1, "", Succeeds)
+	}
+	return s
+}
