@@ -30,6 +30,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "long ifname", env: func(e Env) Env { e.IfName = "eth0123456789012"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
 		{name: "ifname dot", env: func(e Env) Env { e.IfName = "."; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
 		{name: "ifname slash", env: func(e Env) Env { e.IfName = "x/y"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname not UTF-8", env: func(e Env) Env { e.IfName = "eth\xff"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "UTF-8"},
 		{name: "CNI_ARGS", env: func(e Env) Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
 		{name: "missing delegate", env: func(e Env) Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
 		{name: "delegate not executable", conf: func(r *rig) []byte {

@@ -5,6 +5,7 @@ package record
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containernetworking/cni/pkg/utils"
 )
@@ -65,6 +66,11 @@ func (a Attachment) Validate() error {
 	}
 	if err := utils.ValidateInterfaceName(a.IfName); err != nil {
 		return fmt.Errorf("interface name %q: %s", a.IfName, err.Msg)
+	}
+	// Records are JSON, which cannot carry other bytes unchanged; a name
+	// that came back different could never be found again.
+	if !utf8.ValidString(a.IfName) {
+		return fmt.Errorf("interface name %q is not valid UTF-8", a.IfName)
 	}
 	return nil
 }
