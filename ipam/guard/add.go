@@ -39,7 +39,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 		return nil, g.abandon(ctx, rec, env, args, err)
 	}
 	if err := g.commit(ctx, rec, result); err != nil {
-		return nil, g.abandon(ctx, rec, env, args, err)
+		return nil, g.commitFailed(ctx, rec, env, args, err)
 	}
 	g.at(AddCommitted)
 	return convertResult(result, g.cfg.CNIVersion)
@@ -112,10 +112,24 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	committed := *pending
 	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
 	if _, err := g.store.Swap(ctx, pending.Attachment, pending, &committed); err != nil {
-		return storeError("committing "+pending.Attachment.String(), err)
+		return err
 	}
 	g.log.Info("ADD", "attachment", pending.Attachment.String(), "ips", ips, "handle", committed.Handle)
 	return nil
+}
+
+// commitFailed decides what a failed commit leaves. Only a commit known
+// not to have happened may release: a store that did not answer may have
+// applied it, and releasing under a committed record is how an address
+// ends up held twice. Unreleased, the addresses stay claimed by a record,
+// pending or committed, which the next ADD, DEL or GC settles.
+func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, err error) error {
+	var cniErr *types.Error
+	if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {
+		return g.abandon(ctx, pending, env, args, storeError("committing "+pending.Attachment.String(), err))
+	}
+	g.log.Error("ADD commit outcome unknown; keeping the addresses under the record for a retry, DEL or GC", "attachment", pending.Attachment.String(), "error", err)
+	return storeError("committing "+pending.Attachment.String()+" (outcome unknown, retry)", err)
 }
 
 // abandon undoes a failed ADD: the delegate releases whatever it may hold
