@@ -32,7 +32,9 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 		return err
 	}
 	g.at(DelStart)
-	marked, err := g.store.MarkReleasing(ctx, att, g.now().UTC())
+	now := g.now().UTC()
+	marker := &record.Record{Attachment: att, Node: g.node(), Handle: g.handle(att), Created: now, Updated: now}
+	marked, err := g.store.MarkReleasing(ctx, marker)
 	if err != nil {
 		return storeError("marking "+att.String(), err)
 	}
@@ -156,7 +158,9 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 }
 
 func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
-	if valid[[2]string{rec.ContainerID, rec.IfName}] {
+	// The runtime's list names this node's attachments only; records of
+	// other nodes share the store when it is Calico's etcd.
+	if rec.Node != g.node() || valid[[2]string{rec.ContainerID, rec.IfName}] {
 		return true
 	}
 	// A young pending record is an ADD in flight, not garbage.
@@ -167,7 +171,7 @@ func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
 // record GC listed: an attachment re-added meanwhile is not garbage.
 func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error {
 	att := rec.Attachment
-	marked, err := g.store.Swap(ctx, att, rec, store.ReleasingRecord(att, rec, g.now().UTC()))
+	marked, err := g.store.Swap(ctx, att, rec, store.Releasing(rec, g.now().UTC()))
 	if errors.Is(err, store.ErrConflict) {
 		return nil
 	}

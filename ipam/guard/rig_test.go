@@ -115,6 +115,7 @@ type rig struct {
 	cniVersion string
 	delegate   string
 	handles    string
+	node       string
 	extraIPAM  map[string]any
 	crashAt    Step
 }
@@ -125,7 +126,7 @@ func newRig(t *testing.T, kind string) *rig {
 	t.Helper()
 	rigCount++
 	r := &rig{t: t, kind: kind, fakeDir: t.TempDir(), storeDir: filepath.Join(t.TempDir(), "records"),
-		prefix: fmt.Sprintf("/test%d", rigCount), cniVersion: "1.0.0", delegate: "calico-ipam", handles: "container"}
+		prefix: fmt.Sprintf("/test%d", rigCount), cniVersion: "1.0.0", delegate: "calico-ipam", handles: "container", node: "node1"}
 	t.Setenv(fakeDirEnv, r.fakeDir)
 	return r
 }
@@ -150,7 +151,7 @@ func (r *rig) conf() []byte {
 	}
 	conf := map[string]any{
 		"cniVersion": r.cniVersion, "name": "net1", "type": "ptp", "datastore_type": "etcdv3",
-		"etcd_endpoints": "http://calico-etcd:2379", "nodename": "node1", "kubernetes": map[string]any{"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"},
+		"etcd_endpoints": "http://calico-etcd:2379", "nodename": r.node, "kubernetes": map[string]any{"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"},
 		"ipam": ipam,
 	}
 	data, err := json.Marshal(conf)

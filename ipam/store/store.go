@@ -26,10 +26,11 @@ type Store interface {
 	Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error)
 	// Get returns the record of att, or nil when there is none.
 	Get(ctx context.Context, att record.Attachment) (*record.Record, error)
-	// MarkReleasing replaces the record of att, if there is one, with a
-	// Releasing record, without a prior read, and returns what it wrote
-	// (nil when there was no record). Stores may keep the other fields.
-	MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error)
+	// MarkReleasing replaces the record of marker's attachment, if there
+	// is one, with marker (a Releasing record), without a prior read, and
+	// returns what it wrote (nil when there was no record). A store that
+	// reads anyway may keep the old record's addresses and pod fields.
+	MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error)
 	// List returns every record of a network.
 	List(ctx context.Context, network string) ([]*record.Record, error)
 	// Ping fails when the store cannot serve requests.
@@ -45,14 +46,9 @@ func SameRevision(cur, prev *record.Record) bool {
 	return cur.Revision == prev.Revision
 }
 
-// ReleasingRecord is the marker MarkReleasing writes over rec (nil: a
-// store that cannot read first keeps only the attachment).
-func ReleasingRecord(att record.Attachment, rec *record.Record, now time.Time) *record.Record {
-	out := &record.Record{Attachment: att, Created: now}
-	if rec != nil {
-		copied := *rec
-		out = &copied
-	}
+// Releasing is rec marked Releasing at now.
+func Releasing(rec *record.Record, now time.Time) *record.Record {
+	out := *rec
 	out.State, out.Updated = record.Releasing, now
-	return out
+	return &out
 }

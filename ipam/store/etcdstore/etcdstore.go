@@ -159,12 +159,13 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 
 // MarkReleasing implements store.Store in one Txn that writes the marker
 // only over an existing record. Without a read it cannot keep the fields.
-func (s *Store) MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error) {
+func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
+	att := marker.Attachment
 	if err := att.Validate(); err != nil {
 		return nil, err
 	}
 	key := s.key(att)
-	marker := store.ReleasingRecord(att, nil, now)
+	marker = store.Releasing(marker, marker.Updated)
 	data, err := json.Marshal(marker)
 	if err != nil {
 		return nil, fmt.Errorf("encoding record %s: %w", att, err)

@@ -86,6 +86,14 @@ func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *recor
 	return &out, nil
 }
 
+// keepAddresses carries over what only the old record knows, so the
+// marker still says which addresses are being released and for which pod.
+func keepAddresses(marker, old *record.Record) *record.Record {
+	marker.IPs, marker.Result, marker.Created = old.IPs, old.Result, old.Created
+	marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
+	return marker
+}
+
 // Get implements store.Store.
 func (s *Store) Get(_ context.Context, att record.Attachment) (*record.Record, error) {
 	if err := att.Validate(); err != nil {
@@ -95,13 +103,14 @@ func (s *Store) Get(_ context.Context, att record.Attachment) (*record.Record, e
 }
 
 // MarkReleasing implements store.Store, keeping the record's fields.
-func (s *Store) MarkReleasing(ctx context.Context, att record.Attachment, now time.Time) (*record.Record, error) {
+func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
+	att := marker.Attachment
 	for {
 		cur, err := s.Get(ctx, att)
 		if err != nil || cur == nil {
 			return nil, err
 		}
-		marked, err := s.Swap(ctx, att, cur, store.ReleasingRecord(att, cur, now))
+		marked, err := s.Swap(ctx, att, cur, keepAddresses(store.Releasing(marker, marker.Updated), cur))
 		if !errors.Is(err, store.ErrConflict) {
 			return marked, err
 		}

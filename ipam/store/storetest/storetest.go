@@ -63,7 +63,7 @@ func createCommitDelete(t *testing.T, s store.Store) {
 	if got, _ := s.Get(ctx, att); got != nil {
 		t.Fatalf("record left after delete: %+v", got)
 	}
-	if m, err := s.MarkReleasing(ctx, att, time.Now()); m != nil || err != nil {
+	if m, err := s.MarkReleasing(ctx, marker(att)); m != nil || err != nil {
 		t.Fatalf("marking no record = %+v, %v; want nothing", m, err)
 	}
 	if got, _ := s.Get(ctx, att); got != nil {
@@ -90,11 +90,11 @@ func conflicts(t *testing.T, s store.Store) {
 	if cur, err := s.Swap(ctx, att, p, nil); !errors.Is(err, store.ErrConflict) || cur.Revision != c.Revision {
 		t.Fatalf("stale delete = %+v, %v; want conflict", cur, err)
 	}
-	m, err := s.MarkReleasing(ctx, att, time.Now())
+	m, err := s.MarkReleasing(ctx, marker(att))
 	if err != nil || m == nil || m.State != record.Releasing || m.Revision == c.Revision {
 		t.Fatalf("mark = %+v, %v; want a new releasing revision", m, err)
 	}
-	if got, _ := s.Get(ctx, att); got == nil || got.State != record.Releasing || got.Revision != m.Revision {
+	if got, _ := s.Get(ctx, att); got == nil || got.State != record.Releasing || got.Revision != m.Revision || got.Node != "node1" {
 		t.Fatalf("stored after mark = %+v", got)
 	}
 	if cur, err := s.Swap(ctx, att, c, &next); !errors.Is(err, store.ErrConflict) || cur.Revision != m.Revision {
@@ -187,11 +187,16 @@ func invalidNames(t *testing.T, s store.Store) {
 		if _, err := s.Swap(ctx, att, nil, pending(att)); err == nil || errors.Is(err, store.ErrConflict) {
 			t.Errorf("swap of %v: %v; want a validation error", att, err)
 		}
-		if _, err := s.MarkReleasing(ctx, att, time.Now()); err == nil {
+		if _, err := s.MarkReleasing(ctx, marker(att)); err == nil {
 			t.Errorf("mark of %v succeeded", att)
 		}
 	}
 	if _, err := s.List(ctx, "a/b"); err == nil {
 		t.Errorf("list of network a/b succeeded")
 	}
+}
+
+func marker(att record.Attachment) *record.Record {
+	now := time.Now()
+	return &record.Record{Attachment: att, Node: "node1", Handle: "net1." + att.ContainerID, Created: now, Updated: now}
 }

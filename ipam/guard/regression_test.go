@@ -1,0 +1,83 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// Nodes share the store when it is Calico's etcd; one node's GC must not
+// release another node's attachments, which its runtime cannot list.
+func TestGCLeavesOtherNodesAlone(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		r.add("on-node1")
+		r.node = "node2"
+		r.add("on-node2")
+		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+			t.Fatal(err)
+		}
+		if r.record("on-node1") == nil || r.record("on-node2") != nil {
+			t.Fatalf("node2's GC: node1's record %v, node2's %v; want node1's kept, node2's collected", r.record("on-node1"), r.record("on-node2"))
+		}
+		if held := r.held(); len(held["net1.on-node1"]) != 1 {
+			t.Errorf("node2's GC released node1's address: %v", held)
+		}
+	})
+}
+
+// lostAnswer applies a commit and then reports the store unavailable, as
+// when etcd's answer is lost in a partition or a timeout.
+type lostAnswer struct{ store.Store }
+
+func (s lostAnswer) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	out, err := s.Store.Swap(ctx, att, prev, next)
+	if err == nil && next != nil && next.State == record.Committed {
+		return nil, store.ErrUnavailable
+	}
+	return out, err
+}
+
+// An ADD that cannot tell whether its commit happened must not release:
+// if it did happen, the record would hold addresses Calico has freed.
+func TestAddWithUnknownCommitOutcomeKeepsAddresses(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		cfg, err := config.Parse(r.conf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(cfg, lostAnswer{r.store()}, d, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = g.Add(context.Background(), env("c1"))
+		var cniErr *types.Error
+		if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater {
+			t.Fatalf("ADD = %v; want code 11", err)
+		}
+		if n := len(r.calls("DEL")); n != 0 {
+			t.Fatalf("the delegate was asked to release %d times although the commit may have happened", n)
+		}
+		rec := r.record("c1")
+		if rec == nil || rec.State != record.Committed {
+			t.Fatalf("record %+v", rec)
+		}
+		replayed := r.add("c1") // the runtime's retry
+		ips, _ := resultIPs(replayed)
+		if held := r.held()["net1.c1"]; len(held) != 1 || held[0] != ips[0] {
+			t.Errorf("retry got %v; the delegate holds %v", ips, held)
+		}
+	})
+}
