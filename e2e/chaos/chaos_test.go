@@ -99,12 +99,8 @@ func TestOutages(t *testing.T) {
 	t.Log(Summarize(reports))
 }
 
-// TestKnownBugs reproduces the safe-ipam bugs this suite found. They fail
-// until fixed, so they run only with CHAOS_KNOWN_BUGS=1.
-func TestKnownBugs(t *testing.T) {
-	if os.Getenv("CHAOS_KNOWN_BUGS") == "" {
-		t.Skip("set CHAOS_KNOWN_BUGS=1 to reproduce the known bugs (see scripts.go: CrossNodeGCScript, InvalidUTF8IfNameScript, AmbiguousCommitScript)")
-	}
+// TestRegressions replays the safe-ipam bugs this suite found.
+func TestRegressions(t *testing.T) {
 	bin := binaries(t)
 	reports := play(t, bin, ScriptJobs(filterScripts([]func() *Script{
 		CrossNodeGCScript,

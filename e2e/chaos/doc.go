@@ -32,16 +32,15 @@
 // under the same name, late and repeated DELs, concurrent workers,
 // crashes, outages, GC, sandboxes the runtime forgets) and from Scripts:
 // the crash matrix (every crash point, each followed by a retry, a DEL or
-// a GC), outages, and reproductions of known bugs. The same generator run
+// a GC), outages, and regression tests for the bugs it found. The same generator run
 // against calico-ipam alone (the control, Calico 2.x handles) must find
 // violations, and deliberately broken safe-ipams (Mutants) must be
 // caught, or the checker's silence would mean nothing.
 //
-// TestKnownBugs replays the safe-ipam bugs this suite found; it fails
-// until they are fixed, so it runs only with CHAOS_KNOWN_BUGS=1. One of
-// them needs a one-way partition (a Proxy that delivers the store's
-// requests and drops the answers), since a stopped etcd answers what it
-// accepted.
+// TestRegressions replays the safe-ipam bugs this suite found (GC across
+// nodes, a commit whose answer was lost, a non-UTF-8 ifname). One needs a
+// one-way partition (a Proxy that delivers the store's requests and drops
+// the answers), since a stopped etcd answers what it accepted.
 //
 // Running it:
 //
@@ -49,7 +48,7 @@
 //	make chaos                            # the long mode: cmd/chaos
 //	CHAOS_SEED=17 go test ./e2e/chaos -run 'TestHistories$' -v
 //	CHAOS_SCRIPT=crash/del-marked/gc go test ./e2e/chaos -run TestCrashPoints -v
-//	CHAOS_KNOWN_BUGS=1 go test ./e2e/chaos -run TestKnownBugs -v
+//	go test ./e2e/chaos -run TestRegressions -v
 //	go test ./e2e/chaos -run '^$' -fuzz FuzzRecordNaming
 //
 // Add CHAOS_TRANSCRIPT=1 with -v to watch every call as it happens.

@@ -90,7 +90,7 @@ func replay(r *Report) string {
 	if strings.HasPrefix(r.Name, "control-") {
 		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestControl' -v", r.Seed)
 	}
-	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages|TestKnownBugs' -v", r.Name)
+	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages|TestRegressions' -v", r.Name)
 }
 
 // seedsFromEnv reads CHAOS_SEED (one seed, for replay) or returns def.

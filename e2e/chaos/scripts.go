@@ -279,44 +279,46 @@ func AmidOutageScript(gen Generation, store StoreKind, pauseAfter, resumeAfter t
 	return s
 }
 
-// CrossNodeGCScript is a reproduction of a safe-ipam bug: with one etcd
-// prefix for every node (the default when the store is Calico's etcd), a
-// GC on node1 lists node2's records too, and node2's live attachment is
-// not in node1's valid list, so node1's GC releases it.
+// CrossNodeGCScript is a regression test for a bug this suite found: with
+// one etcd prefix for every node (the default when the store is Calico's
+// etcd), a GC on node1 listed node2's records too, and node2's live
+// attachment is not in node1's valid list, so node1's GC released it.
 func CrossNodeGCScript() *Script {
 	s := &Script{
-		Name:  "known-bug/gc-across-nodes",
+		Name:  "regression/gc-across-nodes",
 		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, SharedPrefix: true},
 	}
 	return s.start("web-0", node1, "", Succeeds).start("web-1", "node2", "", Succeeds).gc(node1, "", Succeeds)
 }
 
-// InvalidUTF8IfNameScript is a reproduction of a safe-ipam bug: an ifname
-// with a byte that is not UTF-8 is valid for CNI (and Linux), but the
-// record stores it in JSON, which replaces the byte, so List returns a
-// record under another name; GC then cannot collect it and leaks it.
+// InvalidUTF8IfNameScript is a regression test for a bug this suite
+// found: an ifname with a byte that is not UTF-8 passes CNI's checks, but
+// the record stores it in JSON, which replaces the byte, so List returned
+// a record under another name and GC leaked it. safe-ipam now refuses
+// such a name before anything is allocated.
 func InvalidUTF8IfNameScript(store StoreKind) *Script {
 	s := &Script{
-		Name:  "known-bug/ifname-not-utf8/" + string(store),
+		Name:  "regression/ifname-not-utf8/" + string(store),
 		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: WidePool},
 	}
 	return s.then(func(m *Model) Step {
 		a := m.Incarnate("web-0", node1, s.containerID("web-0"))
 		a.IfName = "eth\xff"
-		return single(Call{Verb: Add, Node: node1, Att: a}, Succeeds, "ifname \"eth\\xff\"")
+		return single(Call{Verb: Add, Node: node1, Att: a}, Fails, "ifname \"eth\\xff\" is refused")
 	}).forget(0).gc(node1, "", Succeeds)
 }
 
-// AmbiguousCommitScript is a reproduction of a safe-ipam bug. An ADD's
-// commit reaches etcd but its answer is lost (a one-way partition, or a
-// timeout while etcd is slow): safe-ipam takes the commit as failed,
-// releases the addresses in calico-ipam, and cannot delete the record it
-// believes pending. The record is committed, though, so the runtime's
-// retried ADD replays addresses Calico has freed, and the next pod gets
-// one of them: in a block of four, web-1's freed .1 goes to web-4.
+// AmbiguousCommitScript is a regression test for a bug this suite found.
+// An ADD's commit reaches etcd but its answer is lost (a one-way
+// partition, or a timeout while etcd is slow): safe-ipam took the commit
+// as failed and released the addresses in calico-ipam, though the record
+// was committed, so the runtime's retried ADD replayed addresses Calico
+// had freed, and the next pod got one of them (in a block of four,
+// web-1's .1 went to web-4). Now an ADD whose commit outcome is unknown
+// keeps the addresses under the record.
 func AmbiguousCommitScript(gen Generation) *Script {
 	s := &Script{
-		Name:  "known-bug/ambiguous-commit/" + string(gen),
+		Name:  "regression/ambiguous-commit/" + string(gen),
 		Setup: Setup{Generation: gen, Store: EtcdStore, Nodes: 1, Pool: TightPool, StoreBehindProxy: true},
 	}
 	s.start("web-0", node1, "", Succeeds)
