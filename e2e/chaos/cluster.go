@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -128,7 +129,7 @@ func (s Setup) nodes() []string { return Nodes[:max(1, min(s.Nodes, len(Nodes)))
 type Cluster struct {
 	bin   Binaries
 	dir   string
-	etcd  *etcdServer
+	etcd  *etcdtest.Server
 	cli   *clientv3.Client
 	proxy *Proxy
 	// held is a CNI_PATH whose calico-ipam can hold an ADD (see
@@ -142,7 +143,7 @@ type Cluster struct {
 
 // NewCluster starts etcd under dir and seeds every pool and node.
 func NewCluster(ctx context.Context, bin Binaries, dir string) (*Cluster, error) {
-	srv, err := newEtcdServer(filepath.Join(dir, "etcd"))
+	srv, err := etcdtest.NewWith(filepath.Join(dir, "etcd"), etcdtest.Options{Fast: true})
 	if err != nil {
 		return nil, err
 	}
