@@ -26,10 +26,10 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 	conf := g.cfg.DelegateConfig(g.version, nil)
 	g.at(AddStart)
 	rec, err := g.reserve(ctx, att, env, args)
-	if err != nil || rec.State == record.Committed {
-		if err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
+	}
+	if rec.State == record.Committed {
 		g.log.Info("ADD answered from record", "attachment", att.String(), "ips", rec.IPs)
 		return g.replay(rec)
 	}
@@ -50,6 +50,9 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, arg
 	pending := g.newRecord(att, args)
 	cur, err := g.store.Swap(ctx, att, nil, pending)
 	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State != record.Committed {
+		if cur.Owner.Alive() {
+			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: another operation (pid %d) is %s it", att, cur.Owner.PID, cur.State), "")
+		}
 		cur, err = g.restart(ctx, cur, pending, env, args)
 	}
 	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State == record.Committed {
@@ -63,9 +66,9 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, arg
 }
 
 // restart recovers from an ADD that stopped between its pending record and
-// its commit, or a DEL that stopped after its mark: whatever the delegate
-// holds for the attachment is released before the new attempt takes the
-// record over.
+// its commit, or a DEL that stopped after its mark (its process is gone):
+// whatever the delegate holds for the attachment is released before the
+// new attempt takes the record over.
 func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env Env, args cniargs.Args) (*record.Record, error) {
 	g.log.Warn("ADD found an unfinished record; releasing before retrying", "attachment", stale.Attachment.String(), "state", stale.State, "since", stale.Updated)
 	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
@@ -87,6 +90,7 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 		State:        record.Pending,
 		Created:      now,
 		Updated:      now,
+		Owner:        g.owner,
 	}
 }
 
@@ -111,6 +115,7 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	}
 	committed := *pending
 	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
+	committed.Owner = nil
 	if _, err := g.store.Swap(ctx, pending.Attachment, pending, &committed); err != nil {
 		return err
 	}

@@ -65,6 +65,7 @@ type Guard struct {
 	version  string // spoken with the delegate
 	log      *slog.Logger
 	now      func() time.Time
+	owner    *record.Owner // this process, written into pending and releasing records
 	// At, when set, is called at every Step; crash tests stop there.
 	At func(Step)
 
@@ -78,7 +79,7 @@ func New(cfg *config.Config, st store.Store, d *delegate.Delegate, log *slog.Log
 	if err != nil {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
 	}
-	return &Guard{cfg: cfg, store: st, delegate: d, version: v, log: log, now: time.Now}, nil
+	return &Guard{cfg: cfg, store: st, delegate: d, version: v, log: log, now: time.Now, owner: record.Self()}, nil
 }
 
 func (g *Guard) at(s Step) {

@@ -49,6 +49,8 @@ type Record struct {
 	Result       []byte    `json:"result,omitempty"`
 	Created      time.Time `json:"created"`
 	Updated      time.Time `json:"updated"`
+	// Owner is the process working on a pending or releasing record.
+	Owner *Owner `json:"owner,omitempty"`
 
 	// Revision identifies this version of the record in its store, for
 	// compare-and-swap. Stores set it; it is not part of the record's JSON.
