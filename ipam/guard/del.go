@@ -33,7 +33,7 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	}
 	g.at(DelStart)
 	now := g.now().UTC()
-	marker := &record.Record{Attachment: att, Node: g.node(), Handle: g.handle(att), Created: now, Updated: now}
+	marker := &record.Record{Attachment: att, Node: g.node(), Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner}
 	marked, err := g.store.MarkReleasing(ctx, marker)
 	if err != nil {
 		return storeError("marking "+att.String(), err)
@@ -145,7 +145,7 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 		if g.keep(rec, valid) {
 			continue
 		}
-		if err := g.collect(ctx, rec, env); err != nil {
+		if err := g.collect(ctx, rec, env, valid); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -163,21 +163,36 @@ func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
 	if rec.Node != g.node() || valid[[2]string{rec.ContainerID, rec.IfName}] {
 		return true
 	}
-	// A young pending record is an ADD in flight, not garbage.
-	return rec.State == record.Pending && g.now().Sub(rec.Created) < g.cfg.GCGracePeriod
+	// A pending record is an ADD in flight, not garbage, while it is young
+	// or its process runs.
+	return rec.State == record.Pending && (g.now().Sub(rec.Created) < g.cfg.GCGracePeriod || rec.Owner.Alive())
 }
 
-// collect releases one record as DEL does, but only if it is still the
-// record GC listed: an attachment re-added meanwhile is not garbage.
-func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error {
+// collect releases one record as DEL does. It marks the record it listed
+// first; if the record changed meanwhile (a DEL marked it, an ADD took it
+// over), it judges the record as it is now, so a GC that succeeds has
+// released every attachment it was not told to keep.
+func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env, valid map[[2]string]bool) error {
 	att := rec.Attachment
-	marked, err := g.store.Swap(ctx, att, rec, store.Releasing(rec, g.now().UTC()))
-	if errors.Is(err, store.ErrConflict) {
-		return nil
+	for attempt := 0; ; attempt++ {
+		marker := store.Releasing(rec, g.now().UTC())
+		marker.Owner = g.owner
+		marked, err := g.store.Swap(ctx, att, rec, marker)
+		if errors.Is(err, store.ErrConflict) && attempt < 3 {
+			if rec = marked; rec == nil || g.keep(rec, valid) {
+				return nil
+			}
+			continue
+		}
+		if err != nil {
+			return storeError("marking "+att.String(), err)
+		}
+		return g.releaseMarked(ctx, marked, env)
 	}
-	if err != nil {
-		return storeError("marking "+att.String(), err)
-	}
+}
+
+func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env Env) error {
+	att := marked.Attachment
 	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
@@ -186,7 +201,7 @@ func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env) error 
 		return storeError("forgetting "+att.String(), err)
 	}
 	g.at(GCForgotten)
-	g.log.Info("GC released", "attachment", att.String(), "ips", rec.IPs, "state", rec.State)
+	g.log.Info("GC released", "attachment", att.String(), "ips", marked.IPs, "state", marked.State)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -78,6 +79,79 @@ func TestAddWithUnknownCommitOutcomeKeepsAddresses(t *testing.T) {
 		ips, _ := resultIPs(replayed)
 		if held := r.held()["net1.c1"]; len(held) != 1 || held[0] != ips[0] {
 			t.Errorf("retry got %v; the delegate holds %v", ips, held)
+		}
+	})
+}
+
+// A pending record whose process still runs is an ADD in flight: another
+// ADD must not "recover" it by releasing what that ADD is allocating, and
+// GC must not collect it, however old.
+func TestRecordOfLiveProcessIsLeftAlone(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		att := record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+		inFlight := &record.Record{Attachment: att, Node: "node1", Handle: "net1.c1", State: record.Pending,
+			Created: time.Now().Add(-time.Hour), Owner: record.Self()}
+		if _, err := r.store().Swap(context.Background(), att, nil, inFlight); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.run("ADD", env("c1"), r.conf())
+		if cniCode(err) != types.ErrTryAgainLater {
+			t.Fatalf("ADD over an ADD in flight: %v; want code 11", err)
+		}
+		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+			t.Fatal(err)
+		}
+		if calls := r.calls("DEL"); len(calls) != 0 {
+			t.Errorf("the in-flight ADD's attachment was released %d times", len(calls))
+		}
+		if rec := r.record("c1"); rec == nil || rec.State != record.Pending {
+			t.Errorf("record %+v; want the in-flight ADD's pending record", rec)
+		}
+	})
+}
+
+// delMarksFirst lets a DEL mark the record between GC's listing and GC's
+// own mark, as when the runtime's DEL and GC run at once.
+type delMarksFirst struct {
+	store.Store
+	done bool
+}
+
+func (s *delMarksFirst) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	if !s.done && next != nil && next.State == record.Releasing {
+		s.done = true
+		now := time.Now()
+		if _, err := s.Store.MarkReleasing(ctx, &record.Record{Attachment: att, Node: "node1", Created: now, Updated: now}); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Swap(ctx, att, prev, next)
+}
+
+// A GC that succeeds has released every attachment not listed as valid,
+// even one a concurrent (and failing) DEL marked under its feet.
+func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		r.add("gone")
+		cfg, err := config.Parse(gcConf(t, r.conf()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(cfg, &delMarksFirst{Store: r.store()}, d, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.GC(context.Background(), Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+			t.Fatal(err)
+		}
+		if rec, held := r.record("gone"), r.held(); rec != nil || len(held) != 0 {
+			t.Fatalf("GC succeeded but left record %+v, delegate %v", rec, held)
 		}
 	})
 }
