@@ -34,13 +34,14 @@ type flags struct {
 	network, recordsPrefix   string
 	liveFile, cniCache, node string
 	json, apply              bool
-	timeout                  time.Duration
+	timeout, settle, minAge  time.Duration
 	set                      map[string]bool
+	hostErr                  error
 }
 
 func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
-	host, _ := os.Hostname()
-	f := &flags{set: map[string]bool{}}
+	host, hostErr := os.Hostname()
+	f := &flags{set: map[string]bool{}, hostErr: hostErr}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
@@ -53,9 +54,11 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.cniCache, "cni-cache", DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
 	fs.StringVar(&f.node, "node", host, `the node the liveness source describes ("" with --live: every node)`)
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
-	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "overall time limit")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "overall time limit")
+	fs.DurationVar(&f.minAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
 	if cmd == "repair" {
 		fs.BoolVar(&f.apply, "apply", false, "make the changes (default: dry run, printing what would change)")
+		fs.DurationVar(&f.settle, "settle", 10*time.Second, "with --apply: wait this long, read the liveness source again, and act only on what still holds and did not change since the audit")
 	}
 	fs.Usage = func() { fmt.Fprint(stderr, usageText(cmd)); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
@@ -65,7 +68,19 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-	return f, nil
+	return f, f.checkNode()
+}
+
+// checkNode: a node's CNI cache speaks for that node only, so it needs a
+// node name; only a --live file may claim to list every node.
+func (f *flags) checkNode() error {
+	if !f.set["node"] && f.hostErr != nil && (f.liveFile != "" || f.cniCache != "") {
+		return fmt.Errorf("cannot tell this host's name (%v); pass --node", f.hostErr)
+	}
+	if f.node == "" && f.liveFile == "" && f.cniCache != "" {
+		return errors.New(`--node "" (every node) needs --live; a CNI cache lists one node's attachments`)
+	}
+	return nil
 }
 
 func usageText(cmd string) string {
@@ -130,7 +145,7 @@ func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, err
 	if err != nil {
 		return ExitError, err
 	}
-	findings := Analyze(snap, Options{Networks: nonEmpty(f.network), Liveness: live})
+	findings := Analyze(snap, f.options(live))
 	report := NewReport(snap, findings, live)
 	if live == nil {
 		report.Liveness = liveNote
@@ -157,13 +172,54 @@ func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot
 	}
 	if f.apply {
 		applied := true
-		r := &Repairer{Client: cli, Snap: snap, Live: live}
+		live = f.settleLiveness(ctx, snap, report, live)
+		r := &Repairer{Client: cli, Snap: snap, Live: live, RecordsPrefix: strings.TrimRight(f.recordsPrefix, "/")}
 		if err := r.Apply(ctx, report.Actions); err != nil {
 			applied, code = false, ExitFindings
 		}
 		report.Applied = &applied
 	}
 	return code
+}
+
+// settleLiveness waits, reads the liveness source again and keeps only
+// the actions the fresh view still supports: a pod whose ADD was finishing
+// during the audit shows up in the source only once ADD has returned.
+// Actions dropped here get an outcome saying so.
+func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Report, live *Liveness) *Liveness {
+	if f.settle <= 0 || live == nil {
+		return live
+	}
+	select {
+	case <-time.After(f.settle):
+	case <-ctx.Done():
+	}
+	fresh, note, err := f.liveness(snap)
+	if err == nil && fresh == nil {
+		err = errors.New(note)
+	}
+	still := map[string]bool{}
+	if err == nil {
+		again, _ := Plan(snap, Analyze(snap, f.options(fresh)), fresh)
+		for _, a := range again {
+			still[a.Kind+" "+a.Handle+" "+a.Address] = true
+		}
+	}
+	kept := report.Actions[:0]
+	for _, a := range report.Actions {
+		if still[a.Kind+" "+a.Handle+" "+a.Address] {
+			kept = append(kept, a)
+		} else {
+			a.Outcome = fmt.Sprintf("skipped: the liveness source read again after %s no longer supports it (%v)", f.settle, err)
+			report.Refused = append(report.Refused, Refusal{Finding: Finding{Kind: Kind(a.Kind), Handle: a.Handle, Address: a.Address}, Why: a.Outcome})
+		}
+	}
+	report.Actions = kept
+	return fresh
+}
+
+func (f *flags) options(live *Liveness) Options {
+	return Options{Networks: nonEmpty(f.network), Liveness: live, MinAge: f.minAge}
 }
 
 func nonEmpty(s string) []string {
@@ -210,16 +266,22 @@ func (f *flags) liveness(snap *Snapshot) (*Liveness, string, error) {
 		}
 		return nil, fmt.Sprintf("none (%v)", err), nil
 	}
-	if n := committedOn(snap.Records, live); len(live.Attachments) == 0 && n > 0 {
-		return nil, fmt.Sprintf("none (%s lists no attachment while %d committed records exist on its node: not trusted)", live.Source, n), nil
+	if n := heldOn(snap, live); len(live.Attachments) == 0 && n > 0 {
+		return nil, fmt.Sprintf("none (%s lists no attachment while %d records and pod addresses exist on its node: not trusted)", live.Source, n), nil
 	}
 	return live, "", nil
 }
 
-func committedOn(recs []*record.Record, live *Liveness) int {
+// heldOn counts committed records and pod addresses on the source's node.
+func heldOn(snap *Snapshot, live *Liveness) int {
 	n := 0
-	for _, r := range recs {
+	for _, r := range snap.Records {
 		if r.State == record.Committed && live.Covers(r.Node) {
+			n++
+		}
+	}
+	for i := range snap.Allocations {
+		if al := &snap.Allocations[i]; live.Covers(al.Node) && !calicoOwned(al.Handle, al) {
 			n++
 		}
 	}

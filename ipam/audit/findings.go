@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
@@ -50,6 +51,10 @@ type Options struct {
 	Networks []string
 	// Liveness says what runs; nil means unknown.
 	Liveness *Liveness
+	// MinAge: an allocation younger than this may belong to an ADD still
+	// running (the runtime lists an attachment only once ADD returns).
+	MinAge time.Duration
+	Now    time.Time
 }
 
 // analysis holds the indexes one audit builds from a snapshot.
@@ -71,6 +76,9 @@ func Analyze(snap *Snapshot, opts Options) []Finding {
 		recByAddr: map[netip.Addr][]*record.Record{}, recByHdl: map[string][]*record.Record{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
+	}
+	if a.opts.Now.IsZero() {
+		a.opts.Now = time.Now()
 	}
 	a.indexBlocks()
 	a.indexRecords()
@@ -192,70 +200,106 @@ func (a *analysis) checkHandles() {
 			continue
 		}
 		podName := a.isPodNameHandle(handle, first)
-		recorded := len(a.recByHdl[handle]) > 0
-		owner, ownerLive, known := a.ownerLiveness(handle, podName, allocs)
-		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
-		switch {
-		case podName:
-			f.Kind, f.Why = PodNameHandle, fmt.Sprintf("keyed by pod name: any DEL of a container of pod %s can free these addresses", owner)
-			f.Releasable = known && !ownerLive
-		case recorded:
-			continue
-		case !known:
-			f.Kind, f.Why = Unverified, "no record and no liveness source for this node: cannot tell a leak from a pod not behind safe-ipam"
-		case !a.containerKeyed(handle, first):
-			f.Kind, f.Why = Unverified, "no record, and the handle names no container, so liveness cannot speak for it"
-		case ownerLive:
-			continue
-		default:
-			f.Kind, f.Why, f.Releasable = Leak, fmt.Sprintf("no record, and %s does not list owner %s", a.opts.Liveness.Source, owner), true
+		if !podName && len(a.recByHdl[handle]) > 0 {
+			continue // recorded: checked against the record
 		}
-		a.add(f)
+		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
+		f.Kind, f.Why, f.Releasable = a.judgeHandle(handle, podName, allocs)
+		if f.Kind != "" {
+			a.add(f)
+		}
 	}
 }
 
-// ownerLiveness names a handle's owner and says whether a liveness source
-// that covers its node lists it (or any of its addresses).
-func (a *analysis) ownerLiveness(handle string, podName bool, allocs []*Allocation) (owner string, live, known bool) {
-	l := a.opts.Liveness
-	owner = a.containerOf(handle)
+// judgeHandle decides what an unrecorded handle is. Only a handle whose
+// owner a covering liveness source can name, whose addresses it does not
+// list, and whose newest address is old enough for any ADD to have
+// finished, may be called a leak (or a releasable pod-name handle).
+func (a *analysis) judgeHandle(handle string, podName bool, allocs []*Allocation) (Kind, string, bool) {
+	owner, named := handle, podName
+	if !podName {
+		owner, named = a.containerOf(handle)
+	}
+	kind, dead := Unverified, false
 	if podName {
-		owner = handle
+		kind = PodNameHandle
+	}
+	why := a.unjudgeable(named, allocs)
+	if why == "" {
+		if a.ownerLive(owner, podName, allocs) {
+			if podName {
+				return kind, podNameWhy(owner), false
+			}
+			return "", "", false
+		}
+		dead = true
+	}
+	switch {
+	case podName:
+		return kind, podNameWhy(owner), dead
+	case dead:
+		return Leak, fmt.Sprintf("no record, and %s does not list owner %s", a.opts.Liveness.Source, owner), true
+	}
+	return kind, "no record, and " + why, false
+}
+
+func podNameWhy(owner string) string {
+	return fmt.Sprintf("keyed by pod name: any DEL of a container of pod %s can free these addresses", owner)
+}
+
+// unjudgeable says why liveness cannot speak for these addresses, or "".
+func (a *analysis) unjudgeable(named bool, allocs []*Allocation) string {
+	l := a.opts.Liveness
+	if !named {
+		return "the handle names no container of a known network (pass --network), so liveness cannot speak for it"
 	}
 	for _, al := range allocs {
 		if !l.Covers(al.Node) {
-			return owner, false, false
+			return "no liveness source covers its node: cannot tell a leak from a pod not behind safe-ipam"
 		}
+		if !al.Time.IsZero() && a.opts.Now.Sub(al.Time) < a.opts.MinAge {
+			return fmt.Sprintf("allocated %s ago: its ADD may still be running", a.opts.Now.Sub(al.Time).Round(time.Second))
+		}
+	}
+	return ""
+}
+
+// ownerLive: the source lists the owner, or any of the addresses.
+func (a *analysis) ownerLive(owner string, podName bool, allocs []*Allocation) bool {
+	l := a.opts.Liveness
+	for _, al := range allocs {
 		if l.addrs[al.Addr] {
-			return owner, true, true
+			return true
 		}
 	}
 	if podName {
-		return owner, l.pods[handle], true
+		return l.pods[owner]
 	}
-	return owner, l.containers[owner], true
+	return l.containers[owner]
 }
 
-func (a *analysis) containerOf(handle string) string {
-	if net, cid, ok := strings.Cut(handle, "."); ok && a.networks[net] {
-		return cid
+// containerOf names the container a handle belongs to:
+// "<network>.<containerID>" for a known network, or a bare container ID.
+func (a *analysis) containerOf(handle string) (string, bool) {
+	best := ""
+	for n := range a.networks {
+		if strings.HasPrefix(handle, n+".") && len(n) > len(best) {
+			best = n
+		}
 	}
-	return handle
+	if best != "" {
+		return strings.TrimPrefix(handle, best+"."), true
+	}
+	if !strings.Contains(handle, ".") && containerID.MatchString(handle) {
+		return handle, true
+	}
+	return "", false
 }
 
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,
 // null handles) belong to no container and are never judged.
 func calicoOwned(handle string, al *Allocation) bool {
 	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
-}
-
-// containerKeyed: the handle is "<network>.<containerID>", a bare
-// container ID, or an allocation Calico tagged with a pod.
-func (a *analysis) containerKeyed(handle string, al *Allocation) bool {
-	if net, _, ok := strings.Cut(handle, "."); ok {
-		return a.networks[net] || al.Pod != ""
-	}
-	return containerID.MatchString(handle)
 }
 
 var (
@@ -273,7 +317,7 @@ func (a *analysis) isPodNameHandle(handle string, al *Allocation) bool {
 		return handle == ns+"."+pod
 	}
 	first, rest, ok := strings.Cut(handle, ".")
-	if !ok || a.networks[first] || longHex.MatchString(rest) {
+	if _, known := a.containerOf(handle); !ok || known || longHex.MatchString(rest) {
 		return false
 	}
 	return dnsLabel.MatchString(first) && podNameLike.MatchString(rest)

@@ -107,7 +107,7 @@ func (w *world) record(network, cid, node, ip string, pod string) *record.Record
 	rec := &record.Record{Attachment: record.Attachment{Network: network, ContainerID: cid, IfName: "eth0"},
 		PodNamespace: "default", PodName: pod, Node: node, Handle: network + "." + cid, State: record.Committed,
 		IPs: []string{ip + "/26"}, Created: time.Now(), Updated: time.Now()}
-	s := etcdstore.NewWithClient(w.cli(), recordsPrefix, 5*time.Second)
+	s := etcdstore.NewWithClient(w.cli(), recordsPrefix, node, 5*time.Second)
 	out, err := s.Swap(context.Background(), rec.Attachment, nil, rec)
 	if err != nil {
 		w.t.Fatal(err)
@@ -131,7 +131,11 @@ func (w *world) liveFile(atts ...LiveAttachment) string {
 // run runs `safe-ipam audit|repair` with the world's endpoint.
 func (w *world) run(repair bool, args ...string) (int, *Report, string) {
 	w.t.Helper()
-	full := append([]string{"--etcd-endpoints", w.etcd.Endpoint(), "--json", "--node", "node1", "--cni-cache="}, args...)
+	full := []string{"--etcd-endpoints", w.etcd.Endpoint(), "--json", "--node", "node1", "--cni-cache="}
+	if repair && !contains(args, "--settle") {
+		full = append(full, "--settle=0")
+	}
+	full = append(full, args...)
 	var stdout, stderr bytes.Buffer
 	code := Run(full, &stdout, &stderr, repair)
 	var rep Report
@@ -170,3 +174,12 @@ func find(fs []Finding, k Kind) *Finding {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

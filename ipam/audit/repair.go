@@ -12,6 +12,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // Action kinds.
@@ -58,7 +59,9 @@ func Plan(snap *Snapshot, findings []Finding, live *Liveness) ([]Action, []Refus
 
 func planOne(f Finding, recs map[string]*record.Record, live *Liveness) (*Action, string) {
 	switch f.Kind {
-	case Leak, PodNameHandle, Unverified:
+	case Unverified:
+		return nil, "" // informational: nothing to repair, nothing refused
+	case Leak, PodNameHandle:
 		if live == nil {
 			return nil, "no liveness source: an unknown set of running pods never means none run"
 		}
@@ -92,8 +95,8 @@ func planReclaim(f Finding, recs map[string]*record.Record, live *Liveness) (*Ac
 	if rec == nil {
 		return nil, "record not found"
 	}
-	if live.Covers(rec.Node) && !live.attach[[2]string{rec.ContainerID, rec.IfName}] {
-		return nil, "the record's attachment is not running; re-claiming would leak the address"
+	if !live.Covers(rec.Node) || !live.attach[[2]string{rec.ContainerID, rec.IfName}] {
+		return nil, "no liveness source lists the record's attachment as running; re-claiming for a gone pod would leak the address"
 	}
 	return &Action{Kind: Reclaim, Handle: rec.Handle, Address: f.Address, Record: rec.Attachment.String(), rec: rec,
 		Why: "re-claim the free address for the record that still holds it"}, ""
@@ -112,6 +115,8 @@ type Repairer struct {
 	Client *clientv3.Client
 	Snap   *Snapshot
 	Live   *Liveness
+	// RecordsPrefix locates the records a reclaim compares.
+	RecordsPrefix string
 	// BeforeCommit, when set, runs before every Txn (tests race it).
 	BeforeCommit func(a Action, attempt int)
 	Now          func() time.Time
@@ -192,7 +197,10 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 	if rev != 0 {
 		d.handle, d.handleRev = &h, rev
 	}
-	cidrs := append(r.Snap.blocksOf(handle), extra...)
+	cidrs := append([]netip.Prefix(nil), extra...)
+	for cidr := range r.Snap.heldBy(handle) {
+		cidrs = append(cidrs, cidr)
+	}
 	if d.handle != nil {
 		for k := range d.handle.Block {
 			if p, err := netip.ParsePrefix(k); err == nil {
@@ -226,9 +234,9 @@ func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*f
 }
 
 // txn compares every document read with its revision, then writes.
-func (d *freshDocs) txn(ctx context.Context, cli *clientv3.Client, handle string, changed map[netip.Prefix]bool) (clientv3.Txn, error) {
+func (d *freshDocs) txn(ctx context.Context, cli *clientv3.Client, handle string, changed map[netip.Prefix]bool, extra ...clientv3.Cmp) (clientv3.Txn, error) {
 	hkey := calico.HandleKey(handle)
-	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", d.handleRev)}
+	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", d.handleRev)}, extra...)
 	var ops []clientv3.Op
 	for cidr, doc := range d.blocks {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(doc.Key), "=", doc.ModRevision))
@@ -255,6 +263,9 @@ func (d *freshDocs) txn(ctx context.Context, cli *clientv3.Client, handle string
 func (r *Repairer) prepareRelease(ctx context.Context, a Action) (clientv3.Txn, error) {
 	d, err := r.readHandle(ctx, a.Handle)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
 		return nil, err
 	}
 	changed := map[netip.Prefix]bool{}
@@ -299,6 +310,10 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (clientv3.Txn, 
 	if _, taken := doc.Block.Attribute(ord); taken {
 		return nil, fmt.Errorf("%w: %s is no longer free", errStale, addr)
 	}
+	recKey := etcdstore.Key(r.RecordsPrefix, a.rec.Node, a.rec.Attachment)
+	if rev, err := calico.ReadJSON(ctx, r.Client, recKey, &struct{}{}); err != nil || rev != a.rec.Revision {
+		return nil, fmt.Errorf("%w: record %s changed since the audit (%v)", errStale, a.rec.Attachment, err)
+	}
 	if err := doc.Block.AllocateOrdinal(ord, a.Handle, r.secondary(a.rec)); err != nil {
 		return nil, fmt.Errorf("%w: %v", errStale, err)
 	}
@@ -306,7 +321,29 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (clientv3.Txn, 
 		d.handle = calico.NewHandle()
 	}
 	d.handle.Add(cidr, 1)
-	return d.txn(ctx, r.Client, a.Handle, map[netip.Prefix]bool{cidr: true})
+	// The record must still be the committed one the audit read: a DEL
+	// marks it first, and re-claiming for a pod being deleted would leak.
+	return d.txn(ctx, r.Client, a.Handle, map[netip.Prefix]bool{cidr: true},
+		clientv3.Compare(clientv3.ModRevision(recKey), "=", a.rec.Revision))
+}
+
+// unchangedSinceAudit: calico-ipam writes a handle and its block in two
+// steps (handle first on ADD, block first on release), so a document
+// pair caught between them looks like a leak or a miscount. Acting only
+// on a handle document no newer than the audit, whose addresses per block
+// are still those the audit saw (after the settle wait), leaves any
+// operation that was in flight alone.
+func (r *Repairer) unchangedSinceAudit(handle string, d *freshDocs) error {
+	if d.handleRev > r.Snap.Revision {
+		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", errStale, handle)
+	}
+	seen := r.Snap.heldBy(handle)
+	for cidr, doc := range d.blocks {
+		if n := len(doc.Block.OrdinalsOf(handle)); n != seen[cidr] {
+			return fmt.Errorf("%w: handle %s holds %d addresses in %s, the audit saw %d; re-run", errStale, handle, n, cidr, seen[cidr])
+		}
+	}
+	return nil
 }
 
 // secondary are the attributes Calico 3.x writes for a pod's address.
@@ -334,6 +371,9 @@ func (r *Repairer) blockOf(addr netip.Addr) (netip.Prefix, bool) {
 func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (clientv3.Txn, error) {
 	d, err := r.readHandle(ctx, a.Handle)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
 		return nil, err
 	}
 	counts := calico.NewHandle()

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -34,6 +35,8 @@ type Snapshot struct {
 	Handles    map[string]json.RawMessage
 	Affinities []AffinityDoc
 	Records    []*record.Record
+
+	byHandle map[string]map[netip.Prefix]int
 }
 
 // BlockSummary is one block: who claims it, its size, and what is wrong
@@ -53,9 +56,13 @@ type Allocation struct {
 	Handle    string
 	Namespace string
 	Pod       string
-	Node      string // the attribute's node, else the block's
-	Type      string // set by Calico for its own (tunnel) addresses
+	Node      string    // the attribute's node, else the block's
+	Type      string    // set by Calico for its own (tunnel) addresses
+	Time      time.Time // the attribute's timestamp; zero when absent
 }
+
+// calicoTime is how Calico writes an attribute's timestamp.
+const calicoTime = "2006-01-02 15:04:05.999999999 -0700 MST"
 
 // AffinityDoc is a host affinity.
 type AffinityDoc struct {
@@ -82,7 +89,7 @@ func Load(ctx context.Context, cli *clientv3.Client, recordsPrefix, network stri
 
 // scan pages through a prefix at one revision (the first page's, shared
 // by later scans) so the snapshot is consistent.
-func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, add func(key string, value []byte) error) error {
+func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, add func(key string, value []byte, modRev int64) error) error {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	from := prefix
 	for {
@@ -98,7 +105,7 @@ func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, 
 			*rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			if err := add(string(kv.Key), kv.Value); err != nil {
+			if err := add(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
 				return fmt.Errorf("%s: %w", kv.Key, err)
 			}
 		}
@@ -109,7 +116,7 @@ func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, 
 	}
 }
 
-func (s *Snapshot) addCalico(key string, value []byte) error {
+func (s *Snapshot) addCalico(key string, value []byte, _ int64) error {
 	switch {
 	case strings.HasPrefix(key, calico.BlockPrefix):
 		var b calico.Block
@@ -149,6 +156,9 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 		if n := attr.Secondary["node"]; n != "" {
 			al.Node = n
 		}
+		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
+			al.Time = ts
+		}
 		s.Allocations = append(s.Allocations, al)
 	}
 }
@@ -186,21 +196,23 @@ func partitionProblems(b *calico.Block) []string {
 	return problems
 }
 
-// blocksOf lists the blocks where the snapshot saw handle's addresses.
-func (s *Snapshot) blocksOf(handle string) []netip.Prefix {
-	var out []netip.Prefix
-	seen := map[netip.Prefix]bool{}
-	for _, al := range s.Allocations {
-		if al.Handle == handle && !seen[al.Block] {
-			seen[al.Block] = true
-			out = append(out, al.Block)
+// heldBy counts, per block, the addresses the snapshot saw under handle.
+// The index is built on first use.
+func (s *Snapshot) heldBy(handle string) map[netip.Prefix]int {
+	if s.byHandle == nil {
+		s.byHandle = map[string]map[netip.Prefix]int{}
+		for _, al := range s.Allocations {
+			if s.byHandle[al.Handle] == nil {
+				s.byHandle[al.Handle] = map[netip.Prefix]int{}
+			}
+			s.byHandle[al.Handle][al.Block]++
 		}
 	}
-	return out
+	return s.byHandle[handle]
 }
 
-func (s *Snapshot) addRecord(key string, value []byte) error {
-	rec, err := etcdstore.Decode(value, 0)
+func (s *Snapshot) addRecord(key string, value []byte, modRev int64) error {
+	rec, err := etcdstore.Decode(value, modRev) // repair compares it
 	if err != nil {
 		return err
 	}
