@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // Handle modes: how the delegate keys handles on ADD.
@@ -284,4 +287,27 @@ func (s *Store) validateEtcd() error {
 		return invalid("ipam.store.certFile", "certFile and keyFile go together")
 	}
 	return nil
+}
+
+// CalicoNodenameFile is where calico-node writes the name it registered
+// the node under; calico-ipam reads it when the config has no nodename.
+const CalicoNodenameFile = "/var/lib/calico/nodename"
+
+// Node is the node's name as Calico resolves it: the config's nodename,
+// else CalicoNodenameFile, else the hostname. Records and the etcd store's
+// keys carry it, so it must match the one Calico uses.
+func (c *Config) Node() (string, error) {
+	node := c.NodeName
+	if node == "" {
+		if b, err := os.ReadFile(CalicoNodenameFile); err == nil {
+			node = strings.TrimSpace(string(b))
+		}
+	}
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	if err := record.ValidateNode(node); err != nil {
+		return "", invalid("nodename", err.Error())
+	}
+	return node, nil
 }

@@ -33,6 +33,8 @@ func (c *Config) DelegateConfig(cniVersion string, prevResult []byte) []byte {
 		top["type"] = delegateType
 	}
 	top["cniVersion"], _ = json.Marshal(cniVersion)
+	// A prevResult in another version than cniVersion would be misread.
+	delete(top, "prevResult")
 	if prevResult != nil {
 		top["prevResult"] = prevResult
 	}

@@ -23,7 +23,6 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	conf := g.cfg.DelegateConfig(g.version, nil)
 	g.at(AddStart)
 	rec, err := g.reserve(ctx, att, env, args)
 	if err != nil {
@@ -33,7 +32,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 		g.log.Info("ADD answered from record", "attachment", att.String(), "ips", rec.IPs)
 		return g.replay(rec)
 	}
-	result, err := g.delegate.Add(ctx, conf, g.addCall(att, env, args))
+	result, err := g.delegate.Add(ctx, g.cfg.DelegateConfig(g.version, nil), g.addCall(att, env, args))
 	g.at(AddDelegated)
 	if err != nil {
 		return nil, g.abandon(ctx, rec, env, args, err)
@@ -85,7 +84,7 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 		PodNamespace: args.Get(cniargs.PodNamespace),
 		PodName:      args.Get(cniargs.PodName),
 		PodUID:       args.Get(cniargs.PodUID),
-		Node:         g.node(),
+		Node:         g.node,
 		Handle:       g.handle(att),
 		State:        record.Pending,
 		Created:      now,
@@ -143,7 +142,8 @@ func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env En
 func (g *Guard) abandon(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, cause error) error {
 	att := pending.Attachment
 	if err := g.release(ctx, att, env, args, nil); err != nil {
-		g.log.Error("ADD failed and its release failed; the pending record stays for DEL or GC", "attachment", att.String(), "cause", cause, "error", err)
+		g.log.Error("ADD failed and its release failed; a pending record stays for DEL or GC", "attachment", att.String(), "cause", cause, "error", err)
+		g.keepClaim(ctx, pending)
 		return cause
 	}
 	g.at(AddFailedReleased)
@@ -152,6 +152,26 @@ func (g *Guard) abandon(ctx context.Context, pending *record.Record, env Env, ar
 	}
 	g.log.Warn("ADD failed and was released", "attachment", att.String(), "error", cause)
 	return cause
+}
+
+// keepClaim makes sure a record claims the attachment after a release
+// failed: a DEL that ran during this ADD may have removed or marked the
+// pending record, and nothing else would remember what the delegate holds.
+// The claim names no process, so the next ADD, DEL or GC releases it.
+func (g *Guard) keepClaim(ctx context.Context, pending *record.Record) {
+	claim := *pending
+	claim.Owner, claim.Updated = nil, g.now().UTC()
+	cur := pending
+	for attempt := 0; attempt < 3; attempt++ {
+		got, err := g.store.Swap(ctx, pending.Attachment, cur, &claim)
+		if !errors.Is(err, store.ErrConflict) {
+			if err != nil {
+				g.log.Error("could not leave a claim for the unreleased addresses", "attachment", pending.Attachment.String(), "error", err)
+			}
+			return
+		}
+		cur = got
+	}
 }
 
 func (g *Guard) replay(rec *record.Record) (types.Result, error) {

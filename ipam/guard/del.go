@@ -27,13 +27,10 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	if err != nil {
 		return err
 	}
-	prev, err := g.prevResultFor()
-	if err != nil {
-		return err
-	}
+	prev := g.delPrevResult()
 	g.at(DelStart)
 	now := g.now().UTC()
-	marker := &record.Record{Attachment: att, Node: g.node(), Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner}
+	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner}
 	marked, err := g.store.MarkReleasing(ctx, marker)
 	if err != nil {
 		return storeError("marking "+att.String(), err)
@@ -159,8 +156,9 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 
 func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
 	// The runtime's list names this node's attachments only; records of
-	// other nodes share the store when it is Calico's etcd.
-	if rec.Node != g.node() || valid[[2]string{rec.ContainerID, rec.IfName}] {
+	// other nodes share the store when it is Calico's etcd. A record that
+	// did not decode names no node and is this store's to collect.
+	if (rec.Node != "" && rec.Node != g.node) || valid[[2]string{rec.ContainerID, rec.IfName}] {
 		return true
 	}
 	// A pending record is an ADD in flight, not garbage, while it is young

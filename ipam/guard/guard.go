@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -66,20 +65,36 @@ type Guard struct {
 	log      *slog.Logger
 	now      func() time.Time
 	owner    *record.Owner // this process, written into pending and releasing records
+	node     string        // as Calico names it; records and GC are per node
 	// At, when set, is called at every Step; crash tests stop there.
 	At func(Step)
 
 	closeLog func()
 }
 
-// New builds a Guard. The delegate must have been resolved; its version is
-// negotiated here so an incompatible one fails before anything changes.
+// New builds a Guard. The delegate must have been resolved.
 func New(cfg *config.Config, st store.Store, d *delegate.Delegate, log *slog.Logger) (*Guard, error) {
-	v, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
+	node, version, err := prepare(cfg, d)
 	if err != nil {
-		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
+		return nil, err
 	}
-	return &Guard{cfg: cfg, store: st, delegate: d, version: v, log: log, now: time.Now, owner: record.Self()}, nil
+	return newGuard(cfg, node, version, st, d, log), nil
+}
+
+// prepare resolves the node name and negotiates the CNI version with the
+// delegate, both before any store is touched.
+func prepare(cfg *config.Config, d *delegate.Delegate) (node, version string, err error) {
+	if node, err = cfg.Node(); err != nil {
+		return "", "", err
+	}
+	if version, err = delegate.Negotiate(cfg.CNIVersion, d.Versions); err != nil {
+		return "", "", types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
+	}
+	return node, version, nil
+}
+
+func newGuard(cfg *config.Config, node, version string, st store.Store, d *delegate.Delegate, log *slog.Logger) *Guard {
+	return &Guard{cfg: cfg, store: st, delegate: d, version: version, log: log, now: time.Now, owner: record.Self(), node: node}
 }
 
 func (g *Guard) at(s Step) {
@@ -121,14 +136,6 @@ func (g *Guard) handle(att record.Attachment) string {
 	return att.Network + "." + att.ContainerID
 }
 
-func (g *Guard) node() string {
-	if g.cfg.NodeName != "" {
-		return g.cfg.NodeName
-	}
-	host, _ := os.Hostname()
-	return host
-}
-
 // storeError turns a store failure into the CNI error a runtime retries on.
 func storeError(action string, err error) error {
 	var cniErr *types.Error
@@ -157,6 +164,18 @@ func (g *Guard) prevResultFor() ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(conv)
+}
+
+// delPrevResult is prevResultFor for DEL, which must not fail forever on
+// a prevResult it cannot read: it goes without one (calico-ipam ignores
+// it anyway).
+func (g *Guard) delPrevResult() []byte {
+	prev, err := g.prevResultFor()
+	if err != nil {
+		g.log.Warn("DEL: dropping a prevResult that does not convert", "error", err)
+		return nil
+	}
+	return prev
 }
 
 func (e Env) call() delegate.Call {

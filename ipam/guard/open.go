@@ -24,7 +24,8 @@ const (
 
 // Open validates everything a verb needs, in order, before anything is
 // changed: config (6, 7), the attachment and CNI_ARGS (4), the delegate
-// binary (50), the CNI version (1), the store (11; 50 for STATUS).
+// binary (50), the node name (7) and CNI version (1), the store (11; 50
+// for STATUS).
 // Close the Guard when done.
 func Open(ctx context.Context, verb string, stdin []byte, env Env) (*Guard, error) {
 	cfg, err := config.Parse(stdin)
@@ -57,7 +58,11 @@ func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *sl
 		}
 		return nil, types.NewError(code, fmt.Sprintf("delegate %s: %v", cfg.Delegate.Type, err), "")
 	}
-	st, err := openStore(ctx, cfg.Store)
+	node, version, err := prepare(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(ctx, cfg.Store, node)
 	if err != nil {
 		code := types.ErrTryAgainLater
 		if verb == VerbStatus {
@@ -65,18 +70,13 @@ func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *sl
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	g, err := New(cfg, st, d, log)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	return g, nil
+	return newGuard(cfg, node, version, st, d, log), nil
 }
 
-func openStore(ctx context.Context, s config.Store) (store.Store, error) {
+func openStore(ctx context.Context, s config.Store, node string) (store.Store, error) {
 	if s.Type == config.StoreEtcd {
 		return etcdstore.Open(ctx, etcdstore.Config{
-			Endpoints: s.Endpoints, Prefix: s.Prefix,
+			Endpoints: s.Endpoints, Prefix: s.Prefix, Node: node,
 			CertFile: s.CertFile, KeyFile: s.KeyFile, CAFile: s.CAFile,
 			DialTimeout: s.DialTimeout.Std(),
 		})

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"testing"
@@ -26,8 +27,10 @@ func TestGCLeavesOtherNodesAlone(t *testing.T) {
 		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
-		if r.record("on-node1") == nil || r.record("on-node2") != nil {
-			t.Fatalf("node2's GC: node1's record %v, node2's %v; want node1's kept, node2's collected", r.record("on-node1"), r.record("on-node2"))
+		node2 := r.record("on-node2")
+		r.node = "node1"
+		if node1 := r.record("on-node1"); node1 == nil || node2 != nil {
+			t.Fatalf("node2's GC: node1's record %v, node2's %v; want node1's kept, node2's collected", node1, node2)
 		}
 		if held := r.held(); len(held["net1.on-node1"]) != 1 {
 			t.Errorf("node2's GC released node1's address: %v", held)
@@ -152,6 +155,72 @@ func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
 		}
 		if rec, held := r.record("gone"), r.held(); rec != nil || len(held) != 0 {
 			t.Fatalf("GC succeeded but left record %+v, delegate %v", rec, held)
+		}
+	})
+}
+
+// delDuringAdd runs a whole DEL of the attachment (mark and forget) just
+// before the ADD commits, as a runtime racing its own ADD would.
+type delDuringAdd struct{ store.Store }
+
+func (s delDuringAdd) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	if next != nil && next.State == record.Committed {
+		now := time.Now()
+		marked, err := s.Store.MarkReleasing(ctx, &record.Record{Attachment: att, Node: "node1", Created: now, Updated: now})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Store.Swap(ctx, att, marked, nil); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Swap(ctx, att, prev, next)
+}
+
+// If the ADD then cannot release what its delegate allocated, a record
+// must still claim the attachment, or nothing would ever release it.
+func TestAddLosingToDelLeavesAClaim(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		cfg, err := config.Parse(r.conf())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := New(cfg, delDuringAdd{r.store()}, d, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(fakeFailEnv, "DEL")
+		if _, err := g.Add(context.Background(), env("c1")); err == nil {
+			t.Fatal("ADD succeeded although a DEL removed its record")
+		}
+		if rec := r.record("c1"); rec == nil || rec.Owner != nil {
+			t.Fatalf("claim %+v; want an ownerless record while the delegate holds %v", rec, r.held())
+		}
+		t.Setenv(fakeFailEnv, "")
+		r.del("c1")
+		if rec, held := r.record("c1"), r.held(); rec != nil || len(held) != 0 {
+			t.Fatalf("after DEL: record %+v, delegate %v", rec, held)
+		}
+	})
+}
+
+// A DEL must not fail forever on a prevResult it cannot convert.
+func TestDelWithUnreadablePrevResult(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.add("c1")
+		var m map[string]any
+		_ = json.Unmarshal(r.conf(), &m)
+		m["prevResult"] = map[string]any{"cniVersion": "1.0.0", "ips": "not a list"}
+		conf, _ := json.Marshal(m)
+		if _, err := r.run("DEL", env("c1"), conf); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+		if rec, held := r.record("c1"), r.held(); rec != nil || len(held) != 0 {
+			t.Fatalf("after DEL: record %+v, delegate %v", rec, held)
 		}
 	})
 }

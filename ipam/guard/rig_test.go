@@ -231,7 +231,7 @@ func (r *rig) del(cid string) {
 func (r *rig) store() store.Store {
 	r.t.Helper()
 	if r.kind == "etcd" {
-		return etcdstore.NewWithClient(sharedEtcd.get(r.t).Client(), r.prefix, 5*time.Second)
+		return etcdstore.NewWithClient(sharedEtcd.get(r.t).Client(), r.prefix, r.node, 5*time.Second)
 	}
 	s, err := filestore.Open(r.storeDir)
 	if err != nil {
