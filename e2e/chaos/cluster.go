@@ -335,7 +335,7 @@ func (c *Cluster) stores() (map[string]store.Store, error) {
 		case EtcdStore:
 			// The shared client stays open; Close of this store would
 			// close it, so the store is never closed.
-			out[n] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(n), normalTimeout)
+			out[n] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(n), n, normalTimeout)
 		}
 	}
 	return out, nil

@@ -68,7 +68,7 @@ func FuzzRecordNaming(f *testing.F) {
 		prefix := fmt.Sprintf("/fuzz/%d", n.Add(1))
 		rev := revision(t, cli)
 		checkNaming(t, namedStore{
-			Store:     etcdstore.NewWithClient(cli, prefix, 5*time.Second),
+			Store:     etcdstore.NewWithClient(cli, prefix, "node1", 5*time.Second),
 			contained: func(t *testing.T) { keysInside(t, cli, rev, prefix+"/attachments/"+network+"/") },
 			untouched: func(t *testing.T) { noKeysSince(t, cli, rev) },
 		}, att)

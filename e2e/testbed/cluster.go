@@ -109,7 +109,7 @@ func (c *Cluster) Records(ctx context.Context, network string, st Store) ([]*rec
 		defer fs.Close()
 		return fs.List(ctx, network)
 	case "etcd":
-		es := etcdstore.NewWithClient(c.Etcd, st.Prefix, 5*time.Second)
+		es := etcdstore.NewWithClient(c.Etcd, st.Prefix, "", 5*time.Second) // every node's records
 		return es.List(ctx, network)
 	}
 	return nil, fmt.Errorf("unknown store type %q", st.Type)

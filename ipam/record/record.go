@@ -4,6 +4,7 @@ package record
 
 import (
 	"fmt"
+	"regexp"
 	"time"
 	"unicode/utf8"
 
@@ -84,3 +85,14 @@ func ValidateNetwork(network string) error {
 	}
 	return nil
 }
+
+// ValidateNode applies CNI's name rule to a node name, which stores use
+// in keys.
+func ValidateNode(node string) error {
+	if node == "" || !nodeName.MatchString(node) {
+		return fmt.Errorf("node name %q: must match %s", node, nodeName)
+	}
+	return nil
+}
+
+var nodeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)

@@ -52,3 +52,10 @@ func Releasing(rec *record.Record, now time.Time) *record.Record {
 	out.State, out.Updated = record.Releasing, now
 	return &out
 }
+
+// Damaged stands in for a stored record that does not decode: a pending
+// record nobody owns, created long ago, so that ADD restarts it (after a
+// release), DEL releases it and GC collects it, instead of each failing.
+func Damaged(att record.Attachment, revision int64) *record.Record {
+	return &record.Record{Attachment: att, State: record.Pending, Revision: revision}
+}

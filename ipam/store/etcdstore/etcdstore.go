@@ -1,6 +1,8 @@
 // Package etcdstore keeps records in etcd under
-// <prefix>/attachments/<network>/<containerID>/<ifname>. Every write is one
-// Txn that compares the key's revision with what the caller last saw.
+// <prefix>/attachments/<network>/<node>/<containerID>/<ifname>. Every
+// write is one Txn that compares the key's revision with what the caller
+// last saw. The node in the key lets a node list only its own records:
+// every node of a cluster shares the store when it is Calico's etcd.
 package etcdstore
 
 import (
@@ -8,6 +10,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -22,6 +25,7 @@ import (
 type Config struct {
 	Endpoints                 []string
 	Prefix                    string
+	Node                      string // whose records this store reads and writes
 	CertFile, KeyFile, CAFile string
 	DialTimeout               time.Duration
 }
@@ -30,6 +34,7 @@ type Config struct {
 type Store struct {
 	client  *clientv3.Client
 	prefix  string
+	node    string
 	timeout time.Duration
 }
 
@@ -52,7 +57,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: etcd client for %v: %v", store.ErrUnavailable, cfg.Endpoints, err)
 	}
-	s := &Store{client: client, prefix: cfg.Prefix, timeout: cfg.DialTimeout}
+	s := &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout}
 	if err := s.waitConnected(ctx); err != nil {
 		client.Close()
 		return nil, err
@@ -60,9 +65,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// NewWithClient wraps an existing client (tests, admin commands).
-func NewWithClient(client *clientv3.Client, prefix string, timeout time.Duration) *Store {
-	return &Store{client: client, prefix: prefix, timeout: timeout}
+// NewWithClient wraps an existing client, for tests. Node "" gives a
+// store that lists every node's records and writes none.
+func NewWithClient(client *clientv3.Client, prefix, node string, timeout time.Duration) *Store {
+	return &Store{client: client, prefix: prefix, node: node, timeout: timeout}
 }
 
 func clientTLS(cfg Config) (*tls.Config, error) {
@@ -94,21 +100,34 @@ func (s *Store) waitConnected(ctx context.Context) error {
 	}
 }
 
-// Prefix returns the key prefix of a network's records, ending in "/".
+// Prefix returns the key prefix of a network's records on every node,
+// ending in "/".
 func Prefix(prefix, network string) string {
 	return prefix + "/attachments/" + network + "/"
 }
 
-func (s *Store) key(att record.Attachment) string {
-	return Prefix(s.prefix, att.Network) + att.ContainerID + "/" + att.IfName
+// Key is the key of the record of att written on node.
+func Key(prefix, node string, att record.Attachment) string {
+	return Prefix(prefix, att.Network) + node + "/" + att.ContainerID + "/" + att.IfName
+}
+
+// key validates att and this store's node, which name the key.
+func (s *Store) key(att record.Attachment) (string, error) {
+	if err := att.Validate(); err != nil {
+		return "", err
+	}
+	if err := record.ValidateNode(s.node); err != nil {
+		return "", err
+	}
+	return Key(s.prefix, s.node, att), nil
 }
 
 // Swap implements store.Store in one Txn.
 func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
-	if err := att.Validate(); err != nil {
+	key, err := s.key(att)
+	if err != nil {
 		return nil, err
 	}
-	key := s.key(att)
 	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	if prev != nil {
 		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.Revision)
@@ -131,11 +150,7 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 		return nil, fmt.Errorf("%w: swapping record %s: %v", store.ErrUnavailable, att, err)
 	}
 	if !resp.Succeeded {
-		cur, err := decodeFirst(resp.Responses[0].GetResponseRange().GetKvs())
-		if err != nil {
-			return nil, err
-		}
-		return cur, store.ErrConflict
+		return decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs()), store.ErrConflict
 	}
 	if out != nil {
 		out.Revision = resp.Header.Revision
@@ -145,26 +160,27 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record, error) {
-	if err := att.Validate(); err != nil {
+	key, err := s.key(att)
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Get(ctx, s.key(att))
+	resp, err := s.client.Get(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading record %s: %v", store.ErrUnavailable, att, err)
 	}
-	return decodeFirst(resp.Kvs)
+	return decodeFirst(att, resp.Kvs), nil
 }
 
 // MarkReleasing implements store.Store in one Txn that writes the marker
 // only over an existing record. Without a read it cannot keep the fields.
 func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
 	att := marker.Attachment
-	if err := att.Validate(); err != nil {
+	key, err := s.key(att)
+	if err != nil {
 		return nil, err
 	}
-	key := s.key(att)
 	marker = store.Releasing(marker, marker.Updated)
 	data, err := json.Marshal(marker)
 	if err != nil {
@@ -184,26 +200,56 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 	return marker, nil
 }
 
-// List implements store.Store.
+// List implements store.Store: this node's records (every node's when
+// the store has no node), read in pages at one revision.
 func (s *Store) List(ctx context.Context, network string) ([]*record.Record, error) {
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
+	prefix := Prefix(s.prefix, network)
+	if s.node != "" {
+		prefix += s.node + "/"
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Get(ctx, Prefix(s.prefix, network), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, network, err)
-	}
-	out := make([]*record.Record, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		rec, err := Decode(kv.Value, kv.ModRevision)
-		if err != nil {
-			return nil, fmt.Errorf("record %s: %w", kv.Key, err)
+	var out []*record.Record
+	end, from, rev := clientv3.GetPrefixRangeEnd(prefix), prefix, int64(0)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
-		out = append(out, rec)
+		resp, err := s.client.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, network, err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			out = append(out, decodeAt(string(kv.Key), network, kv.Value, kv.ModRevision))
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	return out, nil
+}
+
+// listPage bounds one List read.
+const listPage = 1000
+
+// decodeAt decodes a record, or stands in for one that does not decode so
+// that DEL, GC and ADD can still release and replace it.
+func decodeAt(key, network string, value []byte, rev int64) *record.Record {
+	rec, err := Decode(value, rev)
+	if err == nil {
+		return rec
+	}
+	parts := strings.Split(key, "/")
+	att := record.Attachment{Network: network}
+	if len(parts) >= 2 {
+		att.ContainerID, att.IfName = parts[len(parts)-2], parts[len(parts)-1]
+	}
+	return store.Damaged(att, rev)
 }
 
 // Ping implements store.Store with a cheap read.
@@ -229,9 +275,13 @@ func Decode(value []byte, revision int64) (*record.Record, error) {
 	return &rec, nil
 }
 
-func decodeFirst(kvs []*mvccKV) (*record.Record, error) {
+func decodeFirst(att record.Attachment, kvs []*mvccKV) *record.Record {
 	if len(kvs) == 0 {
-		return nil, nil
+		return nil
 	}
-	return Decode(kvs[0].Value, kvs[0].ModRevision)
+	rec, err := Decode(kvs[0].Value, kvs[0].ModRevision)
+	if err != nil {
+		return store.Damaged(att, kvs[0].ModRevision)
+	}
+	return rec
 }

@@ -17,7 +17,7 @@ func TestContract(t *testing.T) {
 	n := 0
 	storetest.Run(t, func(t *testing.T) store.Store {
 		n++ // a fresh prefix per case keeps cases apart on one server
-		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/t" + string(rune('a'+n)), DialTimeout: 5 * time.Second})
+		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/t" + string(rune('a'+n)), Node: "node1", DialTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 
 func TestOutageFailsWritesThenRecovers(t *testing.T) {
 	server := etcdtest.Start(t)
-	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", DialTimeout: time.Second})
+	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", DialTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,29 @@ func (s *Store) path(att record.Attachment) string {
 // Swap implements store.Store. The lock covers only the compare and the
 // write; nothing slow (such as the delegate) runs under it.
 func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	return s.locked(att, func(cur *record.Record) (*record.Record, bool) {
+		if !store.SameRevision(cur, prev) {
+			return cur, false
+		}
+		return next, true
+	})
+}
+
+// MarkReleasing implements store.Store under one lock, keeping the
+// record's addresses and pod fields.
+func (s *Store) MarkReleasing(_ context.Context, marker *record.Record) (*record.Record, error) {
+	return s.locked(marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
+		if cur == nil {
+			return nil, true // nothing to mark; writing nil removes nothing
+		}
+		return keepAddresses(store.Releasing(marker, marker.Updated), cur), true
+	})
+}
+
+// locked reads att's record under the network's lock and lets decide
+// choose what to store: (next, true) writes next (nil deletes), (cur,
+// false) reports a conflict with cur.
+func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*record.Record, bool)) (*record.Record, error) {
 	if err := att.Validate(); err != nil {
 		return nil, err
 	}
@@ -68,7 +91,8 @@ func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *recor
 	if err != nil {
 		return nil, err
 	}
-	if !store.SameRevision(cur, prev) {
+	next, ok := decide(cur)
+	if !ok {
 		return cur, store.ErrConflict
 	}
 	if next == nil {
@@ -100,21 +124,6 @@ func (s *Store) Get(_ context.Context, att record.Attachment) (*record.Record, e
 		return nil, err
 	}
 	return s.read(s.path(att))
-}
-
-// MarkReleasing implements store.Store, keeping the record's fields.
-func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
-	att := marker.Attachment
-	for {
-		cur, err := s.Get(ctx, att)
-		if err != nil || cur == nil {
-			return nil, err
-		}
-		marked, err := s.Swap(ctx, att, cur, keepAddresses(store.Releasing(marker, marker.Updated), cur))
-		if !errors.Is(err, store.ErrConflict) {
-			return marked, err
-		}
-	}
 }
 
 // List implements store.Store.
@@ -166,10 +175,22 @@ func (s *Store) read(path string) (*record.Record, error) {
 	}
 	var fr fileRecord
 	if err := json.Unmarshal(data, &fr); err != nil {
-		return nil, fmt.Errorf("decoding record %s: %w", path, err)
+		return s.damaged(path), nil
 	}
 	fr.Record.Revision = fr.Revision
 	return &fr.Record, nil
+}
+
+// damaged stands in for a record file that does not decode (see
+// store.Damaged); its revision is the file's mtime, so a Swap against it
+// succeeds until the file changes.
+func (s *Store) damaged(path string) *record.Record {
+	cid, ifName, _ := strings.Cut(filepath.Base(path), ":")
+	var rev int64
+	if info, err := os.Stat(path); err == nil {
+		rev = info.ModTime().UnixNano()
+	}
+	return store.Damaged(record.Attachment{Network: filepath.Base(filepath.Dir(path)), ContainerID: cid, IfName: ifName}, rev)
 }
 
 func (s *Store) write(rec *record.Record) error {
