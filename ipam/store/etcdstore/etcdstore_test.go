@@ -63,3 +63,25 @@ func TestOutageFailsWritesThenRecovers(t *testing.T) {
 		}
 	}
 }
+
+// A value that does not decode stands in as an ownerless pending record,
+// so DEL, ADD and GC can still release and replace it.
+func TestDamagedRecord(t *testing.T) {
+	server := etcdtest.Start(t)
+	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	att := record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}
+	if _, err := server.Client().Put(context.Background(), Key("/x", "node1", att), "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List(context.Background(), "n")
+	if err != nil || len(recs) != 1 || recs[0].Attachment != att || recs[0].State != record.Pending || recs[0].Owner != nil {
+		t.Fatalf("list = %+v, %v", recs, err)
+	}
+	if _, err := s.Swap(context.Background(), att, recs[0], nil); err != nil {
+		t.Fatalf("replacing the damaged record: %v", err)
+	}
+}

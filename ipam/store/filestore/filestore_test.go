@@ -1,10 +1,12 @@
 package filestore
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/storetest"
 )
@@ -52,5 +54,28 @@ func checkTree(t *testing.T, dir string) {
 func TestUnwritableDirIsUnavailable(t *testing.T) {
 	if _, err := Open("/proc/safe-ipam-test"); err == nil {
 		t.Fatal("opening a store under /proc succeeded")
+	}
+}
+
+// A file that does not decode stands in as an ownerless pending record.
+func TestDamagedRecord(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}
+	if err := os.MkdirAll(filepath.Join(dir, "n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "n", "c:eth0"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List(context.Background(), "n")
+	if err != nil || len(recs) != 1 || recs[0].Attachment != att || recs[0].State != record.Pending {
+		t.Fatalf("list = %+v, %v", recs, err)
+	}
+	if _, err := s.Swap(context.Background(), att, recs[0], nil); err != nil {
+		t.Fatalf("replacing the damaged record: %v", err)
 	}
 }
