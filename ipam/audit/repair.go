@@ -225,12 +225,16 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 
 func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*freshBlock, error) {
 	key := calico.BlockKey(cidr)
-	var b calico.Block
-	rev, err := calico.ReadJSON(ctx, cli, key, &b)
+	var raw json.RawMessage
+	rev, err := calico.ReadJSON(ctx, cli, key, &raw)
 	if err != nil || rev == 0 {
 		return nil, err
 	}
-	return &freshBlock{Key: key, ModRevision: rev, Block: &b}, nil
+	var b calico.Block
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, fmt.Errorf("decoding block %s: %w", cidr, err)
+	}
+	return &freshBlock{Key: key, ModRevision: rev, Block: &b, raw: raw}, nil
 }
 
 // txn compares every document read with its revision, then writes.
@@ -241,7 +245,7 @@ func (d *freshDocs) txn(ctx context.Context, cli *clientv3.Client, handle string
 	for cidr, doc := range d.blocks {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(doc.Key), "=", doc.ModRevision))
 		if changed[cidr] {
-			data, err := json.Marshal(doc.Block)
+			data, err := calico.MarshalKeeping(doc.raw, doc.Block)
 			if err != nil {
 				return nil, err
 			}
@@ -389,9 +393,11 @@ func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (clientv3.Txn,
 	return d.txn(ctx, r.Client, a.Handle, nil)
 }
 
-// freshBlock is a block as just read, with the revision its Txn compares.
+// freshBlock is a block as just read, with the revision its Txn compares
+// and the bytes it was read from, whose unmodelled fields a rewrite keeps.
 type freshBlock struct {
 	Key         string
 	ModRevision int64
 	Block       *calico.Block
+	raw         []byte
 }

@@ -1,11 +1,14 @@
 package calico
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -258,4 +261,38 @@ func (b *Block) Held() []Held {
 		}
 	}
 	return out
+}
+
+// MarshalKeeping encodes b like json.Marshal, and keeps any key of raw (the
+// block as it was read) that Block does not model, so that rewriting a
+// block written by another Calico version never drops its fields.
+func MarshalKeeping(raw []byte, b *Block) ([]byte, error) {
+	out, err := json.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	var read, known map[string]json.RawMessage
+	if json.Unmarshal(raw, &read) != nil || json.Unmarshal(out, &known) != nil {
+		return out, nil // nothing readable to keep
+	}
+	var extra []string
+	for k := range read {
+		if _, ok := known[k]; !ok {
+			extra = append(extra, k)
+		}
+	}
+	if len(extra) == 0 {
+		return out, nil
+	}
+	sort.Strings(extra)
+	buf := bytes.NewBuffer(out[:len(out)-1])
+	for _, k := range extra {
+		name, _ := json.Marshal(k)
+		buf.WriteByte(',')
+		buf.Write(name)
+		buf.WriteByte(':')
+		buf.Write(read[k])
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
