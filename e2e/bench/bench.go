@@ -124,7 +124,11 @@ func setUp(ctx context.Context, opts Options) (*rig, error) {
 		return nil, err
 	}
 	r.cni = libcni.NewCNIConfigWithCacheDir([]string{r.binDir}, filepath.Join(dir, "cache"), nil)
-	return r, r.writeConflists()
+	if err := r.writeConflists(); err != nil {
+		r.tearDown()
+		return nil, err
+	}
+	return r, nil
 }
 
 func (r *rig) tearDown() {

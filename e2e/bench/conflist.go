@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
 // The three configurations: the delegate alone, and safe-ipam in front
@@ -83,10 +84,25 @@ func (p pod) runtime() *libcni.RuntimeConf {
 }
 
 func (r *rig) add(ctx context.Context, list *libcni.NetworkConfigList, p pod) error {
-	if _, err := r.cni.AddNetworkList(ctx, list, p.runtime()); err != nil {
-		return fmt.Errorf("ADD %s: %w", p.containerID, err)
+	_, err := r.addAddrs(ctx, list, p)
+	return err
+}
+
+// addAddrs runs ADD and returns the addresses of its result.
+func (r *rig) addAddrs(ctx context.Context, list *libcni.NetworkConfigList, p pod) ([]string, error) {
+	res, err := r.cni.AddNetworkList(ctx, list, p.runtime())
+	if err != nil {
+		return nil, fmt.Errorf("ADD %s: %w", p.containerID, err)
 	}
-	return nil
+	r100, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil, fmt.Errorf("ADD %s result: %w", p.containerID, err)
+	}
+	addrs := make([]string, len(r100.IPs))
+	for i, ip := range r100.IPs {
+		addrs[i] = ip.Address.IP.String()
+	}
+	return addrs, nil
 }
 
 func (r *rig) del(ctx context.Context, list *libcni.NetworkConfigList, p pod) error {

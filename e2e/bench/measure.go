@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
@@ -175,13 +176,14 @@ func etcdRequests() (float64, error) {
 
 // Churn is one level of parallel pod churn.
 type Churn struct {
-	Config     string  `json:"config"`
-	Workers    int     `json:"workers"`
-	Ops        int     `json:"ops"`
-	OpsPerSec  float64 `json:"opsPerSec"`
-	Errors     int     `json:"errors"`
-	Leaked     int     `json:"leaked"`
-	Duplicated int     `json:"duplicated"`
+	Config       string  `json:"config"`
+	Workers      int     `json:"workers"`
+	Ops          int     `json:"ops"`
+	OpsPerSec    float64 `json:"opsPerSec"`
+	Errors       int     `json:"errors"`
+	Leaked       int     `json:"leaked"`
+	Duplicated   int     `json:"duplicated"`
+	Inconsistent int     `json:"inconsistent"`
 }
 
 // measureChurn: each worker recreates its StatefulSet pod (same name, new
@@ -205,8 +207,7 @@ func (r *rig) churn(ctx context.Context, config string, workers int) (Churn, err
 		return Churn{}, err
 	}
 	cycles := r.opts.ChurnOps / workers
-	var mu sync.Mutex
-	errs := 0
+	h := &holders{byAddr: map[string]string{}}
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := 0; w < workers; w++ {
@@ -215,36 +216,63 @@ func (r *rig) churn(ctx context.Context, config string, workers int) (Churn, err
 			defer wg.Done()
 			for i := 0; i < cycles; i++ {
 				p := pod{containerID: fmt.Sprintf("churn-%s-%d-%d-%d", confName(config), workers, w, i), name: fmt.Sprintf("web-%d", w)}
-				if err := r.add(ctx, list, p); err != nil {
-					mu.Lock()
-					errs++
-					mu.Unlock()
-					r.logf("churn: %v", err)
-					continue
-				}
-				if err := r.del(ctx, list, p); err != nil {
-					mu.Lock()
-					errs++
-					mu.Unlock()
-					r.logf("churn: %v", err)
-				}
+				r.cycle(ctx, list, p, h)
 			}
 		}(w)
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	ops := 2 * cycles * workers
-	leaked, dup, err := r.leftovers(ctx)
+	leaked, inconsistent, err := r.leftovers(ctx)
 	if err != nil {
 		return Churn{}, err
 	}
-	return Churn{Config: config, Workers: workers, Ops: ops, OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: errs, Leaked: leaked, Duplicated: dup}, nil
+	return Churn{Config: config, Workers: workers, Ops: ops, OpsPerSec: float64(ops) / elapsed.Seconds(), Errors: h.errors,
+		Leaked: leaked, Duplicated: h.duplicated, Inconsistent: inconsistent}, nil
+}
+
+// holders tracks which running pod holds which address during churn: an
+// ADD handed an address another running pod holds is a duplicate.
+type holders struct {
+	mu                 sync.Mutex
+	byAddr             map[string]string
+	errors, duplicated int
+}
+
+func (r *rig) cycle(ctx context.Context, list *libcni.NetworkConfigList, p pod, h *holders) {
+	addrs, err := r.addAddrs(ctx, list, p)
+	h.mu.Lock()
+	if err != nil {
+		h.errors++
+		h.mu.Unlock()
+		r.logf("churn: %v", err)
+		return
+	}
+	for _, a := range addrs {
+		if other, held := h.byAddr[a]; held {
+			h.duplicated++
+			r.logf("churn: %s got %s, which %s holds", p.containerID, a, other)
+		}
+		h.byAddr[a] = p.containerID
+	}
+	h.mu.Unlock()
+	err = r.del(ctx, list, p)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.errors++
+		r.logf("churn: %v", err)
+		return // the pod keeps its addresses until a DEL succeeds
+	}
+	for _, a := range addrs {
+		delete(h.byAddr, a)
+	}
 }
 
 // leftovers counts, in Calico's data, addresses still allocated (every
-// churned pod was deleted, so each is a leak) and inconsistencies
-// (an address under two handles or miscounted handles).
-func (r *rig) leftovers(ctx context.Context) (leaked, duplicated int, err error) {
+// churned pod was deleted, so each is a leak) and the simulator's view of
+// inconsistent documents.
+func (r *rig) leftovers(ctx context.Context) (leaked, inconsistent int, err error) {
 	snap, err := calicosim.State(ctx, r.etcd.Client())
 	if err != nil {
 		return 0, 0, err

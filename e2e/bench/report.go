@@ -26,9 +26,9 @@ func (res *Results) WriteTable(w io.Writer) {
 		rt.DelegateAdd, rt.DelegateDel, rt.SafeIPAMAdd, rt.SafeIPAMDel)
 	fmt.Fprintf(w, "peak RSS of one ADD: %d KiB with calico-ipam as delegate (the larger process), %d KiB safe-ipam's own (etcd store)\n\n", res.PeakRSSKiB, res.OwnRSSKiB)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "churn config\tworkers\tops\tops/s\terrors\tleaked\tduplicated\t")
+	fmt.Fprintln(tw, "churn config\tworkers\tops\tops/s\terrors\tleaked\tduplicated\tinconsistent\t")
 	for _, c := range res.Churn {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d\t%d\t%d\t\n", c.Config, c.Workers, c.Ops, c.OpsPerSec, c.Errors, c.Leaked, c.Duplicated)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%d\t%d\t%d\t%d\t\n", c.Config, c.Workers, c.Ops, c.OpsPerSec, c.Errors, c.Leaked, c.Duplicated, c.Inconsistent)
 	}
 	tw.Flush()
 	if a := res.Audit; a != nil {
@@ -44,7 +44,7 @@ func (res *Results) Line() string {
 	churn := res.churn(File, 32)
 	return fmt.Sprintf("bench: add x%.2f del x%.2f (file store), add x%.2f del x%.2f (etcd store), exec x%.2f vs host-local, etcd round trips add %.0f del %.0f, churn32 %.0f/s %d errors",
 		ratio(File, "ADD"), ratio(File, "DEL"), ratio(Etcd, "ADD"), ratio(Etcd, "DEL"), res.Exec.Ratio,
-		res.RoundTrips.SafeIPAMAdd, res.RoundTrips.SafeIPAMDel, churn.OpsPerSec, churn.Errors+churn.Leaked+churn.Duplicated)
+		res.RoundTrips.SafeIPAMAdd, res.RoundTrips.SafeIPAMDel, churn.OpsPerSec, churn.Errors+churn.Leaked+churn.Duplicated+churn.Inconsistent)
 }
 
 func (res *Results) churn(config string, workers int) Churn {

@@ -39,13 +39,11 @@ type Snapshot struct {
 	byHandle map[string]map[netip.Prefix]int
 }
 
-// BlockSummary is one block: who claims it, its size, and what is wrong
-// with its allocations and free list.
+// BlockSummary is one block: who claims it and what is wrong with its
+// allocations and free list.
 type BlockSummary struct {
 	CIDR     netip.Prefix
 	Node     string // from the affinity "host:<node>"
-	Size     int
-	Free     int
 	Problems []string
 }
 
@@ -148,7 +146,7 @@ func (s *Snapshot) addCalico(key string, value []byte, _ int64) error {
 
 func (s *Snapshot) addBlock(b *calico.Block) {
 	node, _ := b.AffinityNode()
-	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Size: b.Size(), Free: b.FreeCount(), Problems: partitionProblems(b)}
+	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Problems: partitionProblems(b)}
 	for _, h := range b.Held() {
 		attr := h.Attribute
 		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: attr.Handle(), Node: node,
