@@ -362,20 +362,12 @@ func (c *Cluster) Observe(ctx context.Context) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{} // a shared prefix lists the same records from each node
 	for _, n := range c.setup.nodes() {
 		s, ok := stores[n]
 		if !ok {
 			continue
 		}
-		key := n
-		if c.setup.Store == EtcdStore {
-			key = c.etcdPrefix(n)
-		}
-		if seen[key] {
-			continue
-		}
-		seen[key] = true
+		// Each node's store lists its own records, also under a shared prefix.
 		recs, err := s.List(ctx, Network)
 		if err != nil {
 			return nil, fmt.Errorf("records of %s: %w", n, err)

@@ -72,19 +72,11 @@ func Mutants() []Mutant {
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
 			File:   "ipam/guard/del.go",
-			Old:    "|| valid[[2]string{rec.ContainerID, rec.IfName}] {",
-			New:    "|| false && valid[[2]string{rec.ContainerID, rec.IfName}] {",
+			Old:    "if valid[[2]string{rec.ContainerID, rec.IfName}] {",
+			New:    "if false && valid[[2]string{rec.ContainerID, rec.IfName}] {",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return CrashScript(guard.GCForgotten, FollowRetry, Modern, EtcdStore) })
 			},
-		},
-		{
-			Name:     "gc-ignores-node",
-			Breaks:   "GC on one node collects the records of every node sharing the store",
-			File:     "ipam/guard/del.go",
-			Old:      "if rec.Node != g.node() || valid",
-			New:      "if valid",
-			Catchers: func() []Job { return ScriptJobs(CrossNodeGCScript) },
 		},
 		{
 			Name:     "release-on-unknown-commit",

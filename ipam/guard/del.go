@@ -155,10 +155,9 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 }
 
 func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
-	// The runtime's list names this node's attachments only; records of
-	// other nodes share the store when it is Calico's etcd. A record that
-	// did not decode names no node and is this store's to collect.
-	if (rec.Node != "" && rec.Node != g.node) || valid[[2]string{rec.ContainerID, rec.IfName}] {
+	// The store lists this node's records only (the runtime's list names
+	// this node's attachments only).
+	if valid[[2]string{rec.ContainerID, rec.IfName}] {
 		return true
 	}
 	// A pending record is an ADD in flight, not garbage, while it is young
