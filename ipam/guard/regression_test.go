@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -55,19 +52,8 @@ func (s lostAnswer) Swap(ctx context.Context, att record.Attachment, prev, next 
 // if it did happen, the record would hold addresses Calico has freed.
 func TestAddWithUnknownCommitOutcomeKeepsAddresses(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
-		cfg, err := config.Parse(r.conf())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(cfg, lostAnswer{r.store()}, d, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = g.Add(context.Background(), env("c1"))
+		g := r.guardOver(lostAnswer{r.store()}, r.conf())
+		_, err := g.Add(context.Background(), env("c1"))
 		var cniErr *types.Error
 		if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater {
 			t.Fatalf("ADD = %v; want code 11", err)
@@ -139,18 +125,7 @@ func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
 		r.cniVersion = "1.1.0"
 		r.add("gone")
-		cfg, err := config.Parse(gcConf(t, r.conf()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(cfg, &delMarksFirst{Store: r.store()}, d, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := r.guardOver(&delMarksFirst{Store: r.store()}, gcConf(t, r.conf()))
 		if err := g.GC(context.Background(), Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
@@ -182,18 +157,7 @@ func (s delDuringAdd) Swap(ctx context.Context, att record.Attachment, prev, nex
 // must still claim the attachment, or nothing would ever release it.
 func TestAddLosingToDelLeavesAClaim(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
-		cfg, err := config.Parse(r.conf())
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := New(cfg, delDuringAdd{r.store()}, d, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := r.guardOver(delDuringAdd{r.store()}, r.conf())
 		t.Setenv(fakeFailEnv, "DEL")
 		if _, err := g.Add(context.Background(), env("c1")); err == nil {
 			t.Fatal("ADD succeeded although a DEL removed its record")

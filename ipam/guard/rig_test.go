@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -316,4 +319,23 @@ func cniCode(err error) uint {
 		return e.Code
 	}
 	return 0
+}
+
+// guardOver builds a Guard for conf directly over st, for tests that put
+// a store in between to stage a race or a lost answer.
+func (r *rig) guardOver(st store.Store, conf []byte) *Guard {
+	r.t.Helper()
+	cfg, err := config.Parse(conf)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	d, err := delegate.Resolve(context.Background(), cfg.Delegate.Type, "", binDir, "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	g, err := New(cfg, st, d, slog.New(slog.DiscardHandler))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return g
 }
