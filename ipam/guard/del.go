@@ -121,8 +121,8 @@ func sameSet(a, b []string) bool {
 	return true
 }
 
-// GC releases every record of the network whose attachment the runtime
-// does not list as valid. Without the list it releases nothing: a runtime
+// GC releases every record of the network on this node whose attachment
+// the runtime does not list as valid. Without the list it releases nothing: a runtime
 // that cannot say what runs must not be read as "nothing runs".
 func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 	valid, listed, err := validAttachments(stdin)
@@ -198,7 +198,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 		return storeError("forgetting "+att.String(), err)
 	}
 	g.at(GCForgotten)
-	g.log.Info("GC released", "attachment", att.String(), "ips", marked.IPs, "state", marked.State)
+	g.log.Info("GC released", "attachment", att.String(), "ips", marked.IPs)
 	return nil
 }
 
