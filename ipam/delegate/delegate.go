@@ -35,42 +35,39 @@ type Call struct {
 	Path        string // CNI_PATH
 }
 
-// Find resolves typ in binDir when set (so the real binary can live
+// find resolves typ in binDir when set (so the real binary can live
 // outside CNI_PATH), else in CNI_PATH, and refuses to resolve to the
-// running binary itself.
-func Find(typ, binDir, cniPath string) (string, error) {
+// running binary itself. It returns the binary's file info, which keys
+// the version cache, so ADD and DEL stat it once.
+func find(typ, binDir, cniPath string) (string, os.FileInfo, error) {
 	dirs := filepath.SplitList(cniPath)
 	if binDir != "" {
 		dirs = []string{binDir}
 	}
 	path, err := invoke.FindInPath(typ, dirs)
 	if err != nil {
-		return "", fmt.Errorf("%w: %q in %s", ErrMissing, typ, strings.Join(dirs, ":"))
+		return "", nil, fmt.Errorf("%w: %q in %s", ErrMissing, typ, strings.Join(dirs, ":"))
 	}
-	if err := executable(path); err != nil {
-		return "", err
-	}
-	if self, err := os.Executable(); err == nil && sameFile(self, path) {
-		return "", fmt.Errorf("delegate %q resolves to safe-ipam itself (%s); set ipam.delegate.binDir to the real plugin's directory", typ, path)
-	}
-	return path, nil
-}
-
-func executable(path string) error {
 	info, err := os.Stat(path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrMissing, err)
+		return "", nil, fmt.Errorf("%w: %v", ErrMissing, err)
 	}
 	if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
-		return fmt.Errorf("%w: %s is not an executable file", ErrMissing, path)
+		return "", nil, fmt.Errorf("%w: %s is not an executable file", ErrMissing, path)
 	}
-	return nil
+	if isSelf(info) {
+		return "", nil, fmt.Errorf("delegate %q resolves to safe-ipam itself (%s); set ipam.delegate.binDir to the real plugin's directory", typ, path)
+	}
+	return path, info, nil
 }
 
-func sameFile(a, b string) bool {
-	ia, errA := os.Stat(a)
-	ib, errB := os.Stat(b)
-	return errA == nil && errB == nil && os.SameFile(ia, ib)
+func isSelf(info os.FileInfo) bool {
+	self, err := os.Executable()
+	if err != nil {
+		return false
+	}
+	selfInfo, err := os.Stat(self)
+	return err == nil && os.SameFile(selfInfo, info)
 }
 
 // Negotiate picks the version to speak with the delegate: the requested

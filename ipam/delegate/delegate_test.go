@@ -60,7 +60,7 @@ func TestFind(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Find(tt.typ, tt.binDir, tt.path)
+			got, _, err := find(tt.typ, tt.binDir, tt.path)
 			switch {
 			case tt.missing:
 				if !errors.Is(err, ErrMissing) {

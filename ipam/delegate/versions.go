@@ -26,13 +26,9 @@ const cacheFile = "delegate-versions.json"
 // Resolve finds the delegate and learns the versions it speaks, from
 // cacheDir when it is fresh ("" disables the cache).
 func Resolve(ctx context.Context, typ, binDir, cniPath, cacheDir string) (*Delegate, error) {
-	path, err := Find(typ, binDir, cniPath)
+	path, info, err := find(typ, binDir, cniPath)
 	if err != nil {
 		return nil, err
-	}
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMissing, err)
 	}
 	key := versionCache{Path: path, Size: info.Size(), ModTime: info.ModTime().UnixNano()}
 	cache := readCache(cacheDir)
