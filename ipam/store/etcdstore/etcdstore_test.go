@@ -38,11 +38,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 
 func TestOutageFailsWritesThenRecovers(t *testing.T) {
 	server := etcdtest.Start(t)
-	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, server)
 	att := record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}
 	server.Pause()
 	if _, err := s.Swap(context.Background(), att, nil, &record.Record{State: record.Pending}); !errors.Is(err, store.ErrUnavailable) {
@@ -68,11 +64,7 @@ func TestOutageFailsWritesThenRecovers(t *testing.T) {
 // so DEL, ADD and GC can still release and replace it.
 func TestDamagedRecord(t *testing.T) {
 	server := etcdtest.Start(t)
-	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", DialTimeout: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, server)
 	att := record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}
 	if _, err := server.Client().Put(context.Background(), Key("/x", "node1", att), "{not json"); err != nil {
 		t.Fatal(err)
@@ -84,4 +76,15 @@ func TestDamagedRecord(t *testing.T) {
 	if _, err := s.Swap(context.Background(), att, recs[0], nil); err != nil {
 		t.Fatalf("replacing the damaged record: %v", err)
 	}
+}
+
+// openStore opens a store on server for node1, closed with the test.
+func openStore(t *testing.T, server *etcdtest.Server) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", DialTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
