@@ -59,6 +59,10 @@ func TestEveryFindingKind(t *testing.T) {
 	h.Block[blk] = 3
 	w.put(calico.HandleKey("net1.running"), h)
 	w.put(calico.AffinityKey("node1", mustPrefix("10.244.9.0/26")), calico.ConfirmedAffinity())
+	// A document that does not decode is reported, not fatal.
+	if _, err := w.cli().Put(context.Background(), calico.HandleKey("net1.garbled"), "{"); err != nil {
+		t.Fatal(err)
+	}
 	// Calico's own tunnel address is never judged.
 	w.allocate(blk, "node1", "ipip-tunnel-addr-node1", map[string]string{"node": "node1", "type": "ipipTunnelAddress"})
 
@@ -67,7 +71,7 @@ func TestEveryFindingKind(t *testing.T) {
 		LiveAttachment{ContainerID: "c4", IfName: "eth0"}, LiveAttachment{ContainerID: "running", IfName: "eth0"},
 	)
 	code, rep, _ := w.run(false, "--live", live)
-	want := map[Kind]int{PodNameHandle: 2, EarlyRelease: 1, Duplicate: 1, Leak: 1, OrphanRecord: 1, Inconsistent: 2}
+	want := map[Kind]int{PodNameHandle: 2, EarlyRelease: 1, Duplicate: 1, Leak: 1, OrphanRecord: 1, Inconsistent: 3}
 	if code != ExitFindings || !reflect.DeepEqual(kinds(rep.Findings), want) {
 		t.Fatalf("exit %d, kinds %v; want %v\n%+v", code, kinds(rep.Findings), want, rep.Findings)
 	}
@@ -156,6 +160,7 @@ func TestRepairFailsClosed(t *testing.T) {
 		{"source for another node", []string{"--live", w.liveFile(LiveAttachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, ExitFindings, "does not cover"},
 		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, ExitError, ""},
 		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, ExitError, ""},
+		{"two liveness sources", []string{"--live", w.liveFile(), "--cni-cache", w.t.TempDir()}, ExitError, ""},
 		{"a node's CNI cache for every node", []string{"--cni-cache", w.t.TempDir(), "--node", ""}, ExitError, ""},
 	}
 	for _, tt := range tests {

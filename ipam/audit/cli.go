@@ -74,6 +74,9 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 // checkNode: a node's CNI cache speaks for that node only, so it needs a
 // node name; only a --live file may claim to list every node.
 func (f *flags) checkNode() error {
+	if f.liveFile != "" && f.set["cni-cache"] && f.cniCache != "" {
+		return errors.New("--live and --cni-cache are two liveness sources; give one")
+	}
 	if !f.set["node"] && f.hostErr != nil && (f.liveFile != "" || f.cniCache != "") {
 		return fmt.Errorf("cannot tell this host's name (%v); pass --node", f.hostErr)
 	}

@@ -93,6 +93,9 @@ func Analyze(snap *Snapshot, opts Options) []Finding {
 func (a *analysis) add(f Finding) { a.findings = append(a.findings, f) }
 
 func (a *analysis) indexBlocks() {
+	for key, why := range a.snap.Undecodable {
+		a.add(Finding{Kind: Inconsistent, Block: key, Why: "document does not decode: " + why})
+	}
 	for _, b := range a.snap.Blocks {
 		for _, p := range b.Problems {
 			a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(), Node: b.Node, Why: p})

@@ -35,6 +35,9 @@ type Snapshot struct {
 	Handles    map[string]json.RawMessage
 	Affinities []AffinityDoc
 	Records    []*record.Record
+	// Undecodable lists Calico documents that did not decode, key: error.
+	// One damaged document must not blind the audit to the rest.
+	Undecodable map[string]string
 
 	byHandle map[string]map[netip.Prefix]int
 }
@@ -115,6 +118,16 @@ func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, 
 }
 
 func (s *Snapshot) addCalico(key string, value []byte, _ int64) error {
+	if err := s.addCalicoDoc(key, value); err != nil {
+		if s.Undecodable == nil {
+			s.Undecodable = map[string]string{}
+		}
+		s.Undecodable[key] = err.Error()
+	}
+	return nil
+}
+
+func (s *Snapshot) addCalicoDoc(key string, value []byte) error {
 	switch {
 	case strings.HasPrefix(key, calico.BlockPrefix):
 		var b calico.Block
