@@ -106,11 +106,11 @@ func (g *Guard) addCall(att record.Attachment, env Env, args cniargs.Args) deleg
 func (g *Guard) commit(ctx context.Context, pending *record.Record, result types.Result) error {
 	ips, err := resultIPs(result)
 	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("delegate result: %v", err), "")
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s result for %s: %v", g.delegate.Type, pending.Attachment, err), "")
 	}
 	raw, err := json.Marshal(result)
 	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("delegate result: %v", err), "")
+		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s result for %s: %v", g.delegate.Type, pending.Attachment, err), "")
 	}
 	committed := *pending
 	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
