@@ -49,23 +49,6 @@ const (
 // ownedKeys are the ipam keys safe-ipam consumes; the delegate never sees them.
 var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod"}
 
-// Delegate names the IPAM plugin safe-ipam fronts.
-type Delegate struct {
-	Type   string `json:"type"`
-	BinDir string `json:"binDir,omitempty"`
-	// Check forwards CHECK to the delegate. Default: true, except for
-	// calico-ipam, which has no CHECK.
-	Check *bool `json:"check,omitempty"`
-}
-
-// ForwardsCheck says whether CHECK goes to the delegate.
-func (d Delegate) ForwardsCheck() bool {
-	if d.Check != nil {
-		return *d.Check
-	}
-	return d.Type != DefaultDelegate
-}
-
 // Store says where records live.
 type Store struct {
 	Type        string   `json:"type"`
@@ -150,23 +133,6 @@ func (c *Config) readIPAM() error {
 		if err := step(ipamType); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func (c *Config) readDelegate(ipamType string) error {
-	c.Delegate = Delegate{Type: DefaultDelegate}
-	if err := strictField(c.ipam, "delegate", &c.Delegate); err != nil {
-		return err
-	}
-	if !validPluginName(c.Delegate.Type) {
-		return invalid("ipam.delegate.type", fmt.Sprintf("%q is not a plugin name", c.Delegate.Type))
-	}
-	if c.Delegate.Type == ipamType {
-		return invalid("ipam.delegate.type", fmt.Sprintf("%q would delegate to itself", c.Delegate.Type))
-	}
-	if c.Delegate.BinDir != "" && !filepath.IsAbs(c.Delegate.BinDir) {
-		return invalid("ipam.delegate.binDir", "must be an absolute path")
 	}
 	return nil
 }
