@@ -8,14 +8,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // Handle modes: how the delegate keys handles on ADD.
@@ -65,7 +62,7 @@ type Store struct {
 type Config struct {
 	Network         string
 	CNIVersion      string
-	NodeName        string // Calico's top-level "nodename", if set
+	Calico          Calico // the top-level keys calico-ipam reads
 	Delegate        Delegate
 	DelegateHandles string
 	Store           Store
@@ -107,7 +104,8 @@ func (c *Config) readTop() error {
 	if err := field(c.top, "cniVersion", &c.CNIVersion); err != nil {
 		return err
 	}
-	if err := field(c.top, "nodename", &c.NodeName); err != nil {
+	var err error
+	if c.Calico, err = readCalico(c.top); err != nil {
 		return err
 	}
 	raw, ok := c.top["ipam"]
@@ -189,25 +187,14 @@ func (c *Config) readStore(string) error {
 	return c.Store.validate()
 }
 
-// calicoStore is the default store: Calico's own etcd when the plugin
-// config points calico-ipam at one, else node-local files.
+// calicoStore is the default store: Calico's own etcd when calico-ipam
+// uses one (Datastore infers it as Calico does), else node-local files.
 func (c *Config) calicoStore() Store {
-	var datastore, endpoints string
-	_ = field(c.top, "datastore_type", &datastore)
-	_ = field(c.top, "etcd_endpoints", &endpoints)
-	if datastore != "etcdv3" || strings.TrimSpace(endpoints) == "" {
+	if c.Calico.Datastore() != DatastoreEtcd || len(c.Calico.Endpoints()) == 0 {
 		return Store{Type: StoreFile}
 	}
-	s := Store{Type: StoreEtcd}
-	for _, e := range strings.Split(endpoints, ",") {
-		if e = strings.TrimSpace(e); e != "" {
-			s.Endpoints = append(s.Endpoints, e)
-		}
-	}
-	_ = field(c.top, "etcd_cert_file", &s.CertFile)
-	_ = field(c.top, "etcd_key_file", &s.KeyFile)
-	_ = field(c.top, "etcd_ca_cert_file", &s.CAFile)
-	return s
+	return Store{Type: StoreEtcd, Endpoints: c.Calico.Endpoints(),
+		CertFile: c.Calico.EtcdCertFile, KeyFile: c.Calico.EtcdKeyFile, CAFile: c.Calico.EtcdCACertFile}
 }
 
 func (s *Store) validate() error {
@@ -255,25 +242,9 @@ func (s *Store) validateEtcd() error {
 	return nil
 }
 
-// CalicoNodenameFile is where calico-node writes the name it registered
-// the node under; calico-ipam reads it when the config has no nodename.
-const CalicoNodenameFile = "/var/lib/calico/nodename"
+// Node is the node's name as Calico resolves it (see Calico.Node).
+// Records and the etcd store's keys carry it, so it must match Calico's.
+func (c *Config) Node() (string, error) { return c.Calico.Node() }
 
-// Node is the node's name as Calico resolves it: the config's nodename,
-// else CalicoNodenameFile, else the hostname. Records and the etcd store's
-// keys carry it, so it must match the one Calico uses.
-func (c *Config) Node() (string, error) {
-	node := c.NodeName
-	if node == "" {
-		if b, err := os.ReadFile(CalicoNodenameFile); err == nil {
-			node = strings.TrimSpace(string(b))
-		}
-	}
-	if node == "" {
-		node, _ = os.Hostname()
-	}
-	if err := record.ValidateNode(node); err != nil {
-		return "", invalid("nodename", err.Error())
-	}
-	return node, nil
-}
+// Datastore is Calico's datastore as calico-ipam infers it.
+func (c *Config) Datastore() string { return c.Calico.Datastore() }

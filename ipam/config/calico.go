@@ -1,0 +1,122 @@
+package config
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// Calico datastore types, as calico-ipam names them.
+const (
+	DatastoreEtcd       = "etcdv3"
+	DatastoreKubernetes = "kubernetes"
+)
+
+// CalicoNodenameFile is where calico-node writes the name it registered
+// the node under; calico-ipam reads it when the config has no nodename
+// and no nodename_file.
+const CalicoNodenameFile = "/var/lib/calico/nodename"
+
+// Calico is what calico-ipam reads from the top level of the plugin
+// config to find its datastore and its node. safe-ipam reads the same keys
+// the same way, so that its records, GC and audits name the node and the
+// etcd that Calico uses.
+type Calico struct {
+	DatastoreType  string `json:"datastore_type"`
+	EtcdEndpoints  string `json:"etcd_endpoints"`
+	EtcdCertFile   string `json:"etcd_cert_file"`
+	EtcdKeyFile    string `json:"etcd_key_file"`
+	EtcdCACertFile string `json:"etcd_ca_cert_file"`
+	Nodename       string `json:"nodename"`
+	NodenameFile   string `json:"nodename_file"`
+	Hostname       string `json:"hostname"` // deprecated by Calico, still read
+}
+
+// readCalico decodes the Calico keys of a plugin config, naming the key
+// whose value has the wrong type (calico-ipam would refuse it too).
+func readCalico(top map[string]json.RawMessage) (Calico, error) {
+	var c Calico
+	for key, dst := range map[string]*string{
+		"datastore_type": &c.DatastoreType, "etcd_endpoints": &c.EtcdEndpoints,
+		"etcd_cert_file": &c.EtcdCertFile, "etcd_key_file": &c.EtcdKeyFile, "etcd_ca_cert_file": &c.EtcdCACertFile,
+		"nodename": &c.Nodename, "nodename_file": &c.NodenameFile, "hostname": &c.Hostname,
+	} {
+		if err := field(top, key, dst); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// Datastore is the datastore calico-ipam uses: datastore_type when set;
+// otherwise etcdv3 when etcd_endpoints is set, else kubernetes. Calico's
+// own calico-etcd.yaml relies on this: its config has no datastore_type.
+func (c Calico) Datastore() string {
+	switch {
+	case c.DatastoreType != "":
+		return c.DatastoreType
+	case len(c.Endpoints()) > 0:
+		return DatastoreEtcd
+	}
+	return DatastoreKubernetes
+}
+
+// Endpoints splits etcd_endpoints on commas.
+func (c Calico) Endpoints() []string {
+	var eps []string
+	for _, e := range strings.Split(c.EtcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	return eps
+}
+
+// Node is the node name as calico-ipam resolves it: nodename; else the
+// file nodename_file names (default CalicoNodenameFile), when it exists
+// and is not empty; else the deprecated hostname key; else the OS host
+// name, trimmed and lowercased. A record, GC or liveness judgment under
+// another name than Calico's would be about the wrong node.
+func (c Calico) Node() (string, error) {
+	node, from, err := c.resolveNode()
+	if err != nil {
+		return "", invalid(from, err.Error())
+	}
+	if err := record.ValidateNode(node); err != nil {
+		return "", invalid(from, fmt.Sprintf("%q: %v", node, err))
+	}
+	return node, nil
+}
+
+// resolveNode returns the name and the setting it came from.
+func (c Calico) resolveNode() (node, from string, err error) {
+	if c.Nodename != "" {
+		return c.Nodename, "nodename", nil
+	}
+	file, from := c.NodenameFile, "nodename_file"
+	if file == "" {
+		file, from = CalicoNodenameFile, "nodename_file (default "+CalicoNodenameFile+")"
+	}
+	data, err := os.ReadFile(file)
+	switch {
+	case err == nil && strings.TrimSpace(string(data)) != "":
+		return strings.TrimSpace(string(data)), from, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		// A file that exists but cannot be read is not "no file": falling
+		// back could name another node than the one calico-node registered.
+		return "", from, fmt.Errorf("reading %s: %v", file, err)
+	}
+	if c.Hostname != "" {
+		return c.Hostname, "hostname", nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", "nodename", fmt.Errorf("no nodename, nodename_file or hostname, and the OS host name is unknown: %v", err)
+	}
+	return strings.ToLower(strings.TrimSpace(host)), "nodename (OS host name)", nil
+}
