@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/fileutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -31,6 +32,10 @@ type Options struct {
 	// for suites that stop and start etcd hundreds of times. Data written
 	// survives Pause and Resume, not a machine crash.
 	Fast bool
+	// TLS serves clients over https and requires a client certificate
+	// signed by the server's CA, as Calico's etcd clusters do. The files
+	// are generated in the data directory's tls/ and named by Server.TLS.
+	TLS bool
 }
 
 // Server is one embedded etcd member.
@@ -41,6 +46,9 @@ type Server struct {
 	peerURL    url.URL
 	etcd       *embed.Etcd
 	clientConn *clientv3.Client
+	// TLS names the certificate files when the server runs with
+	// Options.TLS, else it is nil.
+	TLS *TLSFiles
 }
 
 // Start starts a server for the test and stops it when the test ends.
@@ -66,19 +74,46 @@ func NewWith(dir string, opts Options) (*Server, error) {
 	s := &Server{dir: dir, opts: opts,
 		clientURL: url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[0])},
 		peerURL:   url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[1])}}
+	if opts.TLS {
+		s.clientURL.Scheme = "https"
+		if s.TLS, err = writeTLSFiles(filepath.Join(dir, "tls")); err != nil {
+			return nil, fmt.Errorf("etcd TLS material: %w", err)
+		}
+	}
 	if err := s.Resume(); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Endpoint is the client URL, for example http://127.0.0.1:21234.
+// StartTLS starts a server that requires client certificates, for the
+// test, and stops it when the test ends.
+func StartTLS(t testing.TB) *Server {
+	t.Helper()
+	s, err := NewWith(t.TempDir(), Options{TLS: true})
+	if err != nil {
+		t.Fatalf("starting etcd: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Endpoint is the client URL, for example http://127.0.0.1:21234, or
+// https:// in TLS mode.
 func (s *Server) Endpoint() string { return s.clientURL.String() }
 
 // Client returns a client connected to the server, shared by the caller.
+// In TLS mode it presents the good client certificate.
 func (s *Server) Client() *clientv3.Client {
 	if s.clientConn == nil {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cfg := clientv3.Config{Endpoints: []string{s.Endpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+		if s.TLS != nil {
+			var err error
+			if cfg.TLS, err = s.TLS.clientConfig(); err != nil {
+				panic(fmt.Sprintf("etcd client TLS: %v", err)) // the files were written by NewWith
+			}
+		}
+		c, err := clientv3.New(cfg)
 		if err != nil {
 			panic(fmt.Sprintf("etcd client: %v", err)) // New does not dial; it fails only on bad config
 		}
@@ -126,6 +161,10 @@ func (s *Server) start() error {
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{s.clientURL}, []url.URL{s.clientURL}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{s.peerURL}, []url.URL{s.peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if s.TLS != nil {
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.TLS.serverCertFile, KeyFile: s.TLS.serverKeyFile,
+			TrustedCAFile: s.TLS.CAFile, ClientCertAuth: true}
+	}
 	if s.opts.Fast {
 		cfg.TickMs, cfg.ElectionMs = 10, 100
 		cfg.UnsafeNoFsync = true
