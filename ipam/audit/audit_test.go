@@ -108,7 +108,10 @@ func TestRepairDryRunChangesNothingAndApplyAuditsClean(t *testing.T) {
 	h = w.handle("net1.c9")
 	h.Block[blk] = 5
 	w.put(calico.HandleKey("net1.c9"), h)
-	live := w.liveFile(LiveAttachment{ContainerID: "c2", IfName: "eth0"}, LiveAttachment{ContainerID: "c9", IfName: "eth0"})
+	// Entries name their pods, as the CNI cache does, so the source can
+	// speak for the pod-name handle.
+	live := w.liveFile(LiveAttachment{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"},
+		LiveAttachment{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9"})
 
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live)
@@ -157,7 +160,7 @@ func TestRepairFailsClosed(t *testing.T) {
 	}{
 		{"no liveness", nil, ExitFindings, "no liveness source"},
 		{"empty source with records on its node", []string{"--live", w.liveFile()}, ExitFindings, "no liveness source"},
-		{"source for another node", []string{"--live", w.liveFile(LiveAttachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, ExitFindings, "does not cover"},
+		{"source for another node", []string{"--live", w.liveFile(LiveAttachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, ExitFindings, "no liveness source covers its node"},
 		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, ExitError, ""},
 		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, ExitError, ""},
 		{"two liveness sources", []string{"--live", w.liveFile(), "--cni-cache", w.t.TempDir()}, ExitError, ""},

@@ -222,7 +222,7 @@ func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Repo
 }
 
 func (f *flags) options(live *Liveness) Options {
-	return Options{Networks: nonEmpty(f.network), Liveness: live, MinAge: f.minAge}
+	return Options{Networks: nonEmpty(f.network), Liveness: live, MinAge: f.minAge, SettledFor: f.settle}
 }
 
 func nonEmpty(s string) []string {

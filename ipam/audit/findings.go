@@ -42,6 +42,9 @@ type Finding struct {
 	// Releasable: a liveness source covering the node says the owner is
 	// not running, so repair may release the addresses.
 	Releasable bool `json:"releasable,omitempty"`
+	// Unjudged says why liveness could not judge the owner (pod-name
+	// handles; unverified findings say it in Why).
+	Unjudged string `json:"unjudged,omitempty"`
 }
 
 // Options tune the analysis.
@@ -54,7 +57,12 @@ type Options struct {
 	// MinAge: an allocation younger than this may belong to an ADD still
 	// running (the runtime lists an attachment only once ADD returns).
 	MinAge time.Duration
-	Now    time.Time
+	// SettledFor is how long repair waits and re-reads liveness before it
+	// acts (0 for audit). An allocation without a timestamp (Calico 2.x
+	// wrote none) has an unknown age, so it is judged only when that wait
+	// is at least MinAge.
+	SettledFor time.Duration
+	Now        time.Time
 }
 
 // analysis holds the indexes one audit builds from a snapshot.
@@ -207,7 +215,7 @@ func (a *analysis) checkHandles() {
 			continue // recorded: checked against the record
 		}
 		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
-		f.Kind, f.Why, f.Releasable = a.judgeHandle(handle, podName, allocs)
+		f.Kind, f.Why, f.Releasable, f.Unjudged = a.judgeHandle(handle, podName, allocs)
 		if f.Kind != "" {
 			a.add(f)
 		}
@@ -217,33 +225,24 @@ func (a *analysis) checkHandles() {
 // judgeHandle decides what an unrecorded handle is. Only a handle whose
 // owner a covering liveness source can name, whose addresses it does not
 // list, and whose newest address is old enough for any ADD to have
-// finished, may be called a leak (or a releasable pod-name handle).
-func (a *analysis) judgeHandle(handle string, podName bool, allocs []*Allocation) (Kind, string, bool) {
+// finished, may be called a leak (or a releasable pod-name handle). The
+// last result says why the owner could not be judged, if so.
+func (a *analysis) judgeHandle(handle string, podName bool, allocs []*Allocation) (kind Kind, why string, dead bool, unjudged string) {
 	owner, named := handle, podName
 	if !podName {
 		owner, named = a.containerOf(handle)
 	}
-	kind, dead := Unverified, false
-	if podName {
-		kind = PodNameHandle
-	}
-	why := a.unjudgeable(named, allocs)
-	if why == "" {
-		if a.ownerLive(owner, podName, allocs) {
-			if podName {
-				return kind, podNameWhy(owner), false
-			}
-			return "", "", false
-		}
-		dead = true
-	}
+	unjudged = a.unjudgeable(named, podName, allocs)
 	switch {
 	case podName:
-		return kind, podNameWhy(owner), dead
-	case dead:
-		return Leak, fmt.Sprintf("no record, and %s does not list owner %s", a.opts.Liveness.Source, owner), true
+		dead = unjudged == "" && !a.ownerLive(owner, podName, allocs)
+		return PodNameHandle, podNameWhy(owner), dead, unjudged
+	case unjudged != "":
+		return Unverified, "no record, and " + unjudged, false, ""
+	case a.ownerLive(owner, podName, allocs):
+		return "", "", false, ""
 	}
-	return kind, "no record, and " + why, false
+	return Leak, fmt.Sprintf("no record, and %s does not list owner %s", a.opts.Liveness.Source, owner), true, ""
 }
 
 func podNameWhy(owner string) string {
@@ -251,7 +250,7 @@ func podNameWhy(owner string) string {
 }
 
 // unjudgeable says why liveness cannot speak for these addresses, or "".
-func (a *analysis) unjudgeable(named bool, allocs []*Allocation) string {
+func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string {
 	l := a.opts.Liveness
 	if !named {
 		return "the handle names no container of a known network (pass --network), so liveness cannot speak for it"
@@ -259,6 +258,16 @@ func (a *analysis) unjudgeable(named bool, allocs []*Allocation) string {
 	for _, al := range allocs {
 		if !l.Covers(al.Node) {
 			return "no liveness source covers its node: cannot tell a leak from a pod not behind safe-ipam"
+		}
+	}
+	if podName {
+		if gap := l.podNamesGap(); gap != "" {
+			return gap
+		}
+	}
+	for _, al := range allocs {
+		if al.Time.IsZero() && a.opts.SettledFor < a.opts.MinAge {
+			return fmt.Sprintf("allocated with no timestamp, so its age is unknown: only repair --apply with --settle of at least --min-age (%s) judges it", a.opts.MinAge)
 		}
 		if !al.Time.IsZero() && a.opts.Now.Sub(al.Time) < a.opts.MinAge {
 			return fmt.Sprintf("allocated %s ago: its ADD may still be running", a.opts.Now.Sub(al.Time).Round(time.Second))

@@ -32,6 +32,9 @@ type Liveness struct {
 	pods       map[string]bool
 	addrs      map[netip.Addr]bool
 	attach     map[[2]string]bool
+	// podBlind counts entries that name neither their pod nor an address:
+	// a running container of any pod could hide behind each of them.
+	podBlind int
 }
 
 // Covers says whether the source speaks for node.
@@ -44,17 +47,34 @@ func (l *Liveness) index() {
 	for _, a := range l.Attachments {
 		l.containers[a.ContainerID] = true
 		l.attach[[2]string{a.ContainerID, a.IfName}] = true
-		if a.PodNamespace != "" && a.PodName != "" {
+		named := a.PodNamespace != "" && a.PodName != ""
+		if named {
 			l.pods[a.PodNamespace+"."+a.PodName] = true
 		}
 		for _, ip := range a.IPs {
 			if p, err := netip.ParsePrefix(ip); err == nil {
-				l.addrs[p.Addr()] = true
+				l.addrs[p.Addr()], named = true, true
 			} else if addr, err := netip.ParseAddr(ip); err == nil {
-				l.addrs[addr] = true
+				l.addrs[addr], named = true, true
 			}
 		}
+		if !named {
+			l.podBlind++
+		}
 	}
+}
+
+// podNamesGap says why the source cannot speak for pod names, or "". A
+// pod-name handle's pod is gone only if no running container belongs to
+// it; an entry that names neither its pod nor its addresses could be that
+// container, so its absence from the source proves nothing (incident 003:
+// no evidence is not evidence of absence). The CNI cache names both.
+func (l *Liveness) podNamesGap() string {
+	if l.podBlind == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s cannot speak for pod names: %d of its %d entries carry neither podNamespace and podName nor ips",
+		l.Source, l.podBlind, len(l.Attachments))
 }
 
 // ReadLiveFile reads a JSON list of live attachments.

@@ -65,8 +65,11 @@ func planOne(f Finding, recs map[string]*record.Record, live *Liveness) (*Action
 		if live == nil {
 			return nil, "no liveness source: an unknown set of running pods never means none run"
 		}
+		if f.Unjudged != "" {
+			return nil, "not proven gone: " + f.Unjudged
+		}
 		if !f.Releasable {
-			return nil, "the liveness source does not cover the handle's node, lists its owner, or cannot name it"
+			return nil, "the liveness source lists its owner or one of its addresses: it runs"
 		}
 		return &Action{Kind: ReleaseHandle, Handle: f.Handle, Address: f.Address, Why: string(f.Kind) + ": " + f.Why}, ""
 	case EarlyRelease:

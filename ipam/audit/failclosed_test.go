@@ -1,0 +1,141 @@
+package audit
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+)
+
+// simAdd runs the simulator's ADD for a pod container, in the given
+// handle generation, against the world's etcd, and returns the address.
+func (w *world) simAdd(mode calicosim.HandleMode, cid, namespace, pod string) string {
+	w.t.Helper()
+	ctx := context.Background()
+	if err := calicosim.SeedIPPool(ctx, w.cli(), "default-ipv4-ippool", "10.244.0.0/24", 26); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := calicosim.SeedNode(ctx, w.cli(), "node1"); err != nil {
+		w.t.Fatal(err)
+	}
+	env := map[string]string{calicosim.EnvLockFile: calicosim.NoLock, calicosim.EnvHandles: string(mode)}
+	p := calicosim.New(func(k string) string { return env[k] }, &bytes.Buffer{}, &bytes.Buffer{})
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"calico-ipam","datastore_type":"etcdv3",
+		"etcd_endpoints":%q,"nodename":"node1","ipam":{"type":"calico-ipam"}}`, w.etcd.Endpoint())
+	res, err := p.Allocate(&skel.CmdArgs{ContainerID: cid, IfName: "eth0", Netns: "/var/run/netns/" + cid, StdinData: []byte(conf),
+		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + namespace + ";K8S_POD_NAME=" + pod + ";K8S_POD_INFRA_CONTAINER_ID=" + cid})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return res.IPs[0].Address.IP.String()
+}
+
+// Issue 9, defect 1: a Calico 2.x pod-name handle held by a running
+// container, and a liveness file that lists that container without its
+// pod or its addresses (a valid entry). Such a source cannot tell whether
+// the pod runs, so repair must refuse, saying what the source lacks, and
+// the address must stay allocated. A source that names pods may release
+// the handle of a pod it does not list.
+func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
+	tests := []struct {
+		name      string
+		live      []LiveAttachment
+		released  bool
+		refusedBy string
+	}{
+		{"entry without pod or addresses", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0"}}, false, "cannot speak for pod names"},
+		{"one blind entry among named ones", []LiveAttachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"},
+			{ContainerID: "v2era", IfName: "eth0"}}, false, "1 of its 2 entries"},
+		{"an unparsable address names nothing", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{"garbage"}}}, false, "cannot speak for pod names"},
+		{"the pod is listed by name", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", PodNamespace: "default", PodName: "web-0"}}, false, ""},
+		{"the address is listed", nil, false, ""}, // filled in below with the address
+		{"a source that names pods and lists another pod", []LiveAttachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			ip := w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
+			live := tt.live
+			if live == nil {
+				live = []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{ip + "/26"}}}
+			}
+			// Calico 2.x wrote no timestamps; --min-age 0 leaves the pod-name
+			// rule as the only one that can hold the release back.
+			code, rep, _ := w.run(true, "--live", w.liveFile(live...), "--min-age", "0", "--apply")
+			snap, err := calicosim.State(context.Background(), w.cli())
+			if err != nil {
+				t.Fatal(err)
+			}
+			held := len(snap.AllocationsOf("default.web-0")) == 1
+			if held == tt.released {
+				t.Fatalf("exit %d, address %s held %v, want released %v; actions %+v refused %+v", code, ip, held, tt.released, rep.Actions, rep.Refused)
+			}
+			if tt.released {
+				return
+			}
+			if code != ExitFindings || len(rep.Refused) != 1 || !strings.Contains(rep.Refused[0].Why, tt.refusedBy) {
+				t.Fatalf("exit %d, refused %+v; want one refusal saying %q", code, rep.Refused, tt.refusedBy)
+			}
+		})
+	}
+}
+
+// An allocation with no timestamp (Calico 2.x wrote none) has an unknown
+// age: it may belong to an ADD still running. Repair judges it only when
+// its settle wait is at least --min-age.
+func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
+	tests := []struct {
+		name     string
+		args     []string
+		released bool
+	}{
+		{"default settle is shorter than min-age", []string{"--settle", "0"}, false},
+		{"settle at least min-age", []string{"--settle", "50ms", "--min-age", "50ms"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
+			live := w.liveFile(LiveAttachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
+			before := w.dump()
+			code, rep, _ := w.run(true, append([]string{"--live", live, "--apply"}, tt.args...)...)
+			changed := !reflect.DeepEqual(before, w.dump())
+			if changed != tt.released {
+				t.Fatalf("exit %d, changed %v, want %v; actions %+v refused %+v", code, changed, tt.released, rep.Actions, rep.Refused)
+			}
+			if !tt.released && (len(rep.Refused) != 1 || !strings.Contains(rep.Refused[0].Why, "no timestamp")) {
+				t.Fatalf("refused %+v; want the missing timestamp named", rep.Refused)
+			}
+		})
+	}
+}
+
+func TestPodNamesGap(t *testing.T) {
+	tests := []struct {
+		name string
+		live []LiveAttachment
+		gap  bool
+	}{
+		{"no entries", nil, false},
+		{"pod identity", []LiveAttachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns", PodName: "p"}}, false},
+		{"addresses", []LiveAttachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1/32"}}}, false},
+		{"bare address", []LiveAttachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1"}}}, false},
+		{"namespace without name", []LiveAttachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns"}}, true},
+		{"nothing", []LiveAttachment{{ContainerID: "a", IfName: "eth0"}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := &Liveness{Source: "test", Attachments: tt.live}
+			l.index()
+			if got := l.podNamesGap() != ""; got != tt.gap {
+				t.Fatalf("gap %v (%q), want %v", got, l.podNamesGap(), tt.gap)
+			}
+		})
+	}
+}
