@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -88,15 +87,10 @@ func TestBinaryWireBehaviour(t *testing.T) {
 		exit  int
 		check func(t *testing.T, o outcome)
 	}{
-		{"VERSION lists 0.1.0 to 1.0.0", invocation{command: "VERSION"}, 0, func(t *testing.T, o outcome) {
-			var vi struct {
-				CNIVersion        string   `json:"cniVersion"`
-				SupportedVersions []string `json:"supportedVersions"`
-			}
-			mustJSON(t, o.stdout, &vi)
-			want := []string{"0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"}
-			if !slices.Equal(vi.SupportedVersions, want) {
-				t.Errorf("supportedVersions %v, want %v", vi.SupportedVersions, want)
+		{"VERSION answers as calico-ipam does", invocation{command: "VERSION"}, 0, func(t *testing.T, o outcome) {
+			const want = `{"cniVersion":"1.1.0","supportedVersions":["0.1.0","0.2.0","0.3.0","0.3.1","0.4.0","1.0.0"]}`
+			if got := strings.TrimSpace(o.stdout); got != want {
+				t.Errorf("VERSION printed %s, want %s", got, want)
 			}
 		}},
 		{"ADD 1.0.0 prints the block mask and a route to the block", invocation{"ADD", web0, v("1.0.0"), lockEnv}, 0, func(t *testing.T, o outcome) {
@@ -158,7 +152,19 @@ func TestBinaryWireBehaviour(t *testing.T) {
 			wantError(t, o, 999, "resource does not exist: Node(node9)")
 		}},
 		{"kubernetes datastore", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": "kubernetes"}), lockEnv}, 1, func(t *testing.T, o outcome) {
-			wantError(t, o, 999, `datastore_type "kubernetes" is not supported by the simulator: only etcdv3`)
+			wantError(t, o, 999, `datastore_type "kubernetes" is not supported by the simulator yet: only etcdv3`)
+		}},
+		{"inferred kubernetes datastore", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": nil, "etcd_endpoints": nil}), lockEnv}, 1, func(t *testing.T, o outcome) {
+			wantError(t, o, 999, `which means datastore_type "kubernetes": the simulator does not support it yet`)
+		}},
+		{"ADD refuses unknown CNI_ARGS without IgnoreUnknown", invocation{"ADD", pod{container: "c8"}, v("1.0.0"), append([]string{"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-8"}, lockEnv...)}, 1, func(t *testing.T, o outcome) {
+			wantError(t, o, 999, `ARGS: unknown args ["K8S_POD_NAMESPACE=default" "K8S_POD_NAME=web-8"]`)
+			if s.value(calico.HandleKey(network+".c8")) != "" {
+				t.Error("the refused ADD left a handle")
+			}
+		}},
+		{"DEL refuses unknown CNI_ARGS without IgnoreUnknown", invocation{"DEL", pod{container: "c8"}, v("1.0.0"), append([]string{"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-8;K8S_POD_UID=u8"}, lockEnv...)}, 1, func(t *testing.T, o outcome) {
+			wantError(t, o, 999, `ARGS: unknown args ["K8S_POD_UID=u8"]`)
 		}},
 		{"legacy handles from the environment", invocation{"ADD", pod{"c6", "default", "web-1"}, v("1.0.0"), append([]string{EnvHandles + "=legacy"}, lockEnv...)}, 0, func(t *testing.T, o outcome) {
 			if s.value(calico.HandleKey("default.web-1")) == "" {

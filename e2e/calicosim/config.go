@@ -2,14 +2,19 @@ package calicosim
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 )
 
+// DefaultNodenameFile is where calico-node writes the name it registered
+// the node under; calico-ipam reads it when nodename_file is unset.
+const DefaultNodenameFile = "/var/lib/calico/nodename"
+
 // NetConf is the part of the network config calico-ipam reads. It reads
-// the whole plugin config, not only the ipam section. log_file_path is
-// accepted but unused: the simulator logs to stderr only.
+// the whole plugin config, not only the ipam section.
 type NetConf struct {
 	CNIVersion     string   `json:"cniVersion"`
 	Name           string   `json:"name"`
@@ -19,6 +24,8 @@ type NetConf struct {
 	EtcdCertFile   string   `json:"etcd_cert_file"`
 	EtcdCACertFile string   `json:"etcd_ca_cert_file"`
 	Nodename       string   `json:"nodename"`
+	NodenameFile   string   `json:"nodename_file"`
+	Hostname       string   `json:"hostname"` // deprecated spelling of nodename, still read
 	LogLevel       string   `json:"log_level"`
 	LogFilePath    string   `json:"log_file_path"`
 	IPAM           IPAMConf `json:"ipam"`
@@ -34,29 +41,19 @@ type IPAMConf struct {
 	AssignIPv6 *string  `json:"assign_ipv6"`
 }
 
-// ParseNetConf decodes and checks a config, filling in defaults: the
-// nodename is the host name unless set.
-func ParseNetConf(stdin []byte) (*NetConf, error) {
+// ParseNetConf decodes and checks a config, filling in what Calico infers:
+// the datastore and the node name. defaultNodenameFile stands for
+// DefaultNodenameFile, so tests need not touch the host's.
+func ParseNetConf(stdin []byte, defaultNodenameFile string) (*NetConf, error) {
 	var c NetConf
 	if err := json.Unmarshal(stdin, &c); err != nil {
 		return nil, fmt.Errorf("parsing network config: %w", err)
 	}
-	// An unset datastore means etcdv3, Calico's default.
-	if c.DatastoreType == "" {
-		c.DatastoreType = "etcdv3"
+	if err := c.inferDatastore(); err != nil {
+		return nil, err
 	}
-	if c.DatastoreType != "etcdv3" {
-		return nil, fmt.Errorf("datastore_type %q is not supported by the simulator: only etcdv3", c.DatastoreType)
-	}
-	if len(c.Endpoints()) == 0 {
-		return nil, fmt.Errorf("etcd_endpoints is required with datastore_type etcdv3")
-	}
-	if c.Nodename == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			return nil, fmt.Errorf("nodename unset and host name unknown: %w", err)
-		}
-		c.Nodename = host
+	if err := c.resolveNodename(defaultNodenameFile); err != nil {
+		return nil, err
 	}
 	if _, err := c.AssignIPv4(); err != nil {
 		return nil, err
@@ -65,6 +62,64 @@ func ParseNetConf(stdin []byte) (*NetConf, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// inferDatastore fills in datastore_type as Calico does when it is unset:
+// etcdv3 when etcd_endpoints is set, else kubernetes (Calico's own
+// calico-etcd.yaml sets no datastore_type). Only etcdv3 is simulated.
+func (c *NetConf) inferDatastore() error {
+	hasEndpoints := len(c.Endpoints()) > 0
+	switch {
+	case c.DatastoreType == "" && hasEndpoints:
+		c.DatastoreType = "etcdv3"
+	case c.DatastoreType == "":
+		return errors.New(`datastore_type is unset and etcd_endpoints is empty, which means datastore_type "kubernetes": the simulator does not support it yet (set etcd_endpoints for etcdv3)`)
+	case c.DatastoreType != "etcdv3":
+		return fmt.Errorf("datastore_type %q is not supported by the simulator yet: only etcdv3", c.DatastoreType)
+	case !hasEndpoints:
+		return errors.New("etcd_endpoints is required with datastore_type etcdv3")
+	}
+	return nil
+}
+
+// resolveNodename picks the node name in Calico's order: nodename, the
+// content of nodename_file (default defaultFile), the deprecated hostname
+// key, then the OS host name.
+func (c *NetConf) resolveNodename(defaultFile string) error {
+	if c.Nodename != "" {
+		return nil
+	}
+	path := c.NodenameFile
+	if path == "" {
+		path = defaultFile
+	}
+	name, err := readNodenameFile(path)
+	if err != nil {
+		return err
+	}
+	if name == "" {
+		name = c.Hostname
+	}
+	if name == "" {
+		if name, err = os.Hostname(); err != nil {
+			return fmt.Errorf("nodename unset, no %s and host name unknown: %w", path, err)
+		}
+	}
+	c.Nodename = name
+	return nil
+}
+
+// readNodenameFile returns the trimmed content of path, or "" when it does
+// not exist: calico-node writes it only once it has started.
+func readNodenameFile(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("nodename_file: reading %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(data)), nil
 }
 
 // Endpoints splits etcd_endpoints on commas.

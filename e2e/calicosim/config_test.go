@@ -1,7 +1,10 @@
 package calicosim
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -40,15 +43,23 @@ func TestParseNetConf(t *testing.T) {
 				return !v4 && v6 && c.IPAM.IPv6Pools[0] == "fd00:10:244::/48"
 			},
 		},
-		{name: "kubernetes datastore", conf: `{"name":"n","datastore_type":"kubernetes"}`, wantError: "only etcdv3"},
+		{
+			name:  "datastore_type unset with etcd_endpoints means etcdv3",
+			conf:  `{"name":"n","etcd_endpoints":"http://a:2379","nodename":"node1"}`,
+			check: func(c *NetConf) bool { return c.DatastoreType == "etcdv3" },
+		},
+		{name: "datastore_type unset without etcd_endpoints means kubernetes", conf: `{"name":"n","nodename":"node1"}`, wantError: `which means datastore_type "kubernetes": the simulator does not support it yet`},
+		{name: "blank etcd_endpoints count as none", conf: `{"name":"n","etcd_endpoints":" , "}`, wantError: `datastore_type "kubernetes"`},
+		{name: "kubernetes datastore", conf: `{"name":"n","datastore_type":"kubernetes"}`, wantError: `datastore_type "kubernetes" is not supported by the simulator yet: only etcdv3`},
 		{name: "no endpoints", conf: `{"name":"n","datastore_type":"etcdv3"}`, wantError: "etcd_endpoints is required"},
 		{name: "assign flag not a string", conf: `{"name":"n","etcd_endpoints":"e","ipam":{"assign_ipv4":true}}`, wantError: "parsing network config"},
 		{name: "assign flag not true or false", conf: `{"name":"n","etcd_endpoints":"e","ipam":{"assign_ipv6":"yes"}}`, wantError: `ipam.assign_ipv6 must be "true" or "false"`},
 		{name: "not JSON", conf: `{`, wantError: "parsing network config"},
 	}
+	noNodenameFile := filepath.Join(t.TempDir(), "nodename")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := ParseNetConf([]byte(tt.conf))
+			c, err := ParseNetConf([]byte(tt.conf), noNodenameFile)
 			if tt.wantError != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
 					t.Fatalf("err = %v, want %q", err, tt.wantError)
@@ -60,6 +71,66 @@ func TestParseNetConf(t *testing.T) {
 			}
 			if !tt.check(c) {
 				t.Errorf("unexpected config %+v", c)
+			}
+		})
+	}
+}
+
+// TestNodenameResolution follows Calico's order: nodename, the file named
+// by nodename_file (default: the default file), the deprecated hostname
+// key, the OS host name.
+func TestNodenameResolution(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	defaultFile := write("default-nodename", "node-default\n")
+	ownFile := write("own-nodename", " node-file\n")
+	blankFile := write("blank-nodename", "\n")
+	missing := filepath.Join(dir, "missing")
+	tests := []struct {
+		name        string
+		keys        map[string]string
+		defaultFile string
+		want        string
+		wantError   string
+	}{
+		{"nodename wins", map[string]string{"nodename": "node-conf", "nodename_file": ownFile, "hostname": "node-h"}, defaultFile, "node-conf", ""},
+		{"nodename_file before hostname", map[string]string{"nodename_file": ownFile, "hostname": "node-h"}, defaultFile, "node-file", ""},
+		{"default file when nodename_file is unset", map[string]string{"hostname": "node-h"}, defaultFile, "node-default", ""},
+		{"hostname key when the file is missing", map[string]string{"nodename_file": missing, "hostname": "node-h"}, defaultFile, "node-h", ""},
+		{"hostname key when the file is blank", map[string]string{"nodename_file": blankFile, "hostname": "node-h"}, defaultFile, "node-h", ""},
+		{"host name last", nil, missing, host, ""},
+		{"unreadable nodename_file", map[string]string{"nodename_file": dir}, missing, "", "nodename_file: reading " + dir},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			conf := map[string]string{"name": "n", "etcd_endpoints": "http://a:2379"}
+			maps.Copy(conf, tt.keys)
+			data, err := json.Marshal(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseNetConf(data, tt.defaultFile)
+			if tt.wantError != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
+					t.Fatalf("err = %v, want %q", err, tt.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Nodename != tt.want {
+				t.Errorf("nodename %q, want %q", c.Nodename, tt.want)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package calicosim
 
 import (
+	"context"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,5 +75,40 @@ func TestEtcdOutageFailsWithinTimeout(t *testing.T) {
 	env[EnvTimeout] = "soon"
 	if err := p.Del(pod{container: "c"}.args(s.conf(nil))); err == nil || !strings.Contains(err.Error(), EnvTimeout) {
 		t.Errorf("bad timeout accepted: %v", err)
+	}
+}
+
+// TestHostLockPath: without CALICO_IPAM_LOCK_FILE the lock is Calico's
+// /var/run/calico/ipam.lock, and taking a lock creates the file and its
+// directory wherever the path points.
+func TestHostLockPath(t *testing.T) {
+	explicit := filepath.Join(t.TempDir(), "var", "run", "calico", "ipam.lock")
+	tests := []struct {
+		name, env, want string
+	}{
+		{"default", "", "/var/run/calico/ipam.lock"},
+		{"explicit", explicit, explicit},
+		{"none", NoLock, NoLock},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := New(func(k string) string {
+				if k == EnvLockFile {
+					return tt.env
+				}
+				return ""
+			}, io.Discard, io.Discard)
+			if got := p.lockPath(); got != tt.want {
+				t.Errorf("lock path %q, want %q", got, tt.want)
+			}
+		})
+	}
+	l, err := lockHost(context.Background(), explicit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.unlock()
+	if _, err := os.Stat(explicit); err != nil {
+		t.Errorf("lock file not created: %v", err)
 	}
 }

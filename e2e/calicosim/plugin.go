@@ -45,11 +45,19 @@ type Plugin struct {
 	Stdout io.Writer // CNI results
 	Stderr io.Writer // logs
 	Now    func() time.Time
+	// NodenameFile is the nodename_file used when the config sets none;
+	// tests point it away from the host's DefaultNodenameFile.
+	NodenameFile string
 }
 
 // New returns a plugin reading the given environment and streams.
 func New(getenv func(string) string, stdout, stderr io.Writer) *Plugin {
-	return &Plugin{Getenv: getenv, Stdout: stdout, Stderr: stderr, Now: time.Now}
+	return &Plugin{Getenv: getenv, Stdout: stdout, Stderr: stderr, Now: time.Now, NodenameFile: DefaultNodenameFile}
+}
+
+// parseConf reads the config with the plugin's default nodename_file.
+func (p *Plugin) parseConf(stdin []byte) (*NetConf, error) {
+	return ParseNetConf(stdin, p.NodenameFile)
 }
 
 // Funcs wires the plugin into skel: ADD, DEL and a no-op CHECK; like
@@ -60,7 +68,7 @@ func (p *Plugin) Funcs() skel.CNIFuncs {
 
 // Add assigns addresses and prints the result in the config's version.
 func (p *Plugin) Add(args *skel.CmdArgs) error {
-	conf, err := ParseNetConf(args.StdinData)
+	conf, err := p.parseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
@@ -89,11 +97,19 @@ type call struct {
 	alloc  *Allocator
 	ctx    context.Context
 	cancel context.CancelFunc
+	// closeLog closes log_file_path, if the config set one.
+	closeLog func()
 }
 
-func (p *Plugin) open(args *skel.CmdArgs) (*call, error) {
-	conf, err := ParseNetConf(args.StdinData)
+// open checks the config and CNI_ARGS (with checkArgs, the verb's own
+// rules) before it takes the lock or connects, so bad input changes
+// nothing.
+func (p *Plugin) open(args *skel.CmdArgs, checkArgs func(string) error) (*call, error) {
+	conf, err := p.parseConf(args.StdinData)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkArgs(args.Args); err != nil {
 		return nil, err
 	}
 	mode, err := ParseHandleMode(p.Getenv(EnvHandles))
@@ -108,7 +124,11 @@ func (p *Plugin) open(args *skel.CmdArgs) (*call, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &call{conf: conf, mode: mode, pod: pod, log: newLogger(p.Stderr, conf.LogLevel)}
+	log, closeLog, err := openLog(p.Stderr, conf)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{conf: conf, mode: mode, pod: pod, log: log, closeLog: closeLog}
 	c.ctx, c.cancel = context.WithTimeout(context.Background(), timeout)
 	if err := c.connect(p.lockPath()); err != nil {
 		c.close()
@@ -133,6 +153,7 @@ func (c *call) close() {
 	}
 	c.lock.unlock()
 	c.cancel()
+	c.closeLog()
 }
 
 func (p *Plugin) timeout() (time.Duration, error) {
@@ -157,7 +178,7 @@ func (p *Plugin) lockPath() string {
 // Allocate does the work of ADD and returns the result in the current
 // CNI version instead of printing it.
 func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
-	c, err := p.open(args)
+	c, err := p.open(args, CheckAddArgs)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +287,7 @@ func result(asgs []Assignment) *current.Result {
 // Del releases the handles of the configured generation. A handle that
 // does not exist is fine, so DEL can be repeated.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
-	c, err := p.open(args)
+	c, err := p.open(args, CheckDelArgs)
 	if err != nil {
 		return err
 	}
