@@ -8,10 +8,20 @@ import (
 	"sort"
 )
 
+// CalicoBinary is Calico's multi-call binary: calico-node installs it as
+// both "calico" and "calico-ipam", and it picks its role from argv[0].
+const CalicoBinary = "calico"
+
 // Delegate names the IPAM plugin safe-ipam fronts.
 type Delegate struct {
+	// Type is the delegate's plugin name: its ipam.type and its argv[0].
 	Type   string `json:"type"`
 	BinDir string `json:"binDir,omitempty"`
+	// Binary is the file to run when it is not named Type: a bare name is
+	// looked up as Type would be (binDir, else CNI_PATH), a path must be
+	// absolute. Installed as calico-ipam, safe-ipam runs Calico's "calico"
+	// binary as calico-ipam, so no second copy of Calico is kept in step.
+	Binary string `json:"binary,omitempty"`
 	// Check forwards CHECK to the delegate. Default: true, except for
 	// calico-ipam, which has no CHECK.
 	Check *bool `json:"check,omitempty"`
@@ -33,13 +43,53 @@ func (c *Config) readDelegate(ipamType string) error {
 	if !validPluginName(c.Delegate.Type) {
 		return invalid("ipam.delegate.type", fmt.Sprintf("%q is not a plugin name", c.Delegate.Type))
 	}
-	if c.Delegate.Type == ipamType {
-		return invalid("ipam.delegate.type", fmt.Sprintf("%q would delegate to itself", c.Delegate.Type))
-	}
 	if c.Delegate.BinDir != "" && !filepath.IsAbs(c.Delegate.BinDir) {
 		return invalid("ipam.delegate.binDir", "must be an absolute path")
 	}
+	if err := c.Delegate.checkBinary(); err != nil {
+		return err
+	}
+	return c.Delegate.checkNotSelf(ipamType)
+}
+
+func (d *Delegate) checkBinary() error {
+	switch {
+	case d.Binary == "" || validPluginName(d.Binary):
+		return nil
+	case !filepath.IsAbs(d.Binary):
+		return invalid("ipam.delegate.binary", fmt.Sprintf("%q is neither a plugin name nor an absolute path", d.Binary))
+	case d.BinDir != "":
+		return invalid("ipam.delegate.binary", "an absolute path and binDir exclude each other")
+	}
 	return nil
+}
+
+// checkNotSelf refuses a delegate that names safe-ipam's own file. Run as
+// calico-ipam with no delegate file given, safe-ipam has taken Calico's
+// place, and Calico's multi-call binary beside it is the delegate.
+func (d *Delegate) checkNotSelf(ipamType string) error {
+	if d.Type != ipamType || d.BinDir != "" {
+		if d.Binary == ipamType && d.BinDir == "" {
+			return invalid("ipam.delegate.binary", fmt.Sprintf("%q would delegate to itself", d.Binary))
+		}
+		return nil
+	}
+	switch {
+	case d.Binary != "" && d.Binary != ipamType:
+		return nil
+	case d.Binary == "" && d.Type == DefaultDelegate:
+		d.Binary = CalicoBinary
+		return nil
+	}
+	return invalid("ipam.delegate.type", fmt.Sprintf("%q would delegate to itself; name the real plugin's file in ipam.delegate.binary or its directory in ipam.delegate.binDir", d.Type))
+}
+
+// File is the name or path of the delegate's executable.
+func (d Delegate) File() string {
+	if d.Binary != "" {
+		return d.Binary
+	}
+	return d.Type
 }
 
 // DelegateConfig is the config the delegate receives: the whole plugin

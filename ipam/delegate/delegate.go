@@ -20,9 +20,30 @@ var ErrMissing = errors.New("delegate binary not found")
 
 // Delegate is a resolved delegate binary.
 type Delegate struct {
-	Type     string
-	Path     string
+	Type string
+	Path string
+	// Argv0 is the name it runs under: <dir of Path>/<Type>. A multi-call
+	// binary such as Calico's picks its role from it.
+	Argv0    string
 	Versions []string // as its VERSION answer declares
+}
+
+// Target says which file runs as the delegate and under which name.
+type Target struct {
+	// Type is the plugin name, the base of argv[0].
+	Type string
+	// BinDir, when set, is the only directory searched.
+	BinDir string
+	// Binary is the file when it is not named Type: a bare name searched
+	// like Type, or an absolute path.
+	Binary string
+}
+
+func (t Target) file() string {
+	if t.Binary != "" {
+		return t.Binary
+	}
+	return t.Type
 }
 
 // Call is the CNI environment of one delegate call.
@@ -35,18 +56,14 @@ type Call struct {
 	Path        string // CNI_PATH
 }
 
-// find resolves typ in binDir when set (so the real binary can live
+// find resolves the target's file in binDir when set (so the real binary can live
 // outside CNI_PATH), else in CNI_PATH, and refuses to resolve to the
 // running binary itself. It returns the binary's file info, which keys
 // the version cache, so ADD and DEL stat it once.
-func find(typ, binDir, cniPath string) (string, os.FileInfo, error) {
-	dirs := filepath.SplitList(cniPath)
-	if binDir != "" {
-		dirs = []string{binDir}
-	}
-	path, err := invoke.FindInPath(typ, dirs)
+func find(t Target, cniPath string) (string, os.FileInfo, error) {
+	path, err := locate(t, cniPath)
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: %q in %s", ErrMissing, typ, strings.Join(dirs, ":"))
+		return "", nil, err
 	}
 	info, err := os.Stat(path)
 	if err != nil {
@@ -56,9 +73,24 @@ func find(typ, binDir, cniPath string) (string, os.FileInfo, error) {
 		return "", nil, fmt.Errorf("%w: %s is not an executable file", ErrMissing, path)
 	}
 	if isSelf(info) {
-		return "", nil, fmt.Errorf("delegate %q resolves to safe-ipam itself (%s); set ipam.delegate.binDir to the real plugin's directory", typ, path)
+		return "", nil, fmt.Errorf("delegate %q resolves to safe-ipam itself (%s); set ipam.delegate.binDir to the real plugin's directory or ipam.delegate.binary to its file", t.Type, path)
 	}
 	return path, info, nil
+}
+
+func locate(t Target, cniPath string) (string, error) {
+	if filepath.IsAbs(t.Binary) {
+		return t.Binary, nil
+	}
+	dirs := filepath.SplitList(cniPath)
+	if t.BinDir != "" {
+		dirs = []string{t.BinDir}
+	}
+	path, err := invoke.FindInPath(t.file(), dirs)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q in %s", ErrMissing, t.file(), strings.Join(dirs, ":"))
+	}
+	return path, nil
 }
 
 func isSelf(info os.FileInfo) bool {
@@ -104,13 +136,13 @@ func (d *Delegate) Speaks(v string) bool {
 // Add runs the delegate's ADD and returns its result as it printed it.
 func (d *Delegate) Add(ctx context.Context, conf []byte, call Call) (types.Result, error) {
 	call.Command = "ADD"
-	return invoke.ExecPluginWithResult(ctx, d.Path, conf, call.args(), nil)
+	return invoke.ExecPluginWithResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
 }
 
 // Run runs a verb without a result: DEL, CHECK, GC or STATUS.
 func (d *Delegate) Run(ctx context.Context, command string, conf []byte, call Call) error {
 	call.Command = command
-	return invoke.ExecPluginWithoutResult(ctx, d.Path, conf, call.args(), nil)
+	return invoke.ExecPluginWithoutResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
 }
 
 func (c Call) args() *invoke.Args {

@@ -49,18 +49,23 @@ func TestFind(t *testing.T) {
 		t.Skipf("cannot link the test binary: %v", err)
 	}
 	tests := []struct {
-		name, typ, binDir, path, want string
-		missing, fails                bool
+		name, path, want string
+		target           Target
+		missing, fails   bool
 	}{
-		{name: "in CNI_PATH", typ: "calico-ipam", path: other + ":" + dir, want: filepath.Join(other, "calico-ipam")},
-		{name: "binDir wins over CNI_PATH", typ: "calico-ipam", binDir: dir, path: other, want: filepath.Join(dir, "calico-ipam")},
-		{name: "missing", typ: "host-local", path: dir, missing: true},
-		{name: "not executable", typ: "not-exec", path: dir, missing: true},
-		{name: "itself", typ: "me", path: other, fails: true},
+		{name: "in CNI_PATH", target: Target{Type: "calico-ipam"}, path: other + ":" + dir, want: filepath.Join(other, "calico-ipam")},
+		{name: "binDir wins over CNI_PATH", target: Target{Type: "calico-ipam", BinDir: dir}, path: other, want: filepath.Join(dir, "calico-ipam")},
+		{name: "missing", target: Target{Type: "host-local"}, path: dir, missing: true},
+		{name: "not executable", target: Target{Type: "not-exec"}, path: dir, missing: true},
+		{name: "itself", target: Target{Type: "me"}, path: other, fails: true},
+		{name: "binary by name", target: Target{Type: "x", Binary: "calico-ipam"}, path: dir, want: filepath.Join(dir, "calico-ipam")},
+		{name: "binary by path", target: Target{Type: "x", Binary: filepath.Join(other, "calico-ipam")}, path: dir, want: filepath.Join(other, "calico-ipam")},
+		{name: "binary by path missing", target: Target{Type: "x", Binary: filepath.Join(other, "nope")}, path: dir, missing: true},
+		{name: "binary is itself", target: Target{Type: "calico-ipam", Binary: filepath.Join(other, "me")}, path: dir, fails: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, _, err := find(tt.typ, tt.binDir, tt.path)
+			got, _, err := find(tt.target, tt.path)
 			switch {
 			case tt.missing:
 				if !errors.Is(err, ErrMissing) {

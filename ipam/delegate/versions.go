@@ -23,26 +23,40 @@ type versionCache struct {
 
 const cacheFile = "delegate-versions.json"
 
-// Resolve finds the delegate and learns the versions it speaks, from
-// cacheDir when it is fresh ("" disables the cache).
+// Resolve finds the delegate named typ and learns the versions it speaks,
+// from cacheDir when it is fresh ("" disables the cache).
 func Resolve(ctx context.Context, typ, binDir, cniPath, cacheDir string) (*Delegate, error) {
-	path, info, err := find(typ, binDir, cniPath)
+	return ResolveTarget(ctx, Target{Type: typ, BinDir: binDir}, cniPath, cacheDir)
+}
+
+// ResolveTarget is Resolve for a delegate whose file may have another
+// name than its type.
+func ResolveTarget(ctx context.Context, t Target, cniPath, cacheDir string) (*Delegate, error) {
+	path, info, err := find(t, cniPath)
 	if err != nil {
 		return nil, err
 	}
+	d := &Delegate{Type: t.Type, Path: path, Argv0: filepath.Join(filepath.Dir(path), t.Type)}
 	key := versionCache{Path: path, Size: info.Size(), ModTime: info.ModTime().UnixNano()}
-	cache := readCache(cacheDir)
-	if c, ok := cache[path]; ok && c.Size == key.Size && c.ModTime == key.ModTime {
-		return &Delegate{Type: typ, Path: path, Versions: c.Versions}, nil
+	// A multi-call binary may declare other versions in each role.
+	slot := path
+	if d.Argv0 != path {
+		slot = path + " as " + t.Type
 	}
-	pi, err := invoke.GetVersionInfo(ctx, path, nil)
+	cache := readCache(cacheDir)
+	if c, ok := cache[slot]; ok && c.Size == key.Size && c.ModTime == key.ModTime {
+		d.Versions = c.Versions
+		return d, nil
+	}
+	pi, err := invoke.GetVersionInfo(ctx, path, newExec(d.Argv0))
 	if err != nil {
 		return nil, fmt.Errorf("asking %s for its CNI versions: %w", path, err)
 	}
 	key.Versions = pi.SupportedVersions()
-	cache[path] = key
+	cache[slot] = key
 	writeCache(cacheDir, cache) // best effort: a failed write costs an exec next time
-	return &Delegate{Type: typ, Path: path, Versions: key.Versions}, nil
+	d.Versions = key.Versions
+	return d, nil
 }
 
 func readCache(dir string) map[string]versionCache {
