@@ -74,12 +74,18 @@ type pod struct {
 	containerID, name string
 }
 
+// runtime is what a Kubernetes runtime passes libcni. libcni joins Args
+// into CNI_ARGS as they are, and calico-ipam refuses keys it does not know
+// unless IgnoreUnknown=1 comes along, so runtimes send it first.
 func (p pod) runtime() *libcni.RuntimeConf {
 	return &libcni.RuntimeConf{
 		ContainerID: p.containerID,
 		NetNS:       "/var/run/netns/safe-ipam-bench-none", // IPAM never enters it
 		IfName:      "eth0",
-		Args:        [][2]string{{"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID}},
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID},
+		},
 	}
 }
 
