@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -30,20 +29,21 @@ const (
 const DefaultCNICache = "/var/lib/cni/results"
 
 type flags struct {
+	conf                     string
 	endpoints, cert, key, ca string
 	network, recordsPrefix   string
 	liveFile, cniCache, node string
 	json, apply              bool
 	timeout, settle, minAge  time.Duration
 	set                      map[string]bool
-	hostErr                  error
+	nodeErr                  error
 }
 
 func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
-	host, hostErr := os.Hostname()
-	f := &flags{set: map[string]bool{}, hostErr: hostErr}
+	f := &flags{set: map[string]bool{}}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&f.conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's etcd endpoints and TLS files, the node name and safe-ipam's records prefix from it (flags given explicitly win)")
 	fs.StringVar(&f.endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
 	fs.StringVar(&f.cert, "etcd-cert", "", "etcd client certificate")
 	fs.StringVar(&f.key, "etcd-key", "", "etcd client key")
@@ -52,7 +52,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.recordsPrefix, "records-prefix", config.DefaultEtcdPrefix, "etcd prefix of safe-ipam's records")
 	fs.StringVar(&f.liveFile, "live", "", `JSON list of {"containerID","ifname"} known to be running`)
 	fs.StringVar(&f.cniCache, "cni-cache", DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
-	fs.StringVar(&f.node, "node", host, `the node the liveness source describes ("" with --live: every node)`)
+	fs.StringVar(&f.node, "node", "", `the node the liveness source describes ("" with --live: every node) (default: as Calico names this node: --conf's nodename or nodename_file, else `+config.CalicoNodenameFile+`, else the host name)`)
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "overall time limit")
 	fs.DurationVar(&f.minAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
@@ -68,7 +68,45 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
+	if err := f.applyConf(); err != nil {
+		return nil, err
+	}
 	return f, f.checkNode()
+}
+
+// applyConf fills what the operator did not set from the CNI config, and
+// the node name as calico-ipam resolves it: a judgment under another name
+// than Calico's would be about the wrong node.
+func (f *flags) applyConf() error {
+	var calico config.Calico
+	if f.conf != "" {
+		file, err := config.ReadFile(f.conf)
+		if err != nil {
+			return err
+		}
+		if ds := file.Calico.Datastore(); ds != config.DatastoreEtcd {
+			return fmt.Errorf("--conf %s: Calico's datastore there is %q; audit and repair read Calico's etcd only", f.conf, ds)
+		}
+		calico = file.Calico
+		f.setDefault("etcd-endpoints", &f.endpoints, file.Calico.EtcdEndpoints)
+		f.setDefault("etcd-cert", &f.cert, file.Calico.EtcdCertFile)
+		f.setDefault("etcd-key", &f.key, file.Calico.EtcdKeyFile)
+		f.setDefault("etcd-ca", &f.ca, file.Calico.EtcdCACertFile)
+		f.setDefault("network", &f.network, file.Network)
+		if s := file.SafeIPAM; s != nil && s.Store.Type == config.StoreEtcd {
+			f.setDefault("records-prefix", &f.recordsPrefix, s.Store.Prefix)
+		}
+	}
+	if !f.set["node"] {
+		f.node, f.nodeErr = calico.Node()
+	}
+	return nil
+}
+
+func (f *flags) setDefault(name string, dst *string, v string) {
+	if !f.set[name] {
+		*dst = v
+	}
 }
 
 // checkNode: a node's CNI cache speaks for that node only, so it needs a
@@ -77,8 +115,8 @@ func (f *flags) checkNode() error {
 	if f.liveFile != "" && f.set["cni-cache"] && f.cniCache != "" {
 		return errors.New("--live and --cni-cache are two liveness sources; give one")
 	}
-	if !f.set["node"] && f.hostErr != nil && (f.liveFile != "" || f.cniCache != "") {
-		return fmt.Errorf("cannot tell this host's name (%v); pass --node", f.hostErr)
+	if f.nodeErr != nil && (f.liveFile != "" || f.cniCache != "") {
+		return fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", f.nodeErr)
 	}
 	if f.node == "" && f.liveFile == "" && f.cniCache != "" {
 		return errors.New(`--node "" (every node) needs --live; a CNI cache lists one node's attachments`)
