@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -33,7 +35,7 @@ func Open(ctx context.Context, verb string, stdin []byte, env Env) (*Guard, erro
 		return nil, err
 	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
-	g, err := open(ctx, verb, cfg, env, log)
+	g, err := open(ctx, verb, cfg, storeSettings(stdin), env, log)
 	if err != nil {
 		log.Error("refused", "error", err)
 		closeLog()
@@ -43,7 +45,7 @@ func Open(ctx context.Context, verb string, stdin []byte, env Env) (*Guard, erro
 	return g, nil
 }
 
-func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *slog.Logger) (*Guard, error) {
+func open(ctx context.Context, verb string, cfg *config.Config, settings tlsSettings, env Env, log *slog.Logger) (*Guard, error) {
 	if verb != VerbGC && verb != VerbStatus {
 		probe := &Guard{cfg: cfg}
 		if _, _, err := probe.attachment(env); err != nil {
@@ -62,7 +64,7 @@ func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *sl
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, cfg.Store, node)
+	st, err := openStore(ctx, cfg.Store, settings, node)
 	if err != nil {
 		code := types.ErrTryAgainLater
 		if verb == VerbStatus {
@@ -73,15 +75,37 @@ func open(ctx context.Context, verb string, cfg *config.Config, env Env, log *sl
 	return newGuard(cfg, node, version, st, d, log), nil
 }
 
-func openStore(ctx context.Context, s config.Store, node string) (store.Store, error) {
+func openStore(ctx context.Context, s config.Store, settings tlsSettings, node string) (store.Store, error) {
 	if s.Type == config.StoreEtcd {
 		return etcdstore.Open(ctx, etcdstore.Config{
 			Endpoints: s.Endpoints, Prefix: s.Prefix, Node: node,
-			CertFile: s.CertFile, KeyFile: s.KeyFile, CAFile: s.CAFile,
+			TLS: etcdconn.TLSFiles{
+				Cert: etcdconn.File{Path: s.CertFile, Setting: settings.cert},
+				Key:  etcdconn.File{Path: s.KeyFile, Setting: settings.key},
+				CA:   etcdconn.File{Path: s.CAFile, Setting: settings.ca},
+			},
 			DialTimeout: s.DialTimeout.Std(),
 		})
 	}
 	return filestore.Open(s.Dir)
+}
+
+// tlsSettings name the settings the store's TLS files came from, so that
+// an error about a file says which setting to fix.
+type tlsSettings struct{ cert, key, ca string }
+
+// storeSettings: the files come from ipam.store when the config has one,
+// else from Calico's top-level keys.
+func storeSettings(stdin []byte) tlsSettings {
+	var conf struct {
+		IPAM struct {
+			Store json.RawMessage `json:"store"`
+		} `json:"ipam"`
+	}
+	if json.Unmarshal(stdin, &conf) == nil && conf.IPAM.Store != nil {
+		return tlsSettings{cert: "ipam.store.certFile", key: "ipam.store.keyFile", ca: "ipam.store.caFile"}
+	}
+	return tlsSettings{cert: "etcd_cert_file", key: "etcd_key_file", ca: "etcd_ca_cert_file"}
 }
 
 // Close releases the store connection and the log file.

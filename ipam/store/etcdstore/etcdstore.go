@@ -7,27 +7,26 @@ package etcdstore
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
 // Config says how to reach etcd.
 type Config struct {
-	Endpoints                 []string
-	Prefix                    string
-	Node                      string // whose records this store reads and writes
-	CertFile, KeyFile, CAFile string
-	DialTimeout               time.Duration
+	Endpoints   []string
+	Prefix      string
+	Node        string // whose records this store reads and writes
+	TLS         etcdconn.TLSFiles
+	DialTimeout time.Duration
 }
 
 // Store is the etcd store.
@@ -42,62 +41,20 @@ var _ store.Store = (*Store)(nil)
 
 // Open connects to etcd and waits until the connection is up, so an
 // unreachable store is found before anything is changed, without spending
-// a request on it.
+// a request on it. Errors wrap store.ErrUnavailable and name the TLS file
+// at fault, if one is.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	tlsConfig, err := clientTLS(cfg)
+	client, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, DialTimeout: cfg.DialTimeout})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   cfg.Endpoints,
-		DialTimeout: cfg.DialTimeout,
-		TLS:         tlsConfig,
-		Logger:      quietLogger(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: etcd client for %v: %v", store.ErrUnavailable, cfg.Endpoints, err)
-	}
-	s := &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout}
-	if err := s.waitConnected(ctx); err != nil {
-		client.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout}, nil
 }
 
 // NewWithClient wraps an existing client, for tests. Node "" gives a
 // store that lists every node's records and writes none.
 func NewWithClient(client *clientv3.Client, prefix, node string, timeout time.Duration) *Store {
 	return &Store{client: client, prefix: prefix, node: node, timeout: timeout}
-}
-
-func clientTLS(cfg Config) (*tls.Config, error) {
-	if cfg.CertFile == "" && cfg.CAFile == "" {
-		return nil, nil
-	}
-	info := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}
-	tlsConfig, err := info.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("%w: etcd TLS files: %v", store.ErrUnavailable, err)
-	}
-	return tlsConfig, nil
-}
-
-func (s *Store) waitConnected(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	conn := s.client.ActiveConnection()
-	conn.Connect()
-	for {
-		state := conn.GetState()
-		if state == connectivity.Ready {
-			return nil
-		}
-		if !conn.WaitForStateChange(ctx, state) {
-			return fmt.Errorf("%w: etcd at %v not reachable within %s (last state %s)",
-				store.ErrUnavailable, s.client.Endpoints(), s.timeout, state)
-		}
-	}
 }
 
 // Prefix returns the key prefix of a network's records on every node,
@@ -275,7 +232,7 @@ func Decode(value []byte, revision int64) (*record.Record, error) {
 	return &rec, nil
 }
 
-func decodeFirst(att record.Attachment, kvs []*mvccKV) *record.Record {
+func decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
 	if len(kvs) == 0 {
 		return nil
 	}

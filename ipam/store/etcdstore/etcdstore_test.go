@@ -3,27 +3,73 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/storetest"
 )
 
 func TestContract(t *testing.T) {
-	server := etcdtest.Start(t)
+	runContract(t, etcdtest.Start(t), etcdconn.TLSFiles{})
+}
+
+// The contract holds over an etcd that requires client certificates, as
+// Calico's clusters do.
+func TestContractTLS(t *testing.T) {
+	server := etcdtest.StartTLS(t)
+	runContract(t, server, calicoFiles(server.TLS.CertFile, server.TLS.KeyFile, server.TLS.CAFile))
+}
+
+func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles) {
 	n := 0
 	storetest.Run(t, func(t *testing.T) store.Store {
 		n++ // a fresh prefix per case keeps cases apart on one server
-		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/t" + string(rune('a'+n)), Node: "node1", DialTimeout: 5 * time.Second})
+		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/t" + string(rune('a'+n)), Node: "node1", TLS: files, DialTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
+}
+
+// calicoFiles names TLS files as Calico's plugin config does.
+func calicoFiles(cert, key, ca string) etcdconn.TLSFiles {
+	return etcdconn.TLSFiles{
+		Cert: etcdconn.File{Path: cert, Setting: "etcd_cert_file"},
+		Key:  etcdconn.File{Path: key, Setting: "etcd_key_file"},
+		CA:   etcdconn.File{Path: ca, Setting: "etcd_ca_cert_file"},
+	}
+}
+
+// A wrong TLS file makes the store unavailable, and the error names the
+// file and its setting.
+func TestTLSFaultsNameTheFile(t *testing.T) {
+	server := etcdtest.StartTLS(t)
+	f := server.TLS
+	missing := filepath.Join(t.TempDir(), "missing-key.pem")
+	for _, tc := range []struct {
+		name  string
+		files etcdconn.TLSFiles
+		want  string
+	}{
+		{"wrong CA", calicoFiles(f.CertFile, f.KeyFile, f.OtherCAFile), "not trusted by CA file " + f.OtherCAFile + " (etcd_ca_cert_file)"},
+		{"missing key file", calicoFiles(f.CertFile, missing, f.CAFile), "client key file " + missing + " (etcd_key_file) does not exist"},
+		{"expired cert", calicoFiles(f.ExpiredCertFile, f.ExpiredKeyFile, f.CAFile), "client certificate file " + f.ExpiredCertFile + " (etcd_cert_file) expired at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/x", Node: "node1", TLS: tc.files, DialTimeout: 5 * time.Second})
+			if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("open: %v\nwant ErrUnavailable with %q", err, tc.want)
+			}
+		})
+	}
 }
 
 func TestUnreachableIsUnavailable(t *testing.T) {
