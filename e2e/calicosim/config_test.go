@@ -60,14 +60,8 @@ func TestParseNetConf(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := ParseNetConf([]byte(tt.conf), noNodenameFile)
-			if tt.wantError != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
-					t.Fatalf("err = %v, want %q", err, tt.wantError)
-				}
+			if refused(t, err, tt.wantError) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !tt.check(c) {
 				t.Errorf("unexpected config %+v", c)
@@ -120,14 +114,8 @@ func TestNodenameResolution(t *testing.T) {
 				t.Fatal(err)
 			}
 			c, err := ParseNetConf(data, tt.defaultFile)
-			if tt.wantError != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantError) {
-					t.Fatalf("err = %v, want %q", err, tt.wantError)
-				}
+			if refused(t, err, tt.wantError) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.Nodename != tt.want {
 				t.Errorf("nodename %q, want %q", c.Nodename, tt.want)
@@ -197,4 +185,20 @@ func TestParseHandleMode(t *testing.T) {
 			t.Errorf("ParseHandleMode(%q) = %q, %v", tt.in, got, err)
 		}
 	}
+}
+
+// refused fails t unless err is as wanted: nil when want is "", else an
+// error containing want. It reports whether the call was refused.
+func refused(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return false
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want one containing %q", err, want)
+	}
+	return true
 }
