@@ -188,6 +188,7 @@ func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, err
 	}
 	findings := Analyze(snap, f.options(live))
 	report := NewReport(snap, findings, live)
+	report.Warnings = ModeWarnings(snap)
 	if live == nil {
 		report.Liveness = liveNote
 	}

@@ -17,6 +17,13 @@ import (
 // handle generation, against the world's etcd, and returns the address.
 func (w *world) simAdd(mode calicosim.HandleMode, cid, namespace, pod string) string {
 	w.t.Helper()
+	return w.simAddArgs(mode, cid, namespace, pod)
+}
+
+// simAddArgs is simAdd where an empty namespace and pod mean CNI_ARGS
+// without pod identity, as safe-ipam's pod mode sends.
+func (w *world) simAddArgs(mode calicosim.HandleMode, cid, namespace, pod string) string {
+	w.t.Helper()
 	ctx := context.Background()
 	if err := calicosim.SeedIPPool(ctx, w.cli(), "default-ipv4-ippool", "10.244.0.0/24", 26); err != nil {
 		w.t.Fatal(err)
@@ -28,8 +35,11 @@ func (w *world) simAdd(mode calicosim.HandleMode, cid, namespace, pod string) st
 	p := calicosim.New(func(k string) string { return env[k] }, &bytes.Buffer{}, &bytes.Buffer{})
 	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"calico-ipam","datastore_type":"etcdv3",
 		"etcd_endpoints":%q,"nodename":"node1","ipam":{"type":"calico-ipam"}}`, w.etcd.Endpoint())
-	res, err := p.Allocate(&skel.CmdArgs{ContainerID: cid, IfName: "eth0", Netns: "/var/run/netns/" + cid, StdinData: []byte(conf),
-		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=" + namespace + ";K8S_POD_NAME=" + pod + ";K8S_POD_INFRA_CONTAINER_ID=" + cid})
+	args := "IgnoreUnknown=1;K8S_POD_INFRA_CONTAINER_ID=" + cid
+	if namespace != "" {
+		args += ";K8S_POD_NAMESPACE=" + namespace + ";K8S_POD_NAME=" + pod
+	}
+	res, err := p.Allocate(&skel.CmdArgs{ContainerID: cid, IfName: "eth0", Netns: "/var/run/netns/" + cid, StdinData: []byte(conf), Args: args})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -124,7 +124,9 @@ func (a *analysis) indexBlocks() {
 func (a *analysis) indexRecords() {
 	for _, rec := range a.snap.Records {
 		a.networks[rec.Network] = true
-		a.recByHdl[rec.Handle] = append(a.recByHdl[rec.Handle], rec)
+		for _, h := range ownedHandles(rec) {
+			a.recByHdl[h] = append(a.recByHdl[h], rec)
+		}
 		if rec.State != record.Committed {
 			continue
 		}
@@ -159,11 +161,13 @@ func (a *analysis) checkRecords() {
 		case al == nil:
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: rec.Handle, Records: recordNames(recs), Node: rec.Node,
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
-		case al.Handle != rec.Handle && len(a.recByHdl[al.Handle]) > 0:
+		case owns(rec, al.Handle):
+			// Held under a handle the record's DEL releases.
+		case len(a.recByHdl[al.Handle]) > 0:
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
 				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.Handle]...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
-		case al.Handle != rec.Handle:
+		default:
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Records: recordNames(recs), Node: rec.Node,
 				Why: fmt.Sprintf("the record holds the address under %s but Calico has it under %s", rec.Handle, al.Handle)})
 		}

@@ -18,6 +18,9 @@ type Report struct {
 	Actions  []Action  `json:"actions,omitempty"`
 	Refused  []Refusal `json:"refused,omitempty"`
 	Applied  *bool     `json:"applied,omitempty"`
+	// Warnings are about settings, not data: they do not change the exit
+	// code.
+	Warnings []string `json:"warnings,omitempty"`
 	// Repair marks a report of `safe-ipam repair`.
 	Repair bool `json:"repair,omitempty"`
 }
@@ -95,6 +98,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, warning := range r.Warnings {
+		fmt.Fprintln(w, "warning: "+warning)
 	}
 	_, err := fmt.Fprintf(w, "audit: %d blocks, %d allocations, %d handles, %d records; %s; liveness: %s\n",
 		r.Summary.Blocks, r.Summary.Allocations, r.Summary.Handles, r.Summary.Records, r.countLine(), r.Liveness)

@@ -1,0 +1,94 @@
+package audit
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// delegateHandles, as the records and Calico's data show it, can be set for
+// the wrong Calico generation. The handle Calico used for a record's
+// address tells.
+const (
+	podModeOn3x       = "pod"       // records keyed <containerID>, Calico keyed <network>.<containerID>
+	containerModeOn2x = "container" // records keyed <network>.<containerID>, Calico keyed namespace.podname
+)
+
+// ownedHandles are the delegate handles a record's DEL releases. In pod
+// mode safe-ipam strips the pod's identity on ADD and DEL, so a Calico
+// 3.x calico-ipam keys the address <network>.<containerID>, and its DEL
+// releases that handle as well as the bare container ID.
+func ownedHandles(rec *record.Record) []string {
+	if rec.Handle == rec.ContainerID {
+		return []string{rec.Handle, rec.Network + "." + rec.ContainerID}
+	}
+	return []string{rec.Handle}
+}
+
+func owns(rec *record.Record, handle string) bool {
+	for _, h := range ownedHandles(rec) {
+		if h == handle {
+			return true
+		}
+	}
+	return false
+}
+
+// modeMismatch names the wrong delegateHandles setting that a record and
+// Calico's handle for its address show, or "".
+func modeMismatch(rec *record.Record, calicoHandle string) string {
+	switch {
+	case rec.Handle == rec.ContainerID && calicoHandle == rec.Network+"."+rec.ContainerID:
+		return podModeOn3x
+	case rec.Handle != rec.ContainerID && rec.PodNamespace != "" && calicoHandle == rec.PodNamespace+"."+rec.PodName:
+		return containerModeOn2x
+	}
+	return ""
+}
+
+// ModeWarnings warns when the records show delegateHandles set for the
+// other Calico generation than the calico-ipam that answered.
+func ModeWarnings(snap *Snapshot) []string {
+	byAddr := make(map[netip.Addr]string, len(snap.Allocations))
+	for i := range snap.Allocations {
+		byAddr[snap.Allocations[i].Addr] = snap.Allocations[i].Handle
+	}
+	counts := map[string][]string{}
+	for _, rec := range snap.Records {
+		if rec.State != record.Committed {
+			continue
+		}
+		for _, ip := range rec.IPs {
+			p, err := netip.ParsePrefix(ip)
+			if err != nil {
+				continue
+			}
+			if m := modeMismatch(rec, byAddr[p.Addr()]); m != "" {
+				counts[m] = append(counts[m], rec.Attachment.String())
+				break
+			}
+		}
+	}
+	var out []string
+	if recs := counts[podModeOn3x]; len(recs) > 0 {
+		out = append(out, fmt.Sprintf(`delegateHandles is "pod", but calico-ipam keyed %d record(s) (%s) by <network>.<containerID>, as Calico 3.x does. `+
+			`Pod mode is only for a Calico 2.x calico-ipam: it hides the pod's namespace and name from calico-ipam on ADD, so Calico 3.x cannot apply IP pools selected by namespace and writes no pod attributes. Set delegateHandles to "container"`,
+			len(recs), sample(recs)))
+	}
+	if recs := counts[containerModeOn2x]; len(recs) > 0 {
+		out = append(out, fmt.Sprintf(`delegateHandles is "container", but calico-ipam keyed %d record(s) (%s) by namespace.podname, as Calico 2.x does. `+
+			`safe-ipam's DEL cannot release those handles, so their addresses leak. Set delegateHandles to "pod" while calico-ipam is 2.x`,
+			len(recs), sample(recs)))
+	}
+	return out
+}
+
+// sample names a few records, enough to find them.
+func sample(recs []string) string {
+	if len(recs) > 3 {
+		return strings.Join(recs[:3], ", ") + ", ..."
+	}
+	return strings.Join(recs, ", ")
+}

@@ -1,0 +1,58 @@
+package audit
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+)
+
+// A record as safe-ipam writes it in each delegateHandles mode, over
+// Calico data the simulator writes for the generation in front of it.
+func TestWrongDelegateHandlesIsWarned(t *testing.T) {
+	tests := []struct {
+		name         string
+		generation   calicosim.HandleMode
+		podArgs      bool   // whether pod identity reached calico-ipam on ADD
+		recordHandle string // "" for <network>.<containerID>
+		warning      string
+		earlyRelease bool
+	}{
+		{"pod mode in front of Calico 3.x", calicosim.ModernHandles, false, "c1", `delegateHandles is "pod"`, false},
+		{"container mode in front of Calico 2.x", calicosim.LegacyHandles, true, "", `delegateHandles is "container"`, true},
+		{"pod mode in front of Calico 2.x", calicosim.LegacyHandles, false, "c1", "", false},
+		{"container mode in front of Calico 3.x", calicosim.ModernHandles, true, "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			ns, pod := "", ""
+			if tt.podArgs {
+				ns, pod = "default", "web-0"
+			}
+			ip := w.simAddArgs(tt.generation, "c1", ns, pod)
+			rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: "c1", IfName: "eth0"},
+				PodNamespace: "default", PodName: "web-0", Node: "node1", Handle: "k8s-pod-network.c1", State: record.Committed,
+				IPs: []string{ip + "/26"}, Created: time.Now(), Updated: time.Now()}
+			if tt.recordHandle != "" {
+				rec.Handle = tt.recordHandle
+			}
+			s := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
+			if _, err := s.Swap(context.Background(), rec.Attachment, nil, rec); err != nil {
+				t.Fatal(err)
+			}
+			_, rep, _ := w.run(false)
+			warned := strings.Join(rep.Warnings, "\n")
+			if (tt.warning == "") != (warned == "") || !strings.Contains(warned, tt.warning) {
+				t.Fatalf("warnings %q, want %q", rep.Warnings, tt.warning)
+			}
+			if got := find(rep.Findings, EarlyRelease) != nil; got != tt.earlyRelease {
+				t.Fatalf("early-release found %v, want %v: %+v", got, tt.earlyRelease, rep.Findings)
+			}
+		})
+	}
+}
