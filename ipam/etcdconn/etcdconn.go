@@ -52,6 +52,10 @@ func Connect(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 // set, a diagnostic dial asks why; a TLS refusal will not heal by waiting,
 // so it is returned at once.
 func waitReady(ctx context.Context, client *clientv3.Client, cfg Config, tlsConfig *tls.Config) error {
+	limit := cfg.DialTimeout
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < limit {
+		limit = time.Until(deadline).Round(time.Millisecond) // the caller's deadline comes first
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	conn := client.ActiveConnection()
@@ -71,7 +75,7 @@ func waitReady(ctx context.Context, client *clientv3.Client, cfg Config, tlsConf
 			}
 		}
 		if !conn.WaitForStateChange(ctx, state) {
-			err := fmt.Errorf("etcd at %v not reachable within %s (last state %s)", cfg.Endpoints, cfg.DialTimeout, state)
+			err := fmt.Errorf("etcd at %v not reachable within %s (last state %s)", cfg.Endpoints, limit, state)
 			if why != nil {
 				err = fmt.Errorf("%w: %w", err, why)
 			}
