@@ -1,0 +1,161 @@
+package testbed
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// CalicoManifest is Calico's own manifest for an etcd datastore, kept
+// beside the repository (never copied into it).
+const CalicoManifest = "../shared/calico/calico-etcd.yaml"
+
+// ErrNoManifest means the shared Calico manifest is not beside the
+// repository. Under CI=true tests treat it as a failure, never a skip.
+var ErrNoManifest = errors.New("Calico's manifest is not beside the repository")
+
+// ManifestPath finds CalicoManifest from the current directory, by
+// walking up to the module root (go test runs in the package's dir).
+func ManifestPath() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			path := filepath.Join(dir, CalicoManifest)
+			if _, err := os.Stat(path); err != nil {
+				return "", fmt.Errorf("%w: %v", ErrNoManifest, err)
+			}
+			return path, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("%w: no go.mod above the working directory", ErrNoManifest)
+		}
+		dir = parent
+	}
+}
+
+// CalicoNetworkTemplate is the cni_network_config of the calico-config
+// ConfigMap in Calico's manifest, as calico-node's installer gets it.
+func CalicoNetworkTemplate() (string, error) {
+	path, err := ManifestPath()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var cm struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Data map[string]string `json:"data"`
+		}
+		if yaml.Unmarshal(doc, &cm) != nil || cm.Kind != "ConfigMap" || cm.Metadata.Name != "calico-config" {
+			continue
+		}
+		if t := cm.Data["cni_network_config"]; t != "" {
+			return t, nil
+		}
+	}
+	return "", fmt.Errorf("%s has no calico-config ConfigMap with a cni_network_config", path)
+}
+
+var placeholder = regexp.MustCompile(`__[A-Z0-9_]+__`)
+
+// RenderCalicoNetwork replaces the template's __PLACEHOLDERS__ as
+// calico-node's installer does, from values (ETCD_ENDPOINTS, CNI_MTU, ...).
+// A placeholder without a value is an error, so a new one in Calico's
+// template is noticed.
+func RenderCalicoNetwork(template string, values map[string]string) ([]byte, error) {
+	var missing []string
+	out := placeholder.ReplaceAllStringFunc(template, func(p string) string {
+		v, ok := values[strings.Trim(p, "_")]
+		if !ok {
+			missing = append(missing, p)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no value for Calico's placeholders %v", missing)
+	}
+	return []byte(out), nil
+}
+
+// CalicoDefaults are values for every placeholder of Calico's template,
+// as a node without etcd TLS gets them.
+func CalicoDefaults(etcdEndpoints string) map[string]string {
+	return map[string]string{
+		"ETCD_ENDPOINTS":          etcdEndpoints,
+		"ETCD_KEY_FILE":           "",
+		"ETCD_CERT_FILE":          "",
+		"ETCD_CA_CERT_FILE":       "",
+		"CNI_MTU":                 "1440",
+		"KUBECONFIG_FILEPATH":     "/etc/cni/net.d/calico-kubeconfig",
+		"KUBERNETES_NODE_NAME":    "node1",
+		"KUBERNETES_SERVICE_HOST": "10.96.0.1",
+		"KUBERNETES_SERVICE_PORT": "443",
+		"SERVICEACCOUNT_TOKEN":    "",
+	}
+}
+
+// CalicoInstaller does what calico-node's install-cni init container does
+// on every start of calico-node: it copies Calico's one multi-call binary
+// as both calico and calico-ipam, and writes the rendered network config
+// in place with os.WriteFile, mode 0600.
+type CalicoInstaller struct {
+	// Binary is Calico's binary (in tests, the multi-call simulator).
+	Binary  string
+	BinDir  string
+	ConfDir string
+	// ConfName is CNI_CONF_NAME, 10-calico.conflist by default.
+	ConfName string
+	// Network is the rendered cni_network_config.
+	Network []byte
+}
+
+// Run installs Calico once, as one calico-node start does.
+func (c CalicoInstaller) Run() error {
+	for _, name := range []string{"calico", "calico-ipam"} {
+		if err := copyBinary(c.Binary, filepath.Join(c.BinDir, name)); err != nil {
+			return err
+		}
+	}
+	name := c.ConfName
+	if name == "" {
+		name = "10-calico.conflist"
+	}
+	if err := os.WriteFile(filepath.Join(c.ConfDir, name), c.Network, 0o600); err != nil {
+		return fmt.Errorf("writing Calico's network config: %w", err)
+	}
+	return nil
+}
+
+// copyBinary replaces dst with a copy of src through a temp file and a
+// rename, so a runtime never runs a half-copied binary.
+func copyBinary(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("reading Calico's binary: %w", err)
+	}
+	tmp := dst + ".calico-tmp"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return fmt.Errorf("copying Calico's binary to %s: %w", dst, err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("copying Calico's binary to %s: %w", dst, err)
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package install
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+)
+
+// ConflistMode rewrites every Calico network config so that its IPAM is
+// safe-ipam with calico-ipam as the delegate, and installs safe-ipam as
+// <bin>/safe-ipam. Calico's main plugin then ignores its pool and ipAddrs
+// annotations, which it applies only to an IPAM named calico-ipam.
+type ConflistMode struct{}
+
+func (ConflistMode) Name() string { return ModeConflist }
+
+func (ConflistMode) Install(n Node, self string) (*Plan, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, refuse("%v", err)
+	}
+	confs, err := calicoConfs(n, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
+		return nil, err
+	}
+	if taken, err := IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
+		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
+	}
+	p := &Plan{}
+	if err := installBinary(p, n.bin(SafeIPAM), self); err != nil {
+		return nil, err
+	}
+	for _, c := range confs {
+		if !needsRoute(c) {
+			continue
+		}
+		routed, err := c.routeThroughSafeIPAM()
+		if err != nil {
+			return nil, refuse("%v", err)
+		}
+		p.add(backupStep(c.Path))
+		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.perm))
+	}
+	return p, nil
+}
+
+func needsRoute(c *Conf) bool {
+	for _, p := range c.Plugins {
+		if p.UsesCalicoIPAM() {
+			return true
+		}
+	}
+	return false
+}
+
+func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	files, err := ConfFiles(n.ConfDir)
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	p := &Plan{}
+	var notes []string
+	for _, f := range files {
+		more, err := uninstallFile(p, f, func() (bool, error) { return stillRouted(f) })
+		if err != nil {
+			return nil, nil, refuse("%v", err)
+		}
+		notes = append(notes, more...)
+	}
+	more, err := uninstallFile(p, n.bin(SafeIPAM), func() (bool, error) { return IsSafeIPAM(n.bin(SafeIPAM)) })
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	return p, append(notes, more...), nil
+}
+
+// stillRouted says whether the file at path is exactly what install made
+// of the original it kept.
+func stillRouted(path string) (bool, error) {
+	orig := ReadConf(backupPath(path))
+	if orig.Err != nil {
+		return false, nil
+	}
+	want, err := orig.routeThroughSafeIPAM()
+	if err != nil {
+		return false, nil
+	}
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return bytes.Equal(cur, want), nil
+}

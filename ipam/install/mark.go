@@ -1,0 +1,81 @@
+package install
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Mark is in every safe-ipam binary, because this package is linked into
+// it: it tells safe-ipam from Calico's binary when both are named
+// calico-ipam, whatever their versions.
+const Mark = "safe-ipam:binary-mark:6c1f0a2e-94d3-4b8e-a5f7-0e3d2c9b8a41"
+
+// IsSafeIPAM says whether the file at path is a safe-ipam binary. A
+// missing file is not, and not an error.
+func IsSafeIPAM(path string) (bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	found, err := containsMark(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return found, nil
+}
+
+// containsMark scans in chunks that overlap by the mark's length, so a
+// mark split across two reads is still found.
+func containsMark(r io.Reader) (bool, error) {
+	mark := []byte(Mark)
+	buf := make([]byte, 0, 1<<20+len(mark))
+	chunk := make([]byte, 1<<20)
+	for {
+		n, err := r.Read(chunk)
+		buf = append(buf, chunk[:n]...)
+		if bytes.Contains(buf, mark) {
+			return true, nil
+		}
+		if len(buf) > len(mark) {
+			buf = append(buf[:0], buf[len(buf)-len(mark):]...)
+		}
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+// sameContent says whether two files hold the same bytes.
+func sameContent(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil || sa.Size() != sb.Size() {
+		return false, err
+	}
+	da, err := os.ReadFile(a)
+	if err != nil {
+		return false, err
+	}
+	db, err := os.ReadFile(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(da, db), nil
+}

@@ -1,0 +1,152 @@
+package install
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// Mode is one way of putting safe-ipam in front of calico-ipam. Both
+// modes pass one contract (mode_test.go): installing twice changes
+// nothing the second time, uninstall restores every byte, and a refusal
+// changes nothing.
+type Mode interface {
+	Name() string
+	// Install plans what puts self, the safe-ipam binary, in front of
+	// calico-ipam on n. An empty plan: it is there already.
+	Install(n Node, self string) (*Plan, error)
+	// Uninstall plans what puts n back as it was, and says what it
+	// leaves as it is, and why.
+	Uninstall(n Node) (*Plan, []string, error)
+}
+
+// Mode names.
+const (
+	ModeConflist = "conflist"
+	ModeTakeover = "takeover"
+)
+
+// ModeNamed returns the mode called name.
+func ModeNamed(name string) (Mode, error) {
+	switch name {
+	case ModeConflist:
+		return ConflistMode{}, nil
+	case ModeTakeover:
+		return TakeoverMode{}, nil
+	}
+	return nil, fmt.Errorf("--mode %q: want %q or %q", name, ModeConflist, ModeTakeover)
+}
+
+// ErrRefused wraps every reason a mode gives for changing nothing.
+var ErrRefused = errors.New("install refused, nothing changed")
+
+func refuse(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
+}
+
+// calicoConfs reads the conf dir. strict refuses a file that does not
+// parse: it may be the Calico network left unprotected.
+func calicoConfs(n Node, strict bool) ([]*Conf, error) {
+	confs, err := ReadConfs(n.ConfDir)
+	if err != nil {
+		return nil, refuse("--cni-conf-dir %s: %v", n.ConfDir, err)
+	}
+	var calico []*Conf
+	for _, c := range confs {
+		if c.Err != nil {
+			if strict {
+				return nil, refuse("%v; it is left untouched, fix or remove it", c.Err)
+			}
+			continue
+		}
+		if c.IsCalico() {
+			calico = append(calico, c)
+		}
+	}
+	if len(calico) == 0 {
+		return nil, refuse("no network config in %s uses calico-ipam: is Calico installed on this node?", n.ConfDir)
+	}
+	return calico, nil
+}
+
+func requireFile(path, what string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return refuse("%s (%s) is missing: %s", path, what, strings.TrimPrefix(err.Error(), "stat "+path+": "))
+	}
+	if !st.Mode().IsRegular() {
+		return refuse("%s (%s) is not a regular file", path, what)
+	}
+	return nil
+}
+
+// installBinary plans putting self at path, keeping what was there.
+func installBinary(p *Plan, path, self string) error {
+	same, err := sameContent(self, path)
+	if err != nil {
+		return refuse("comparing %s with %s: %v", path, self, err)
+	}
+	if same {
+		return nil
+	}
+	ours, err := IsSafeIPAM(path)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	_, statErr := os.Stat(path)
+	switch {
+	case ours && (exists(backupPath(path)) || exists(absentPath(path))):
+		// Another build of safe-ipam that an earlier install put there:
+		// the original it kept stays the one to restore.
+	case statErr == nil:
+		// Whatever is there now (a newer Calico, after its installer ran)
+		// is what uninstall must bring back.
+		p.add(backupStep(path))
+		if exists(absentPath(path)) {
+			p.add(removeStep("drop the record", absentPath(path)))
+		}
+	case errors.Is(statErr, os.ErrNotExist):
+		if !exists(absentPath(path)) {
+			p.add(absentStep(path))
+		}
+	default:
+		return refuse("%v", statErr)
+	}
+	p.add(copyStep("install safe-ipam", path, self, 0o755))
+	return nil
+}
+
+// uninstallFile plans putting path back as install found it, if it is
+// still what install put there (ours); otherwise it only drops the backup.
+func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, error) {
+	orig, absent := exists(backupPath(path)), exists(absentPath(path))
+	if !orig && !absent {
+		return nil, nil
+	}
+	mine, err := ours()
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	switch {
+	case mine && orig:
+		p.add(restoreStep(path))
+	case mine && absent:
+		p.add(removeStep("remove what install added", path))
+	default:
+		notes = append(notes, fmt.Sprintf("%s changed since install (by Calico's installer or by hand): kept as it is", path))
+	}
+	if orig && !mine {
+		p.add(removeStep("drop the kept original", backupPath(path)))
+	}
+	if absent {
+		p.add(removeStep("drop the record", absentPath(path)))
+	}
+	return notes, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

@@ -1,0 +1,264 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+)
+
+// modeCase is one mode with what "protected" means for it.
+type modeCase struct {
+	mode      Mode
+	protected func(t *testing.T, f *fixture) error
+}
+
+var modes = []modeCase{
+	{ConflistMode{}, conflistProtected},
+	{TakeoverMode{}, takeoverProtected},
+}
+
+// conflistProtected: Calico's config routes its IPAM through safe-ipam,
+// every other byte and the file's mode as Calico wrote them, and
+// safe-ipam's config parser takes the plugin's config.
+func conflistProtected(t *testing.T, f *fixture) error {
+	path := f.node.conf("10-calico.conflist")
+	got, err := os.ReadFile(path)
+	must(t, err)
+	want := bytes.Replace(f.installer.Network, []byte(`"type": "calico-ipam"`), []byte(`"type": "safe-ipam", "delegate": {"type": "calico-ipam"}`), 1)
+	if !bytes.Equal(got, want) {
+		return errors.New("10-calico.conflist is not Calico's with its ipam routed through safe-ipam:\n" + string(got))
+	}
+	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
+		return errors.New("10-calico.conflist lost its mode 0600: " + st.Mode().String())
+	}
+	c := ReadConf(path)
+	conf, err := c.PluginConfig(0)
+	must(t, err)
+	if _, err := config.Parse(conf); err != nil {
+		return err
+	}
+	if ok, _ := IsSafeIPAM(f.node.bin(SafeIPAM)); !ok {
+		return errors.New("bin/safe-ipam is not safe-ipam")
+	}
+	return nil
+}
+
+// takeoverProtected: calico-ipam is safe-ipam, Calico's config untouched.
+func takeoverProtected(t *testing.T, f *fixture) error {
+	if ok, _ := IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
+		return errors.New("bin/calico-ipam is not safe-ipam")
+	}
+	got, err := os.ReadFile(f.node.conf("10-calico.conflist"))
+	must(t, err)
+	if !bytes.Equal(got, f.installer.Network) {
+		return errors.New("takeover changed Calico's network config")
+	}
+	return nil
+}
+
+// The contract both modes keep: install protects, a second install
+// changes nothing, uninstall restores every byte and mode, a second
+// uninstall changes nothing.
+func TestModeContract(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			before := f.snapshot(t)
+			if err := mc.protected(t, f); err == nil {
+				t.Fatal("the fixture is protected before any install")
+			}
+			for round := 1; round <= 2; round++ {
+				r, err := Install(f.node, mc.mode, f.self, false)
+				if err != nil {
+					t.Fatalf("install %d: %v", round, err)
+				}
+				if r.Applied != (round == 1) {
+					t.Errorf("install %d applied %v: %v", round, r.Applied, r.Plan.Describe())
+				}
+				if err := mc.protected(t, f); err != nil {
+					t.Fatalf("after install %d: %v", round, err)
+				}
+			}
+			installed := f.snapshot(t)
+			for round := 1; round <= 2; round++ {
+				r, err := Uninstall(f.node, mc.mode, false)
+				if err != nil {
+					t.Fatalf("uninstall %d: %v", round, err)
+				}
+				if r.Applied != (round == 1) || len(r.Notes) > 0 {
+					t.Errorf("uninstall %d applied %v, notes %v", round, r.Applied, r.Notes)
+				}
+				assertSame(t, "after uninstall", f.snapshot(t), before)
+			}
+			if len(installed) == len(before) && mc.mode.Name() == ModeConflist {
+				t.Error("conflist mode added no file (safe-ipam and the kept originals)")
+			}
+		})
+	}
+}
+
+// A dry run plans and changes nothing.
+func TestModeDryRun(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			before := f.snapshot(t)
+			r, err := Install(f.node, mc.mode, f.self, true)
+			if err != nil || r.Applied || r.Plan.Empty() {
+				t.Fatalf("dry run: %+v, %v", r, err)
+			}
+			assertSame(t, "after a dry run", f.snapshot(t), before)
+		})
+	}
+}
+
+// calico-node restarts (an upgrade: new binary, new config) undo the
+// install; installing again protects the node, and uninstall then brings
+// back what Calico wrote last, not what it wrote before the install.
+func TestModeReassertKeepsCalicosLatest(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			f.calicoRestarts(t, "v2")
+			if err := mc.protected(t, f); err == nil {
+				t.Fatal("still protected after calico-node's installer ran")
+			}
+			latest := withoutInstalled(f.snapshot(t))
+			r, err := Install(f.node, mc.mode, f.self, false)
+			if err != nil || !r.Applied {
+				t.Fatalf("re-assert: %+v, %v", r, err)
+			}
+			if err := mc.protected(t, f); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
+				t.Fatal(err)
+			}
+			// Install's backups are gone, Calico's latest files are back.
+			assertSame(t, "after uninstall", f.snapshot(t), latest)
+		})
+	}
+}
+
+// Uninstall keeps a file someone changed after install, and says so.
+func TestUninstallKeepsLaterChanges(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			f.calicoRestarts(t, "v2")
+			latest := f.snapshot(t)
+			r, err := Uninstall(f.node, mc.mode, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Notes) == 0 || !strings.Contains(strings.Join(r.Notes, "\n"), "changed since install") {
+				t.Errorf("uninstall notes %v; want the changed file named", r.Notes)
+			}
+			assertSame(t, "after uninstall", f.snapshot(t), withoutInstalled(latest))
+		})
+	}
+}
+
+// withoutInstalled is a snapshot less what install added: its backups
+// and records, and bin/safe-ipam (the fixture has none of its own).
+func withoutInstalled(snap map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range snap {
+		base := k[strings.LastIndexByte(k, '/')+1:]
+		if !isBackupName(base) && base != SafeIPAM {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// refusal is bad input every mode must refuse without changing anything.
+type refusal struct {
+	name  string
+	setup func(t *testing.T, f *fixture) (cleanup func())
+	want  string // in the error
+}
+
+var refusals = []refusal{
+	{"no Calico network config", func(t *testing.T, f *fixture) func() {
+		must(t, os.Remove(f.node.conf("10-calico.conflist")))
+		return nil
+	}, "no network config in"},
+	{"a config that does not parse", func(t *testing.T, f *fixture) func() {
+		writeFile(t, f.node.conf("05-broken.conflist"), `{"name": "k8s-pod-network", "plugins": [`, 0o644)
+		return nil
+	}, "05-broken.conflist does not parse"},
+	{"calico-ipam missing", func(t *testing.T, f *fixture) func() {
+		must(t, os.Remove(f.node.bin(CalicoIPAM)))
+		return nil
+	}, "calico-ipam"},
+	{"read-only bin dir", readOnlyBinDir, "read-only file system"},
+	{"another install holds the lock", func(t *testing.T, f *fixture) func() {
+		unlock, err := f.node.lock()
+		must(t, err)
+		return unlock
+	}, "another safe-ipam install"},
+	{"conf dir is not a directory", func(t *testing.T, f *fixture) func() {
+		f.node.ConfDir = f.node.conf("10-calico.conflist")
+		return nil
+	}, "not a directory"},
+}
+
+func TestModeRefusalsChangeNothing(t *testing.T) {
+	for _, mc := range modes {
+		for _, rc := range refusals {
+			t.Run(mc.mode.Name()+"/"+rc.name, func(t *testing.T) {
+				f := newFixture(t)
+				dirs := f.node
+				if cleanup := rc.setup(t, f); cleanup != nil {
+					defer cleanup()
+				}
+				before := snapshotOf(t, dirs)
+				_, err := Install(f.node, mc.mode, f.self, false)
+				if err == nil || !strings.Contains(err.Error(), rc.want) {
+					t.Fatalf("install: %v; want an error saying %q", err, rc.want)
+				}
+				t.Logf("refused: %v", err)
+				assertSame(t, "after a refused install", snapshotOf(t, dirs), before)
+			})
+		}
+	}
+}
+
+func snapshotOf(t *testing.T, n Node) map[string]string {
+	return (&fixture{node: n}).snapshot(t)
+}
+
+// readOnlyBinDir bind-mounts the bin dir read-only over itself: root
+// writes through a chmod, not through a read-only mount.
+func readOnlyBinDir(t *testing.T, f *fixture) func() {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: a read-only mount needs root")
+		}
+		t.Skip("a read-only mount needs root")
+	}
+	dir := f.node.BinDir
+	for _, args := range [][]string{{"--bind", dir, dir}, {"-o", "remount,bind,ro", dir}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			t.Fatalf("mount %v: %v: %s", args, err, out)
+		}
+	}
+	return func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	}
+}

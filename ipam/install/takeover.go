@@ -1,0 +1,52 @@
+package install
+
+// TakeoverMode installs safe-ipam as <bin>/calico-ipam, leaving every
+// network config as it is: Calico's main plugin still sees an IPAM named
+// calico-ipam and applies its annotations. safe-ipam then runs Calico's
+// own <bin>/calico as its delegate, with argv[0] calico-ipam, so there is
+// no second copy of Calico to keep in step with Calico upgrades.
+type TakeoverMode struct{}
+
+func (TakeoverMode) Name() string { return ModeTakeover }
+
+func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, refuse("%v", err)
+	}
+	confs, err := calicoConfs(n, true)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range confs {
+		if !needsRoute(c) {
+			return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): uninstall that first", c.Path)
+		}
+	}
+	if err := requireFile(n.bin(CalicoIPAM), "Calico's IPAM, to be taken over"); err != nil {
+		return nil, err
+	}
+	if err := requireFile(n.bin(CalicoBinary), "Calico's multi-call binary, the delegate"); err != nil {
+		return nil, err
+	}
+	if mine, err := IsSafeIPAM(n.bin(CalicoBinary)); err != nil || mine {
+		return nil, refuse("%s is safe-ipam, not Calico's binary (%v)", n.bin(CalicoBinary), err)
+	}
+	p := &Plan{}
+	if err := installBinary(p, n.bin(CalicoIPAM), self); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (TakeoverMode) Uninstall(n Node) (*Plan, []string, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	p := &Plan{}
+	path := n.bin(CalicoIPAM)
+	notes, err := uninstallFile(p, path, func() (bool, error) { return IsSafeIPAM(path) })
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	return p, notes, nil
+}

@@ -1,0 +1,139 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// DefaultSettle is how long the watch waits after the last change it saw
+// before it re-asserts: calico-node's installer truncates the conflist and
+// then writes it, and a re-assert between the two would read half a file.
+const DefaultSettle = 50 * time.Millisecond
+
+// Reassertion is one time the watch put safe-ipam back.
+type Reassertion struct {
+	// Trigger is the first change of the burst that undid the install.
+	Trigger string
+	// Seen is when the watch saw that change; Done when the node was
+	// protected again. Done-Seen is the unprotected window as the watch
+	// measures it: it starts no earlier than the change itself.
+	Seen, Done time.Time
+	Steps      []string
+}
+
+// Window is how long the node was unprotected, as far as the watch saw.
+func (r Reassertion) Window() time.Duration { return r.Done.Sub(r.Seen) }
+
+// Watcher keeps safe-ipam installed: whenever a file of the bin or conf
+// dir changes, it runs the mode's install again, which changes nothing
+// when the node is still protected.
+type Watcher struct {
+	Node   Node
+	Mode   Mode
+	Self   string
+	Settle time.Duration
+	Log    *slog.Logger
+	// Reasserted, if set, is told of every re-assertion (tests measure
+	// the window with it).
+	Reasserted func(Reassertion)
+}
+
+// Run installs, then watches until ctx ends. A failed install is logged
+// and retried on the next change: the node may not have Calico yet.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("starting inotify: %w", err)
+	}
+	defer fw.Close()
+	// Watch first, then install: a change in between is not missed.
+	for _, dir := range []string{w.Node.BinDir, w.Node.ConfDir} {
+		if err := fw.Add(dir); err != nil {
+			return fmt.Errorf("watching %s: %w", dir, err)
+		}
+	}
+	w.reassert(time.Now(), "start")
+	return w.loop(ctx, fw)
+}
+
+func (w *Watcher) loop(ctx context.Context, fw *fsnotify.Watcher) error {
+	settle := w.Settle
+	if settle <= 0 {
+		settle = DefaultSettle
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var first time.Time
+	var trigger string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return errors.New("inotify watcher closed")
+			}
+			if !w.relevant(ev) {
+				continue
+			}
+			if first.IsZero() {
+				first, trigger = time.Now(), ev.String()
+			}
+			timer.Reset(settle)
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("inotify watcher closed")
+			}
+			// An overflowed queue loses events: re-check everything.
+			w.Log.Warn("inotify", "error", err)
+			if first.IsZero() {
+				first, trigger = time.Now(), "inotify: "+err.Error()
+			}
+			timer.Reset(settle)
+		case <-timer.C:
+			w.reassert(first, trigger)
+			first = time.Time{}
+		}
+	}
+}
+
+// relevant leaves out install's own staging and backups, whose renames
+// would otherwise wake the watch once more after each re-assert.
+func (w *Watcher) relevant(ev fsnotify.Event) bool {
+	name := filepath.Base(ev.Name)
+	if isBackupName(name) {
+		return false
+	}
+	if filepath.Dir(ev.Name) == filepath.Clean(w.Node.ConfDir) {
+		switch filepath.Ext(name) {
+		case ".conf", ".conflist", ".json":
+			return true
+		}
+		return false
+	}
+	return name == CalicoIPAM || name == CalicoBinary || name == SafeIPAM
+}
+
+func (w *Watcher) reassert(seen time.Time, trigger string) {
+	r, err := Install(w.Node, w.Mode, w.Self, false)
+	if err != nil {
+		w.Log.Error("node not protected: install failed; retrying on the next change", "mode", w.Mode.Name(), "trigger", trigger, "error", err)
+		return
+	}
+	if !r.Applied {
+		w.Log.Debug("still protected", "mode", w.Mode.Name(), "trigger", trigger)
+		return
+	}
+	re := Reassertion{Trigger: trigger, Seen: seen, Done: time.Now(), Steps: r.Plan.Describe()}
+	w.Log.Info("re-asserted safe-ipam", "mode", w.Mode.Name(), "trigger", trigger,
+		"unprotected_ms", float64(re.Window().Microseconds())/1000, "changes", re.Steps)
+	if w.Reasserted != nil {
+		w.Reasserted(re)
+	}
+}

@@ -1,0 +1,58 @@
+package install
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+)
+
+// The watch puts safe-ipam back each time calico-node's installer undoes
+// it, and measures for how long the node was unprotected. The window is
+// reported, not asserted: it depends on the machine's load.
+func TestWatchReassertsAfterCalicoRestarts(t *testing.T) {
+	const restarts = 5
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			got := make(chan Reassertion, restarts+1)
+			w := &Watcher{Node: f.node, Mode: mc.mode, Self: f.self, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Reasserted: func(r Reassertion) { got <- r }}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Error(err)
+				}
+			}()
+			waitFor(t, got, "the first install")
+			var windows []time.Duration
+			for i := range restarts {
+				f.calicoRestarts(t, "v"+string(rune('2'+i)))
+				r := waitFor(t, got, "a re-assertion")
+				if err := mc.protected(t, f); err != nil {
+					t.Fatalf("after re-assertion %d: %v", i+1, err)
+				}
+				windows = append(windows, r.Window())
+			}
+			slices.Sort(windows)
+			t.Logf("%s: unprotected after each of %d calico-node restarts: min %v, median %v, max %v (settle %v)",
+				mc.mode.Name(), restarts, windows[0], windows[len(windows)/2], windows[len(windows)-1], DefaultSettle)
+		})
+	}
+}
+
+func waitFor(t *testing.T, got <-chan Reassertion, what string) Reassertion {
+	t.Helper()
+	select {
+	case r := <-got:
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s within 30s", what)
+	}
+	return Reassertion{}
+}
