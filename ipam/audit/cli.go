@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -24,9 +24,6 @@ const (
 	ExitFindings = 1
 	ExitError    = 2
 )
-
-// DefaultCNICache is where libcni keeps its result cache.
-const DefaultCNICache = "/var/lib/cni/results"
 
 type flags struct {
 	conf                     string
@@ -51,7 +48,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.network, "network", "", "only records of this CNI network (default: all); also marks <network>.<id> handles as container-keyed")
 	fs.StringVar(&f.recordsPrefix, "records-prefix", config.DefaultEtcdPrefix, "etcd prefix of safe-ipam's records")
 	fs.StringVar(&f.liveFile, "live", "", `JSON list of {"containerID","ifname"} known to be running`)
-	fs.StringVar(&f.cniCache, "cni-cache", DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
+	fs.StringVar(&f.cniCache, "cni-cache", liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
 	fs.StringVar(&f.node, "node", "", `the node the liveness source describes ("" with --live: every node) (default: as Calico names this node: --conf's nodename or nodename_file, else `+config.CalicoNodenameFile+`, else the host name)`)
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON")
 	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "overall time limit")
@@ -173,7 +170,7 @@ func Run(args []string, stdout, stderr io.Writer, repair bool) int {
 }
 
 func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, error) {
-	cli, err := f.client()
+	cli, err := f.client(ctx)
 	if err != nil {
 		return ExitError, err
 	}
@@ -182,7 +179,7 @@ func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, err
 	if err != nil {
 		return ExitError, err
 	}
-	live, liveNote, err := f.liveness(snap)
+	live, liveNote, err := f.readLiveness(ctx, snap)
 	if err != nil {
 		return ExitError, err
 	}
@@ -205,7 +202,7 @@ func run(ctx context.Context, f *flags, repair bool, stdout io.Writer) (int, err
 	return code, report.WriteText(stdout)
 }
 
-func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot, report *Report, live *Liveness) int {
+func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot, report *Report, live *liveness.View) int {
 	report.Repair = true
 	report.Actions, report.Refused = Plan(snap, report.Findings, live)
 	code := ExitClean
@@ -228,7 +225,7 @@ func (f *flags) repair(ctx context.Context, cli *clientv3.Client, snap *Snapshot
 // the actions the fresh view still supports: a pod whose ADD was finishing
 // during the audit shows up in the source only once ADD has returned.
 // Actions dropped here get an outcome saying so.
-func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Report, live *Liveness) *Liveness {
+func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Report, live *liveness.View) *liveness.View {
 	if f.settle <= 0 || live == nil {
 		return live
 	}
@@ -236,7 +233,7 @@ func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Repo
 	case <-time.After(f.settle):
 	case <-ctx.Done():
 	}
-	fresh, note, err := f.liveness(snap)
+	fresh, note, err := f.readLiveness(ctx, snap)
 	if err == nil && fresh == nil {
 		err = errors.New(note)
 	}
@@ -260,7 +257,7 @@ func (f *flags) settleLiveness(ctx context.Context, snap *Snapshot, report *Repo
 	return fresh
 }
 
-func (f *flags) options(live *Liveness) Options {
+func (f *flags) options(live *liveness.View) Options {
 	return Options{Networks: nonEmpty(f.network), Liveness: live, MinAge: f.minAge, SettledFor: f.settle}
 }
 
@@ -271,36 +268,39 @@ func nonEmpty(s string) []string {
 	return []string{s}
 }
 
-func (f *flags) client() (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: strings.Split(f.endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if f.cert != "" || f.ca != "" {
-		tlsCfg, err := transport.TLSInfo{CertFile: f.cert, KeyFile: f.key, TrustedCAFile: f.ca}.ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("etcd TLS: %w", err)
-		}
-		cfg.TLS = tlsCfg
+// client connects to Calico's etcd; a TLS fault names the file and the
+// flag (or --conf key) that gave it.
+func (f *flags) client(ctx context.Context) (*clientv3.Client, error) {
+	files := etcdconn.TLSFiles{
+		Cert: etcdconn.File{Path: f.cert, Setting: f.setting("etcd-cert", "etcd_cert_file")},
+		Key:  etcdconn.File{Path: f.key, Setting: f.setting("etcd-key", "etcd_key_file")},
+		CA:   etcdconn.File{Path: f.ca, Setting: f.setting("etcd-ca", "etcd_ca_cert_file")},
 	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("etcd client: %w", err)
-	}
-	return cli, nil
+	return etcdconn.Connect(ctx, etcdconn.Config{Endpoints: strings.Split(f.endpoints, ","), TLS: files, DialTimeout: 5 * time.Second})
 }
 
-// liveness reads the chosen source. One the operator named explicitly
+// setting names where a value came from: the flag, or the --conf key.
+func (f *flags) setting(flagName, confKey string) string {
+	if f.conf != "" && !f.set[flagName] {
+		return confKey + " in " + f.conf
+	}
+	return "--" + flagName
+}
+
+// readLiveness reads the chosen source. One the operator named explicitly
 // must be readable; the default cache may be absent (no liveness then).
 // A source that lists nothing while records of its node exist is not
 // trusted: a wrongly mounted directory looks empty.
-func (f *flags) liveness(snap *Snapshot) (*Liveness, string, error) {
-	var live *Liveness
+func (f *flags) readLiveness(ctx context.Context, snap *Snapshot) (*liveness.View, string, error) {
+	var live *liveness.View
 	var err error
 	if f.liveFile == "" && f.cniCache == "" {
 		return nil, "none", nil
 	}
 	if f.liveFile != "" {
-		live, err = ReadLiveFile(f.liveFile, f.node)
+		live, err = liveness.File{Path: f.liveFile, Node: f.node}.Read(ctx)
 	} else {
-		live, err = ReadCNICache(f.cniCache, f.node)
+		live, err = liveness.CNICache{Dir: f.cniCache, Node: f.node}.Read(ctx)
 	}
 	if err != nil {
 		if f.liveFile != "" || f.set["cni-cache"] {
@@ -315,7 +315,7 @@ func (f *flags) liveness(snap *Snapshot) (*Liveness, string, error) {
 }
 
 // heldOn counts committed records and pod addresses on the source's node.
-func heldOn(snap *Snapshot, live *Liveness) int {
+func heldOn(snap *Snapshot, live *liveness.View) int {
 	n := 0
 	for _, r := range snap.Records {
 		if r.State == record.Committed && live.Covers(r.Node) {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // --conf learns Calico's etcd and node the way calico-ipam does: the
@@ -27,7 +29,7 @@ func TestConfGivesEtcdNodeAndNetwork(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(list), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	live := w.liveFile(LiveAttachment{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "web-1"})
+	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "web-1"})
 
 	var stdout, stderr bytes.Buffer
 	code := Run([]string{"--conf", conf, "--live", live, "--json"}, &stdout, &stderr, false)

@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // simAdd runs the simulator's ADD for a pod container, in the given
@@ -55,17 +56,17 @@ func (w *world) simAddArgs(mode calicosim.HandleMode, cid, namespace, pod string
 func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 	tests := []struct {
 		name      string
-		live      []LiveAttachment
+		live      []liveness.Attachment
 		released  bool
 		refusedBy string
 	}{
-		{"entry without pod or addresses", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0"}}, false, "cannot speak for pod names"},
-		{"one blind entry among named ones", []LiveAttachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"},
+		{"entry without pod or addresses", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0"}}, false, "cannot speak for pod names"},
+		{"one blind entry among named ones", []liveness.Attachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"},
 			{ContainerID: "v2era", IfName: "eth0"}}, false, "1 of its 2 entries"},
-		{"an unparsable address names nothing", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{"garbage"}}}, false, "cannot speak for pod names"},
-		{"the pod is listed by name", []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", PodNamespace: "default", PodName: "web-0"}}, false, ""},
+		{"an unparsable address names nothing", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{"garbage"}}}, false, "cannot speak for pod names"},
+		{"the pod is listed by name", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", PodNamespace: "default", PodName: "web-0"}}, false, ""},
 		{"the address is listed", nil, false, ""}, // filled in below with the address
-		{"a source that names pods and lists another pod", []LiveAttachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}, true, ""},
+		{"a source that names pods and lists another pod", []liveness.Attachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,7 +74,7 @@ func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 			ip := w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
 			live := tt.live
 			if live == nil {
-				live = []LiveAttachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{ip + "/26"}}}
+				live = []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{ip + "/26"}}}
 			}
 			// Calico 2.x wrote no timestamps; --min-age 0 leaves the pod-name
 			// rule as the only one that can hold the release back.
@@ -112,7 +113,7 @@ func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
-			live := w.liveFile(LiveAttachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
+			live := w.liveFile(liveness.Attachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
 			before := w.dump()
 			code, rep, _ := w.run(true, append([]string{"--live", live, "--apply"}, tt.args...)...)
 			changed := !reflect.DeepEqual(before, w.dump())
@@ -121,30 +122,6 @@ func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
 			}
 			if !tt.released && (len(rep.Refused) != 1 || !strings.Contains(rep.Refused[0].Why, "no timestamp")) {
 				t.Fatalf("refused %+v; want the missing timestamp named", rep.Refused)
-			}
-		})
-	}
-}
-
-func TestPodNamesGap(t *testing.T) {
-	tests := []struct {
-		name string
-		live []LiveAttachment
-		gap  bool
-	}{
-		{"no entries", nil, false},
-		{"pod identity", []LiveAttachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns", PodName: "p"}}, false},
-		{"addresses", []LiveAttachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1/32"}}}, false},
-		{"bare address", []LiveAttachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1"}}}, false},
-		{"namespace without name", []LiveAttachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns"}}, true},
-		{"nothing", []LiveAttachment{{ContainerID: "a", IfName: "eth0"}}, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := &Liveness{Source: "test", Attachments: tt.live}
-			l.index()
-			if got := l.podNamesGap() != ""; got != tt.gap {
-				t.Fatalf("gap %v (%q), want %v", got, l.podNamesGap(), tt.gap)
 			}
 		})
 	}

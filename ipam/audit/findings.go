@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -53,7 +54,7 @@ type Options struct {
 	// is container-keyed. Networks of records are added automatically.
 	Networks []string
 	// Liveness says what runs; nil means unknown.
-	Liveness *Liveness
+	Liveness *liveness.View
 	// MinAge: an allocation younger than this may belong to an ADD still
 	// running (the runtime lists an attachment only once ADD returns).
 	MinAge time.Duration
@@ -199,7 +200,7 @@ func (a *analysis) checkLiveAddresses() {
 func (a *analysis) checkOrphans() {
 	live := a.opts.Liveness
 	for _, rec := range a.snap.Records {
-		if !live.Covers(rec.Node) || live.attach[[2]string{rec.ContainerID, rec.IfName}] {
+		if !live.Covers(rec.Node) || live.ListsAttachment(rec.ContainerID, rec.IfName) {
 			continue
 		}
 		a.add(Finding{Kind: OrphanRecord, Handle: rec.Handle, Node: rec.Node, Records: []string{rec.Attachment.String()},
@@ -265,7 +266,7 @@ func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string
 		}
 	}
 	if podName {
-		if gap := l.podNamesGap(); gap != "" {
+		if gap := l.PodNamesGap(); gap != "" {
 			return gap
 		}
 	}
@@ -284,14 +285,14 @@ func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string
 func (a *analysis) ownerLive(owner string, podName bool, allocs []*Allocation) bool {
 	l := a.opts.Liveness
 	for _, al := range allocs {
-		if l.addrs[al.Addr] {
+		if l.ListsAddr(al.Addr) {
 			return true
 		}
 	}
 	if podName {
-		return l.pods[owner]
+		return l.ListsPod(owner)
 	}
-	return l.containers[owner]
+	return l.ListsContainer(owner)
 }
 
 // containerOf names the container a handle belongs to:

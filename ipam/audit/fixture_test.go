@@ -14,6 +14,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
@@ -115,10 +116,10 @@ func (w *world) record(network, cid, node, ip string, pod string) *record.Record
 	return out
 }
 
-func (w *world) liveFile(atts ...LiveAttachment) string {
+func (w *world) liveFile(atts ...liveness.Attachment) string {
 	w.t.Helper()
 	if atts == nil {
-		atts = []LiveAttachment{}
+		atts = []liveness.Attachment{}
 	}
 	path := filepath.Join(w.t.TempDir(), "live.json")
 	data, _ := json.Marshal(atts)

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
@@ -42,7 +43,7 @@ type Refusal struct {
 }
 
 // Plan turns findings into actions, refusing what is not proven.
-func Plan(snap *Snapshot, findings []Finding, live *Liveness) ([]Action, []Refusal) {
+func Plan(snap *Snapshot, findings []Finding, live *liveness.View) ([]Action, []Refusal) {
 	var actions []Action
 	var refused []Refusal
 	recs := recordsByName(snap)
@@ -57,7 +58,7 @@ func Plan(snap *Snapshot, findings []Finding, live *Liveness) ([]Action, []Refus
 	return actions, refused
 }
 
-func planOne(f Finding, recs map[string]*record.Record, live *Liveness) (*Action, string) {
+func planOne(f Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	switch f.Kind {
 	case Unverified:
 		return nil, "" // informational: nothing to repair, nothing refused
@@ -87,7 +88,7 @@ func planOne(f Finding, recs map[string]*record.Record, live *Liveness) (*Action
 	return nil, ""
 }
 
-func planReclaim(f Finding, recs map[string]*record.Record, live *Liveness) (*Action, string) {
+func planReclaim(f Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	if len(f.Records) == 0 {
 		return nil, "no record names the handle to re-claim under; recreate the pod"
 	}
@@ -98,7 +99,7 @@ func planReclaim(f Finding, recs map[string]*record.Record, live *Liveness) (*Ac
 	if rec == nil {
 		return nil, "record not found"
 	}
-	if !live.Covers(rec.Node) || !live.attach[[2]string{rec.ContainerID, rec.IfName}] {
+	if !live.Covers(rec.Node) || !live.ListsAttachment(rec.ContainerID, rec.IfName) {
 		return nil, "no liveness source lists the record's attachment as running; re-claiming for a gone pod would leak the address"
 	}
 	return &Action{Kind: Reclaim, Handle: rec.Handle, Address: f.Address, Record: rec.Attachment.String(), rec: rec,
@@ -117,7 +118,7 @@ func recordsByName(snap *Snapshot) map[string]*record.Record {
 type Repairer struct {
 	Client *clientv3.Client
 	Snap   *Snapshot
-	Live   *Liveness
+	Live   *liveness.View
 	// RecordsPrefix locates the records a reclaim compares.
 	RecordsPrefix string
 	// BeforeCommit, when set, runs before every Txn (tests race it).
@@ -278,7 +279,7 @@ func (r *Repairer) prepareRelease(ctx context.Context, a Action) (clientv3.Txn, 
 	changed := map[netip.Prefix]bool{}
 	for cidr, doc := range d.blocks {
 		for _, ord := range doc.Block.OrdinalsOf(a.Handle) {
-			if ip, err := doc.Block.IP(ord); err == nil && r.Live != nil && r.Live.addrs[ip] {
+			if ip, err := doc.Block.IP(ord); err == nil && r.Live != nil && r.Live.ListsAddr(ip) {
 				return nil, fmt.Errorf("%w: %s is now held by a live attachment", errStale, ip)
 			}
 		}

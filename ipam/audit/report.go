@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // Report is the audit's output; its JSON form is stable (README).
@@ -35,7 +37,7 @@ type Summary struct {
 }
 
 // NewReport summarises a snapshot and its findings.
-func NewReport(snap *Snapshot, findings []Finding, live *Liveness) *Report {
+func NewReport(snap *Snapshot, findings []Finding, live *liveness.View) *Report {
 	r := &Report{Revision: snap.Revision, Liveness: "none", Findings: findings,
 		Summary: Summary{Blocks: len(snap.Blocks), Handles: len(snap.Handles), Records: len(snap.Records), Findings: map[Kind]int{}}}
 	if live != nil {

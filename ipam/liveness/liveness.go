@@ -1,0 +1,108 @@
+// Package liveness says which attachments run on a node. Each source (a
+// file, the runtime's CNI result cache, and others) is one small Source
+// side by side with the rest, and all pass one contract test
+// (livenesstest). A source that cannot be read whole is an error, never
+// "nothing runs": incident 003 was a garbage collector that took an
+// unreachable runtime for an empty one.
+package liveness
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+)
+
+// Attachment is an attachment known to be running.
+type Attachment struct {
+	Network      string   `json:"network,omitempty"`
+	ContainerID  string   `json:"containerID"`
+	IfName       string   `json:"ifname"`
+	PodNamespace string   `json:"podNamespace,omitempty"`
+	PodName      string   `json:"podName,omitempty"`
+	IPs          []string `json:"ips,omitempty"`
+}
+
+// Source reads what runs on the node it speaks for.
+type Source interface {
+	// Read lists every attachment that runs. Failing to read any part of
+	// the source is an error: a partial view must not pass as the truth.
+	Read(ctx context.Context) (*View, error)
+}
+
+// View is what a source said runs on one node ("" for every node).
+type View struct {
+	Source      string
+	Node        string
+	Attachments []Attachment
+
+	containers map[string]bool
+	pods       map[string]bool
+	addrs      map[netip.Addr]bool
+	attach     map[[2]string]bool
+	// podBlind counts entries that name neither their pod nor an address:
+	// a running container of any pod could hide behind each of them.
+	podBlind int
+}
+
+// NewView indexes what a source listed.
+func NewView(source, node string, atts []Attachment) *View {
+	v := &View{Source: source, Node: node, Attachments: atts,
+		containers: map[string]bool{}, pods: map[string]bool{}, addrs: map[netip.Addr]bool{}, attach: map[[2]string]bool{}}
+	for _, a := range atts {
+		v.containers[a.ContainerID] = true
+		v.attach[[2]string{a.ContainerID, a.IfName}] = true
+		named := a.PodNamespace != "" && a.PodName != ""
+		if named {
+			v.pods[a.PodNamespace+"."+a.PodName] = true
+		}
+		for _, ip := range a.IPs {
+			if addr, ok := ParseAddr(ip); ok {
+				v.addrs[addr], named = true, true
+			}
+		}
+		if !named {
+			v.podBlind++
+		}
+	}
+	return v
+}
+
+// ParseAddr reads an address given as a prefix ("10.0.0.1/26") or bare.
+func ParseAddr(s string) (netip.Addr, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), true
+	}
+	addr, err := netip.ParseAddr(s)
+	return addr, err == nil
+}
+
+// Covers says whether the view speaks for node. A nil view covers none.
+func (v *View) Covers(node string) bool {
+	return v != nil && (v.Node == "" || v.Node == node)
+}
+
+// ListsAttachment says whether the container's interface runs.
+func (v *View) ListsAttachment(containerID, ifname string) bool {
+	return v.attach[[2]string{containerID, ifname}]
+}
+
+// ListsContainer says whether any interface of the container runs.
+func (v *View) ListsContainer(containerID string) bool { return v.containers[containerID] }
+
+// ListsPod says whether a container of pod "namespace.name" runs.
+func (v *View) ListsPod(namespaceDotName string) bool { return v.pods[namespaceDotName] }
+
+// ListsAddr says whether a running attachment holds addr.
+func (v *View) ListsAddr(addr netip.Addr) bool { return v.addrs[addr] }
+
+// PodNamesGap says why the view cannot speak for pod names, or "". A
+// pod-name handle's pod is gone only if no running container belongs to
+// it; an entry that names neither its pod nor its addresses could be that
+// container, so the pod's absence from the view proves nothing.
+func (v *View) PodNamesGap() string {
+	if v.podBlind == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s cannot speak for pod names: %d of its %d entries carry neither podNamespace and podName nor ips",
+		v.Source, v.podBlind, len(v.Attachments))
+}
