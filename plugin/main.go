@@ -13,7 +13,9 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -84,6 +86,12 @@ func runAdmin(args []string) int {
 		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
 	case "repair":
 		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
+	case "install":
+		return install.RunInstall(args[1:], os.Stdout, os.Stderr)
+	case "uninstall":
+		return install.RunUninstall(args[1:], os.Stdout, os.Stderr)
+	case "doctor":
+		return doctor.Run(args[1:], os.Stdout, os.Stderr)
 	case "help", "-h", "--help":
 		fmt.Print(usage)
 		return 0
@@ -102,6 +110,11 @@ Admin commands (CNI_COMMAND unset):
                         leaks, orphan records and inconsistencies in Calico's
                         etcd data (safe-ipam audit -h for flags)
   safe-ipam repair      plan, and with --apply make, only proven fixes
+  safe-ipam install     put safe-ipam in front of calico-ipam on this node
+                        (--mode takeover|conflist, --dry-run, --watch to keep
+                        it there while calico-node re-installs itself)
+  safe-ipam uninstall   take it off again, restoring what install replaced
+  safe-ipam doctor      is this node protected? exit 0 yes, 1 no, 2 error
   safe-ipam version     print the version and the CNI versions it speaks
   safe-ipam help        this text
 `

@@ -1,0 +1,249 @@
+// Package doctor tells whether a node is protected: whether each Calico
+// network's IPAM goes through safe-ipam, whether safe-ipam's delegate and
+// record store answer, and who Calico thinks the node is. It only reads:
+// operators run it across nodes, and a readiness probe runs it often.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+)
+
+// Report is the node's state.
+type Report struct {
+	Protected bool   `json:"protected"`
+	BinDir    string `json:"binDir"`
+	ConfDir   string `json:"confDir"`
+	// CalicoIPAM is what <bin>/calico-ipam is: "safe-ipam", "calico"
+	// (anything else), or "missing".
+	CalicoIPAM string    `json:"calicoIPAM"`
+	Networks   []Network `json:"networks"`
+	// Problems says why the node is not protected.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// What <bin>/calico-ipam can be.
+const (
+	BinarySafeIPAM = "safe-ipam"
+	BinaryCalico   = "calico"
+	BinaryMissing  = "missing"
+)
+
+// Network is one Calico plugin of one network config file.
+type Network struct {
+	File    string `json:"file"`
+	Network string `json:"network,omitempty"`
+	Plugin  int    `json:"plugin"`
+	// IPAM is the chain a runtime's call takes, e.g.
+	// "calico-ipam = safe-ipam -> calico as calico-ipam".
+	IPAM      string          `json:"ipam,omitempty"`
+	Protected bool            `json:"protected"`
+	Delegate  *DelegateReport `json:"delegate,omitempty"`
+	Store     *StoreReport    `json:"store,omitempty"`
+	Datastore string          `json:"datastore,omitempty"`
+	Node      string          `json:"node,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+// DelegateReport says whether safe-ipam's delegate answers.
+type DelegateReport struct {
+	Path     string   `json:"path,omitempty"`
+	Argv0    string   `json:"argv0,omitempty"`
+	Versions []string `json:"versions,omitempty"`
+	// Speaks is the CNI version safe-ipam would use with it.
+	Speaks string `json:"speaks,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// StoreReport says whether the record store answers, and how many
+// records it holds for this network on this node.
+type StoreReport struct {
+	Type    string `json:"type"`
+	Where   string `json:"where"`
+	Answers bool   `json:"answers"`
+	Records int    `json:"records"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Check looks at the node. Its error means the check itself could not
+// run (the conf dir cannot be read); anything wrong with the node is in
+// the report.
+func Check(ctx context.Context, n install.Node) (*Report, error) {
+	confs, err := install.ReadConfs(n.ConfDir)
+	if err != nil {
+		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
+	}
+	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(filepath.Join(n.BinDir, install.CalicoIPAM))}
+	for _, c := range confs {
+		r.addConf(ctx, n, c)
+	}
+	if len(r.Networks) == 0 {
+		r.problem("no network config in %s uses calico-ipam", n.ConfDir)
+	}
+	r.Protected = len(r.Problems) == 0
+	return r, nil
+}
+
+func binaryKind(path string) string {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return BinaryMissing
+	}
+	if ok, _ := install.IsSafeIPAM(path); ok {
+		return BinarySafeIPAM
+	}
+	return BinaryCalico
+}
+
+func (r *Report) problem(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+func (r *Report) addConf(ctx context.Context, n install.Node, c *install.Conf) {
+	if c.Err != nil {
+		r.Networks = append(r.Networks, Network{File: c.Path, Error: c.Err.Error()})
+		r.problem("%v", c.Err)
+		return
+	}
+	for i, p := range c.Plugins {
+		if !p.UsesCalicoIPAM() && !p.RoutedThroughSafeIPAM() {
+			continue
+		}
+		net := checkPlugin(ctx, n, c, i)
+		if !net.Protected {
+			r.problem("%s (plugin %d): %s", c.Path, i, firstNonEmpty(net.Error, "its IPAM does not go through safe-ipam"))
+		}
+		r.Networks = append(r.Networks, net)
+	}
+}
+
+// checkPlugin follows the IPAM of plugin i the way the runtime would.
+func checkPlugin(ctx context.Context, n install.Node, c *install.Conf, i int) Network {
+	p := c.Plugins[i]
+	net := Network{File: c.Path, Network: c.Network, Plugin: i}
+	name := p.IPAMType
+	if name == "" {
+		name = p.Type
+	}
+	kind := binaryKind(filepath.Join(n.BinDir, name))
+	if kind != BinarySafeIPAM {
+		net.IPAM = name + " (" + kind + ")"
+		return net
+	}
+	stdin, err := c.PluginConfig(i)
+	if err != nil {
+		net.Error = err.Error()
+		return net
+	}
+	cfg, err := config.Parse(stdin)
+	if err != nil {
+		net.Error = "safe-ipam refuses the config: " + err.Error()
+		return net
+	}
+	net.IPAM = name + " = safe-ipam -> " + describeDelegate(cfg.Delegate)
+	net.Datastore = cfg.Datastore()
+	if node, err := cfg.Node(); err == nil {
+		net.Node = node
+	} else {
+		net.Error = "node name: " + err.Error()
+	}
+	net.Delegate = checkDelegate(ctx, n, cfg)
+	net.Store = checkStore(ctx, cfg, c.Network, net.Node)
+	switch {
+	case net.Error != "":
+	case net.Delegate.Error != "":
+		net.Error = "delegate: " + net.Delegate.Error
+	case net.Store.Error != "":
+		net.Error = "record store: " + net.Store.Error
+	default:
+		net.Protected = true
+	}
+	return net
+}
+
+func describeDelegate(d config.Delegate) string {
+	if d.File() == d.Type {
+		return d.Type
+	}
+	return d.File() + " as " + d.Type
+}
+
+// checkDelegate resolves the delegate as safe-ipam would with CNI_PATH
+// the bin dir, without writing the version cache.
+func checkDelegate(ctx context.Context, n install.Node, cfg *config.Config) *DelegateReport {
+	target := delegate.Target{Type: cfg.Delegate.Type, BinDir: cfg.Delegate.BinDir, Binary: cfg.Delegate.Binary}
+	d, err := delegate.ResolveTarget(ctx, target, n.BinDir, "")
+	if err != nil {
+		return &DelegateReport{Error: err.Error()}
+	}
+	out := &DelegateReport{Path: d.Path, Argv0: d.Argv0, Versions: d.Versions}
+	version := cfg.CNIVersion
+	if version == "" {
+		version = "0.1.0"
+	}
+	if out.Speaks, err = delegate.Negotiate(version, d.Versions); err != nil {
+		out.Error = err.Error()
+	}
+	return out
+}
+
+// checkStore asks the record store for this node's records of the
+// network. A file store whose directory does not exist yet answers with
+// none: doctor creates nothing.
+func checkStore(ctx context.Context, cfg *config.Config, network, node string) *StoreReport {
+	s := cfg.Store
+	out := &StoreReport{Type: s.Type, Where: s.Dir}
+	if s.Type == config.StoreEtcd {
+		out.Where = fmt.Sprint(s.Endpoints, " ", s.Prefix)
+	} else if _, err := os.Stat(s.Dir); errors.Is(err, os.ErrNotExist) {
+		out.Answers = true
+		return out
+	}
+	st, err := openStore(ctx, s, node)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	defer st.Close()
+	recs, err := st.List(ctx, network)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	out.Answers, out.Records = true, len(recs)
+	return out
+}
+
+func openStore(ctx context.Context, s config.Store, node string) (store.Store, error) {
+	if s.Type != config.StoreEtcd {
+		return filestore.Open(s.Dir)
+	}
+	return etcdstore.Open(ctx, etcdstore.Config{
+		Endpoints: s.Endpoints, Prefix: s.Prefix, Node: node,
+		TLS: etcdconn.TLSFiles{
+			Cert: etcdconn.File{Path: s.CertFile, Setting: "certFile"},
+			Key:  etcdconn.File{Path: s.KeyFile, Setting: "keyFile"},
+			CA:   etcdconn.File{Path: s.CAFile, Setting: "caFile"},
+		},
+		DialTimeout: s.DialTimeout.Std(),
+	})
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

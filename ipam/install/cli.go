@@ -1,0 +1,178 @@
+package install
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// Exit codes of install and uninstall.
+const (
+	ExitOK      = 0
+	ExitRefused = 1 // the node's state: nothing changed, the message says why
+	ExitError   = 2 // usage, or a failure of the command itself
+)
+
+type cliFlags struct {
+	node          Node
+	mode          string
+	dryRun, watch bool
+	json          bool
+	settle        time.Duration
+}
+
+func parseCLI(cmd string, args []string, stderr io.Writer) (*cliFlags, error) {
+	f := &cliFlags{}
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.node.BinDir, "cni-bin-dir", DefaultBinDir, "the node's CNI bin dir")
+	fs.StringVar(&f.node.ConfDir, "cni-conf-dir", DefaultConfDir, "the node's CNI config dir")
+	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would change and change nothing")
+	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
+	if cmd == "install" {
+		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM`)
+		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
+		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
+	} else {
+		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
+	}
+	fs.Usage = func() { fmt.Fprint(stderr, cliUsage[cmd]); fs.PrintDefaults() }
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if f.watch && f.dryRun {
+		return nil, errors.New("--watch and --dry-run exclude each other")
+	}
+	return f, nil
+}
+
+var cliUsage = map[string]string{
+	"install": `usage: safe-ipam install [flags]
+
+Puts safe-ipam in front of Calico's calico-ipam on this node: all or
+nothing, and idempotent. Exit 0 when installed, 1 when refused (nothing
+changed; the message says why), 2 on a usage error.
+
+`,
+	"uninstall": `usage: safe-ipam uninstall [flags]
+
+Takes safe-ipam off this node, restoring byte for byte what install
+replaced, unless it changed since. Exit codes as install's.
+
+`,
+}
+
+// RunInstall is `safe-ipam install`.
+func RunInstall(args []string, stdout, stderr io.Writer) int {
+	f, err := parseCLI("install", args, stderr)
+	if err != nil {
+		return usageExit(err, stderr)
+	}
+	mode, err := ModeNamed(f.mode)
+	if err != nil {
+		fmt.Fprintln(stderr, "safe-ipam install:", err)
+		return ExitError
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(stderr, "safe-ipam install: finding its own binary:", err)
+		return ExitError
+	}
+	if f.watch {
+		return runWatch(f, mode, self, stderr)
+	}
+	r, err := Install(f.node, mode, self, f.dryRun)
+	return report("install", f, r, err, stdout, stderr)
+}
+
+// RunUninstall is `safe-ipam uninstall`.
+func RunUninstall(args []string, stdout, stderr io.Writer) int {
+	f, err := parseCLI("uninstall", args, stderr)
+	if err != nil {
+		return usageExit(err, stderr)
+	}
+	names := []string{ModeConflist, ModeTakeover}
+	if f.mode != "" {
+		names = []string{f.mode}
+	}
+	code := ExitOK
+	for _, name := range names {
+		mode, err := ModeNamed(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "safe-ipam uninstall:", err)
+			return ExitError
+		}
+		r, err := Uninstall(f.node, mode, f.dryRun)
+		code = max(code, report("uninstall", f, r, err, stdout, stderr))
+	}
+	return code
+}
+
+func usageExit(err error, stderr io.Writer) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "safe-ipam:", err)
+	return ExitError
+}
+
+func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Writer) int {
+	if err != nil {
+		fmt.Fprintf(stderr, "safe-ipam %s: %v\n", cmd, err)
+		if errors.Is(err, ErrRefused) || errors.Is(err, ErrLocked) {
+			return ExitRefused
+		}
+		return ExitError
+	}
+	if f.json {
+		out := struct {
+			Mode    string   `json:"mode"`
+			DryRun  bool     `json:"dryRun"`
+			Changes []string `json:"changes"`
+			Notes   []string `json:"notes,omitempty"`
+		}{r.Mode, f.dryRun, r.Plan.Describe(), r.Notes}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(out)
+		return ExitOK
+	}
+	verb := "changed"
+	if f.dryRun {
+		verb = "would change"
+	}
+	for _, line := range r.Plan.Describe() {
+		fmt.Fprintf(stdout, "%s (%s): %s %s\n", cmd, r.Mode, verb, line)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(stdout, "%s (%s): %s\n", cmd, r.Mode, n)
+	}
+	if r.Plan.Empty() {
+		fmt.Fprintf(stdout, "%s (%s): nothing to do\n", cmd, r.Mode)
+	}
+	return ExitOK
+}
+
+// runWatch installs and keeps the install until SIGTERM or SIGINT.
+func runWatch(f *cliFlags, mode Mode, self string, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("cmd", "install --watch")
+	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settle: f.settle, Log: log}
+	log.Info("watching", "bin", f.node.BinDir, "conf", f.node.ConfDir, "mode", mode.Name(), "settle", f.settle)
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(stderr, "safe-ipam install --watch:", err)
+		return ExitError
+	}
+	return ExitOK
+}
