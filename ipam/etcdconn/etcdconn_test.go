@@ -2,8 +2,11 @@ package etcdconn
 
 import (
 	"context"
+	"io"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,4 +94,56 @@ func TestConnectTLSServerDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not reachable within") || strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("connect to a stopped etcd: %v", err)
 	}
+}
+
+// A good connection costs one TCP connection: the diagnostic dial runs
+// only when connecting fails.
+func TestConnectTLSDialsOnce(t *testing.T) {
+	server := etcdtest.StartTLS(t)
+	f := server.TLS
+	proxy := countingProxy(t, strings.TrimPrefix(server.Endpoint(), "https://"))
+	cli, err := Connect(context.Background(), Config{Endpoints: []string{"https://" + proxy.addr}, TLS: files(f.CertFile, f.KeyFile, f.CAFile), DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Get(context.Background(), "/x"); err != nil {
+		t.Fatal(err)
+	}
+	if n := proxy.accepted.Load(); n != 1 {
+		t.Fatalf("%d connections for one client, want 1", n)
+	}
+}
+
+type proxy struct {
+	addr     string
+	accepted atomic.Int64
+}
+
+// countingProxy forwards TCP connections to target and counts them.
+func countingProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	p := &proxy{addr: l.Addr().String()}
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.accepted.Add(1)
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(out, in); out.Close() }()
+			go func() { _, _ = io.Copy(in, out); in.Close() }()
+		}
+	}()
+	return p
 }
