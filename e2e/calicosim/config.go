@@ -104,6 +104,8 @@ func (c *NetConf) resolveNodename(defaultFile string) error {
 		if name, err = os.Hostname(); err != nil {
 			return fmt.Errorf("nodename unset, no %s and host name unknown: %w", path, err)
 		}
+		// Calico lowercases the host name so that it is valid in its API.
+		name = strings.ToLower(strings.TrimSpace(name))
 	}
 	c.Nodename = name
 	return nil

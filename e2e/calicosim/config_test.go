@@ -102,7 +102,7 @@ func TestNodenameResolution(t *testing.T) {
 		{"default file when nodename_file is unset", map[string]string{"hostname": "node-h"}, defaultFile, "node-default", ""},
 		{"hostname key when the file is missing", map[string]string{"nodename_file": missing, "hostname": "node-h"}, defaultFile, "node-h", ""},
 		{"hostname key when the file is blank", map[string]string{"nodename_file": blankFile, "hostname": "node-h"}, defaultFile, "node-h", ""},
-		{"host name last", nil, missing, host, ""},
+		{"host name last, lowercased as Calico does", nil, missing, strings.ToLower(strings.TrimSpace(host)), ""},
 		{"unreadable nodename_file", map[string]string{"nodename_file": dir}, missing, "", "nodename_file: reading " + dir},
 	}
 	for _, tt := range tests {
