@@ -6,7 +6,13 @@ import (
 )
 
 func TestDataSurvivesPauseAndResume(t *testing.T) {
-	s := Start(t)
+	checkSurvivesPause(t, Start(t))
+}
+
+// checkSurvivesPause writes through the shared client, stops and starts
+// the server, and reads the value back.
+func checkSurvivesPause(t *testing.T, s *Server) {
+	t.Helper()
 	if _, err := s.Client().Put(context.Background(), "/a", "b"); err != nil {
 		t.Fatal(err)
 	}

@@ -20,17 +20,7 @@ func TestTLSRequiresClientCertificate(t *testing.T) {
 	if s.Endpoint()[:8] != "https://" {
 		t.Fatalf("endpoint %s is not https", s.Endpoint())
 	}
-	if _, err := s.Client().Put(context.Background(), "/a", "b"); err != nil {
-		t.Fatal(err)
-	}
-	s.Pause()
-	if err := s.Resume(); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Dump("/")
-	if err != nil || got["/a"] != "b" {
-		t.Fatalf("after resume: %v, %v", got, err)
-	}
+	checkSurvivesPause(t, s)
 
 	pemCA, err := os.ReadFile(s.TLS.CAFile)
 	if err != nil {
