@@ -1,0 +1,192 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+)
+
+// calicoScript stands in for Calico's binary where only its VERSION
+// answer matters (argv[0] roles are proven in package delegate and e2e).
+const calicoScript = `#!/bin/sh
+echo '{"cniVersion":"1.0.0","supportedVersions":["0.3.1","0.4.0","1.0.0"]}'
+`
+
+// node is a Calico node: Calico's rendered network config (its etcd the
+// test's own) and its binary as calico and calico-ipam.
+type node struct {
+	install.Node
+	self string
+	etcd *etcdtest.Server
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	root := t.TempDir()
+	n := &node{Node: install.Node{BinDir: filepath.Join(root, "bin"), ConfDir: filepath.Join(root, "net.d")}, etcd: etcdtest.Start(t)}
+	for _, d := range []string{n.BinDir, n.ConfDir} {
+		must(t, os.Mkdir(d, 0o755))
+	}
+	n.self = filepath.Join(root, "safe-ipam")
+	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+install.Mark+"\n"), 0o755))
+	calico := filepath.Join(root, "calico-build")
+	must(t, os.WriteFile(calico, []byte(calicoScript), 0o755))
+	tpl, err := testbed.CalicoNetworkTemplate()
+	if errors.Is(err, testbed.ErrNoManifest) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	must(t, err)
+	conf, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(n.etcd.Endpoint()))
+	must(t, err)
+	must(t, testbed.CalicoInstaller{Binary: calico, BinDir: n.BinDir, ConfDir: n.ConfDir, Network: conf}.Run())
+	return n
+}
+
+func (n *node) install(t *testing.T, mode install.Mode) {
+	t.Helper()
+	if _, err := install.Install(n.Node, mode, n.self, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) storeRecord(t *testing.T, nodeName string) {
+	t.Helper()
+	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", nodeName, 5*time.Second)
+	att := record.Attachment{Network: "k8s-pod-network", ContainerID: "c1", IfName: "eth0"}
+	rec := &record.Record{Attachment: att, Node: nodeName, State: record.Committed, Created: time.Now(), Updated: time.Now()}
+	if _, err := st.Swap(context.Background(), att, nil, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	tests := []struct {
+		name       string
+		setup      func(t *testing.T, n *node)
+		wantExit   int
+		wantIPAM   string
+		wantBinary string
+		wantInOut  string
+	}{
+		{"Calico alone", func(*testing.T, *node) {}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "its IPAM does not go through safe-ipam"},
+		{"takeover", func(t *testing.T, n *node) { n.install(t, install.TakeoverMode{}) }, ExitProtected,
+			"calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "doctor: protected"},
+		{"conflist", func(t *testing.T, n *node) { n.install(t, install.ConflistMode{}) }, ExitProtected,
+			"safe-ipam = safe-ipam -> calico-ipam", BinaryCalico, "doctor: protected"},
+		{"takeover, Calico's binary gone", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			must(t, os.Remove(filepath.Join(n.BinDir, "calico")))
+		}, ExitNotProtected, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "delegate binary not found"},
+		{"calico-node restarted after takeover", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			b, err := os.ReadFile(filepath.Join(n.BinDir, "calico"))
+			must(t, err)
+			must(t, os.WriteFile(filepath.Join(n.BinDir, "calico-ipam"), b, 0o755))
+		}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "NOT protected"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newNode(t)
+			tt.setup(t, n)
+			before := snapshot(t, n.Node)
+			var out, errOut bytes.Buffer
+			code := Run([]string{"--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}, &out, &errOut)
+			t.Logf("doctor:\n%s%s", out.String(), errOut.String())
+			if code != tt.wantExit || !strings.Contains(out.String(), tt.wantInOut) {
+				t.Errorf("exit %d, want %d with %q in the output", code, tt.wantExit, tt.wantInOut)
+			}
+			var r Report
+			out.Reset()
+			Run([]string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}, &out, &errOut)
+			must(t, json.Unmarshal(out.Bytes(), &r))
+			if len(r.Networks) != 1 || r.Networks[0].IPAM != tt.wantIPAM || r.CalicoIPAM != tt.wantBinary {
+				t.Fatalf("report %s; want one network whose IPAM is %q, calico-ipam %s", out.String(), tt.wantIPAM, tt.wantBinary)
+			}
+			if r.Protected != (tt.wantExit == ExitProtected) {
+				t.Errorf("protected %v, exit %d", r.Protected, tt.wantExit)
+			}
+			if before != snapshot(t, n.Node) {
+				t.Error("doctor changed the node's dirs")
+			}
+		})
+	}
+}
+
+// Protected, doctor names the delegate it reached, the CNI version it
+// speaks, the records of this node and Calico's datastore and node.
+func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
+	n := newNode(t)
+	n.install(t, install.TakeoverMode{})
+	r, err := Check(context.Background(), n.Node)
+	must(t, err)
+	if !r.Protected || len(r.Networks) != 1 {
+		t.Fatalf("not protected: %+v", r)
+	}
+	net := r.Networks[0]
+	n.storeRecord(t, net.Node)
+	n.storeRecord(t, "another-node")
+	r, err = Check(context.Background(), n.Node)
+	must(t, err)
+	net = r.Networks[0]
+	d, s := net.Delegate, net.Store
+	if d.Path != filepath.Join(n.BinDir, "calico") || d.Argv0 != filepath.Join(n.BinDir, "calico-ipam") || d.Speaks != "1.0.0" {
+		t.Errorf("delegate %+v; want Calico's calico run as calico-ipam at 1.0.0", d)
+	}
+	if s.Type != "etcd" || !s.Answers || s.Records != 1 {
+		t.Errorf("store %+v; want Calico's etcd answering with this node's one record", s)
+	}
+	if net.Datastore != "etcdv3" || net.Node == "" {
+		t.Errorf("datastore %q node %q; want etcdv3 (Calico infers it from etcd_endpoints) and a node", net.Datastore, net.Node)
+	}
+}
+
+func TestDoctorBadInput(t *testing.T) {
+	n := newNode(t)
+	must(t, os.WriteFile(filepath.Join(n.ConfDir, "05-broken.conflist"), []byte(`{"plugins": [`), 0o644))
+	var out, errOut bytes.Buffer
+	if code := Run([]string{"--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}, &out, &errOut); code != ExitNotProtected ||
+		!strings.Contains(out.String(), "05-broken.conflist does not parse") {
+		t.Errorf("a broken config: exit %d\n%s", code, out.String())
+	}
+	if code := Run([]string{"--cni-conf-dir", filepath.Join(n.ConfDir, "nope")}, &out, &errOut); code != ExitError {
+		t.Errorf("a missing conf dir: exit %d, want %d", code, ExitError)
+	}
+	if code := Run([]string{"--bogus"}, &out, &errOut); code != ExitError {
+		t.Errorf("an unknown flag: exit %d, want %d", code, ExitError)
+	}
+}
+
+func snapshot(t *testing.T, n install.Node) string {
+	t.Helper()
+	var b strings.Builder
+	for _, dir := range []string{n.BinDir, n.ConfDir} {
+		entries, err := os.ReadDir(dir)
+		must(t, err)
+		for _, e := range entries {
+			st, err := os.Stat(filepath.Join(dir, e.Name()))
+			must(t, err)
+			c, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			b.WriteString(e.Name() + st.Mode().String() + st.ModTime().String() + string(c) + "\n")
+		}
+	}
+	return b.String()
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
