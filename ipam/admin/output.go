@@ -1,0 +1,37 @@
+package admin
+
+import (
+	"encoding/json"
+	"flag"
+	"io"
+	"time"
+)
+
+// Output is --json and the overall time limit.
+type Output struct {
+	JSON    bool
+	Timeout time.Duration
+	limit   time.Duration
+}
+
+// NewOutput is the output group with a command's default time limit.
+func NewOutput(limit time.Duration) *Output { return &Output{limit: limit} }
+
+// Register adds --json and --timeout.
+func (o *Output) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
+	fs.DurationVar(&o.Timeout, "timeout", o.limit, "overall time limit")
+}
+
+// Resolve has nothing to check.
+func (o *Output) Resolve(*Command) error { return nil }
+
+// Print writes v as indented JSON with --json, else as text.
+func (o *Output) Print(w io.Writer, v any, text func(io.Writer) error) error {
+	if !o.JSON {
+		return text(w)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
