@@ -1,0 +1,230 @@
+// Package deploy_test checks the manifests in deploy/ by decoding them
+// into the typed Kubernetes API objects, strictly (an unknown field is a
+// typo), and asserting what makes them work: where they run, what they
+// mount, what they run, and how little privilege they have.
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
+)
+
+func decodeStrict(t *testing.T, path string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(b, into); err != nil {
+		t.Fatalf("%s does not decode strictly: %v", path, err)
+	}
+}
+
+func daemonSet(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	var ds appsv1.DaemonSet
+	decodeStrict(t, "safe-ipam.yaml", &ds)
+	if ds.APIVersion != "apps/v1" || ds.Kind != "DaemonSet" || ds.Namespace != "kube-system" {
+		t.Fatalf("%s/%s in %q; want an apps/v1 DaemonSet in kube-system", ds.APIVersion, ds.Kind, ds.Namespace)
+	}
+	return &ds
+}
+
+// calicoNode is calico-node's DaemonSet from Calico's own manifest.
+func calicoNode(t *testing.T) *appsv1.DaemonSet {
+	t.Helper()
+	path, err := testbed.ManifestPath()
+	if errors.Is(err, testbed.ErrNoManifest) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+		var ds appsv1.DaemonSet
+		if yaml.Unmarshal(doc, &ds) == nil && ds.Kind == "DaemonSet" && ds.Name == "calico-node" {
+			return &ds
+		}
+	}
+	t.Fatalf("%s has no calico-node DaemonSet", path)
+	return nil
+}
+
+func TestDaemonSetRunsWhereCalicoNodeRuns(t *testing.T) {
+	ours, theirs := daemonSet(t).Spec.Template.Spec, calicoNode(t).Spec.Template.Spec
+	for _, tol := range theirs.Tolerations {
+		if !slices.ContainsFunc(ours.Tolerations, func(o corev1.Toleration) bool { return reflect.DeepEqual(o, tol) }) {
+			t.Errorf("calico-node tolerates %+v and safe-ipam does not", tol)
+		}
+	}
+	for k, v := range ours.NodeSelector {
+		if theirs.NodeSelector[k] != v {
+			t.Errorf("nodeSelector %s=%s keeps safe-ipam off nodes calico-node runs on", k, v)
+		}
+	}
+	if ours.PriorityClassName != theirs.PriorityClassName {
+		t.Errorf("priority class %q, calico-node's is %q", ours.PriorityClassName, theirs.PriorityClassName)
+	}
+}
+
+func TestDaemonSetInstallsWatchesAndProbes(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("%d init containers, %d containers; want one of each", len(spec.InitContainers), len(spec.Containers))
+	}
+	init, watch := spec.InitContainers[0], spec.Containers[0]
+	if args := strings.Join(init.Command, " "); !strings.Contains(args, "safe-ipam install ") || strings.Contains(args, "--watch") {
+		t.Errorf("init container runs %q; want a one-shot safe-ipam install", args)
+	}
+	if args := strings.Join(watch.Command, " "); !strings.Contains(args, "safe-ipam install --watch") {
+		t.Errorf("container runs %q; want safe-ipam install --watch", args)
+	}
+	if modeOf(init.Command) != modeOf(watch.Command) {
+		t.Errorf("init container installs %q, the watch keeps %q", modeOf(init.Command), modeOf(watch.Command))
+	}
+	probe := watch.ReadinessProbe
+	if probe == nil || probe.Exec == nil || !strings.Contains(strings.Join(probe.Exec.Command, " "), "safe-ipam doctor") {
+		t.Fatalf("readiness probe %+v; want safe-ipam doctor", probe)
+	}
+	if probe.TimeoutSeconds < 5 {
+		t.Errorf("probe timeout %ds is shorter than doctor's etcd check may take", probe.TimeoutSeconds)
+	}
+	for _, c := range []corev1.Container{init, watch} {
+		for _, dirs := range [][2]string{{"--cni-bin-dir=", install.DefaultBinDir}, {"--cni-conf-dir=", install.DefaultConfDir}} {
+			if !slices.Contains(c.Command, dirs[0]+dirs[1]) {
+				t.Errorf("%s does not pass %s%s", c.Name, dirs[0], dirs[1])
+			}
+		}
+	}
+	if !slices.Contains(probe.Exec.Command, "--cni-bin-dir="+install.DefaultBinDir) {
+		t.Error("the probe looks at another bin dir than the install")
+	}
+}
+
+func modeOf(cmd []string) string {
+	for _, a := range cmd {
+		if m, ok := strings.CutPrefix(a, "--mode="); ok {
+			return m
+		}
+	}
+	return ""
+}
+
+// The host's CNI dirs are mounted at their own paths in both containers,
+// so the paths in Calico's config mean the same inside.
+func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		if v.HostPath == nil {
+			t.Errorf("volume %s is not a hostPath", v.Name)
+			continue
+		}
+		hostPaths[v.Name] = v.HostPath.Path
+	}
+	// path: writable. The file store must be writable for filestore.Open,
+	// which doctor uses too; Calico's nodename is only read.
+	need := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: true, "/var/lib/calico": false}
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		mounted := map[string]corev1.VolumeMount{}
+		for _, m := range c.VolumeMounts {
+			if hostPaths[m.Name] != m.MountPath {
+				t.Errorf("%s mounts host %s at %s", c.Name, hostPaths[m.Name], m.MountPath)
+			}
+			mounted[m.MountPath] = m
+		}
+		for path, writable := range need {
+			m, ok := mounted[path]
+			if !ok || m.ReadOnly == writable {
+				t.Errorf("%s: %s mounted %v read-only %v; want writable %v", c.Name, path, ok, m.ReadOnly, writable)
+			}
+		}
+	}
+}
+
+func TestDaemonSetLeastPrivilege(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	if spec.HostPID || spec.HostIPC {
+		t.Error("hostPID or hostIPC: not needed")
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("a service account token is mounted; safe-ipam needs no API access")
+	}
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		sc := c.SecurityContext
+		switch {
+		case sc == nil:
+			t.Fatalf("%s has no securityContext", c.Name)
+		case sc.Privileged != nil && *sc.Privileged:
+			t.Errorf("%s is privileged", c.Name)
+		case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+			t.Errorf("%s allows privilege escalation", c.Name)
+		case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+			t.Errorf("%s has a writable root filesystem", c.Name)
+		case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+			t.Errorf("%s capabilities %+v; want all dropped, none added", c.Name, sc.Capabilities)
+		}
+	}
+}
+
+// The patch's network config, rendered as calico-node's installer
+// renders it, is Calico's own with only the IPAM routed through
+// safe-ipam: the conflist mode's rewrite, done by Calico.
+func TestCalicoConfigPatchIsCalicosWithSafeIPAM(t *testing.T) {
+	var cm corev1.ConfigMap
+	decodeStrict(t, "calico-config-conflist.patch.yaml", &cm)
+	if cm.Name != "calico-config" || cm.Namespace != "kube-system" || len(cm.Data) != 1 {
+		t.Fatalf("%s/%s with keys %d; want calico-config in kube-system with only cni_network_config", cm.Namespace, cm.Name, len(cm.Data))
+	}
+	tpl, err := testbed.CalicoNetworkTemplate()
+	if errors.Is(err, testbed.ErrNoManifest) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := testbed.CalicoDefaults("http://10.0.0.10:2379")
+	ours, err := testbed.RenderCalicoNetwork(cm.Data["cni_network_config"], values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := testbed.RenderCalicoNetwork(tpl, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed := bytes.Replace(theirs, []byte(`"type": "calico-ipam"`), []byte(`"type": "safe-ipam", "delegate": {"type": "calico-ipam"}`), 1)
+	var a, b any
+	if json.Unmarshal(ours, &a) != nil || json.Unmarshal(routed, &b) != nil || !reflect.DeepEqual(a, b) {
+		t.Errorf("the patch's config is not Calico's with its IPAM routed through safe-ipam:\n%s\nwant (as JSON):\n%s", ours, routed)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/10-calico.conflist", ours, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := install.ReadConf(dir + "/10-calico.conflist")
+	stdin, err := conf.PluginConfig(0)
+	if err != nil || !conf.Plugins[0].RoutedThroughSafeIPAM() {
+		t.Fatalf("plugin 0 not routed through safe-ipam: %+v, %v", conf.Plugins, err)
+	}
+	if _, err := config.Parse(stdin); err != nil {
+		t.Errorf("safe-ipam refuses the rendered config: %v", err)
+	}
+}
