@@ -1,0 +1,117 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+)
+
+// versionOnly stands in for Calico's binary where only its VERSION answer
+// matters: doctor asks the delegate for it.
+const versionOnly = "#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"0.3.1\",\"1.0.0\"]}'\n"
+
+// calicoNodeDirs is a node with Calico installed from its manifest's
+// network config, its etcd the test's own.
+func calicoNodeDirs(t *testing.T) (bin, conf string) {
+	t.Helper()
+	root := t.TempDir()
+	bin, conf = filepath.Join(root, "bin"), filepath.Join(root, "net.d")
+	for _, d := range []string{bin, conf} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calico := filepath.Join(root, "calico-build")
+	if err := os.WriteFile(calico, []byte(versionOnly), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := testbed.CalicoNetworkTemplate()
+	if errors.Is(err, testbed.ErrNoManifest) && os.Getenv("CI") != "true" {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(etcdtest.Start(t).Endpoint()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (testbed.CalicoInstaller{Binary: calico, BinDir: bin, ConfDir: conf, Network: network}).Run(); err != nil {
+		t.Fatal(err)
+	}
+	return bin, conf
+}
+
+// run runs the built binary (or a script) and returns its exit code and
+// output.
+func run(t *testing.T, name string, args ...string) (int, string) {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		return exitErr.ExitCode(), string(out)
+	case err != nil:
+		t.Fatal(err)
+	}
+	return 0, string(out)
+}
+
+// scripts/install.sh, as a provisioning script calls it, installs with
+// the built binary and ends with doctor saying the node is protected;
+// `safe-ipam uninstall` then takes it off.
+func TestInstallScriptThenUninstall(t *testing.T) {
+	for _, mode := range []string{"takeover", "conflist"} {
+		t.Run(mode, func(t *testing.T) {
+			bin, conf := calicoNodeDirs(t)
+			dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
+			safe := filepath.Join(binDir, "safe-ipam")
+			code, out := run(t, "bash", append([]string{"../scripts/install.sh", "--binary", safe, "--mode=" + mode}, dirs...)...)
+			if code != 0 || !strings.Contains(out, "doctor: protected") {
+				t.Fatalf("install.sh: exit %d\n%s", code, out)
+			}
+			if code, out := run(t, safe, append([]string{"uninstall"}, dirs...)...); code != 0 {
+				t.Fatalf("uninstall: exit %d\n%s", code, out)
+			}
+			if code, out := run(t, safe, append([]string{"doctor"}, dirs...)...); code != 1 || !strings.Contains(out, "NOT protected") {
+				t.Errorf("doctor after uninstall: exit %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+func TestAdminCommandsExitCodes(t *testing.T) {
+	bin, conf := calicoNodeDirs(t)
+	empty := t.TempDir()
+	safe := filepath.Join(binDir, "safe-ipam")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"help lists the install commands", []string{"help"}, 0, "safe-ipam doctor"},
+		{"install -h", []string{"install", "-h"}, 0, "--watch"},
+		{"unknown mode", []string{"install", "--mode=sideways", "--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}, 2, `--mode "sideways"`},
+		{"watch with dry run", []string{"install", "--watch", "--dry-run"}, 2, "exclude each other"},
+		{"no Calico", []string{"install", "--cni-bin-dir=" + empty, "--cni-conf-dir=" + empty}, 1, "uses calico-ipam"},
+		{"dry run", []string{"install", "--dry-run", "--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}, 0, "would change"},
+		{"doctor before install", []string{"doctor", "--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}, 1, "NOT protected"},
+		{"doctor on a missing dir", []string{"doctor", "--cni-conf-dir=" + filepath.Join(empty, "nope")}, 2, "nope"},
+		{"uninstall, nothing installed", []string{"uninstall", "--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}, 0, "nothing to do"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := run(t, safe, tt.args...)
+			if code != tt.code || !strings.Contains(out, tt.says) {
+				t.Errorf("safe-ipam %s: exit %d, want %d saying %q\n%s", strings.Join(tt.args, " "), code, tt.code, tt.says, out)
+			}
+		})
+	}
+}
