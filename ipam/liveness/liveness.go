@@ -19,6 +19,7 @@ type Attachment struct {
 	IfName       string   `json:"ifname"`
 	PodNamespace string   `json:"podNamespace,omitempty"`
 	PodName      string   `json:"podName,omitempty"`
+	PodUID       string   `json:"podUID,omitempty"`
 	IPs          []string `json:"ips,omitempty"`
 }
 
@@ -34,6 +35,11 @@ type View struct {
 	Source      string
 	Node        string
 	Attachments []Attachment
+	// ContainersOnly marks a source that lists containers but not their
+	// interfaces (a runtime's CRI API knows a sandbox's IPs, not its
+	// ifnames): every interface of a listed container runs, so a record
+	// for another ifname (net1) of it must not look gone.
+	ContainersOnly bool
 
 	containers map[string]bool
 	pods       map[string]bool
@@ -81,8 +87,13 @@ func (v *View) Covers(node string) bool {
 	return v != nil && (v.Node == "" || v.Node == node)
 }
 
-// ListsAttachment says whether the container's interface runs.
+// ListsAttachment says whether the container's interface runs. A view
+// that names containers only says so for every interface of a listed
+// container.
 func (v *View) ListsAttachment(containerID, ifname string) bool {
+	if v.ContainersOnly {
+		return v.containers[containerID]
+	}
 	return v.attach[[2]string{containerID, ifname}]
 }
 
