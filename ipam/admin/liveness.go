@@ -14,6 +14,9 @@ import (
 // means no liveness (nothing is judged gone), never "nothing runs".
 type Liveness struct {
 	File, CNICache string
+	// CRIEndpoint is the runtime's CRI socket; a runtime that does not
+	// answer is an error (incident 003), never "nothing runs".
+	CRIEndpoint string
 
 	node     *Calico
 	explicit bool
@@ -22,37 +25,54 @@ type Liveness struct {
 // NewLiveness is the liveness group, on the node that node resolves.
 func NewLiveness(node *Calico) *Liveness { return &Liveness{node: node} }
 
-// Register adds --live and --cni-cache.
+// Register adds --live, --cni-cache and --cri-endpoint.
 func (l *Liveness) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.File, "live", "", `JSON list of {"containerID","ifname"} known to be running (optionally with "network", "podNamespace", "podName", "ips")`)
 	fs.StringVar(&l.CNICache, "cni-cache", liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
+	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its READY pod sandboxes are what runs on this node")
 }
 
 // Resolve checks that one source is named and that its node is known: a
 // node's CNI cache speaks for that node only; only a --live file may
 // claim to list every node (--node "").
 func (l *Liveness) Resolve(cmd *Command) error {
-	l.explicit = l.File != "" || (cmd.Set("cni-cache") && l.CNICache != "")
-	if l.File != "" && cmd.Set("cni-cache") && l.CNICache != "" {
-		return errors.New("--live and --cni-cache are two liveness sources; give one")
+	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
+	named := 0
+	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != ""} {
+		if given {
+			named++
+		}
 	}
-	if l.File == "" && l.CNICache == "" {
+	if named > 1 {
+		return errors.New("--live, --cni-cache and --cri-endpoint are three liveness sources; give one")
+	}
+	l.explicit = named == 1
+	if l.CRIEndpoint != "" || l.File != "" {
+		l.CNICache = "" // the default cache is not read beside a named source
+	}
+	if l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" {
 		return nil
 	}
 	if l.node.NodeErr != nil {
 		return fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", l.node.NodeErr)
 	}
 	if l.node.Node == "" && l.File == "" {
-		return errors.New(`--node "" (every node) needs --live; a CNI cache lists one node's attachments`)
+		return errors.New(`--node "" (every node) needs --live; a CNI cache or a runtime lists one node's attachments`)
 	}
 	return nil
 }
+
+// Explicit says whether the operator named a source (one that must be
+// readable), as opposed to the default cache.
+func (l *Liveness) Explicit() bool { return l.explicit }
 
 // Source is the chosen source, or nil when none is named.
 func (l *Liveness) Source() liveness.Source {
 	switch {
 	case l.File != "":
 		return liveness.File{Path: l.File, Node: l.node.Node}
+	case l.CRIEndpoint != "":
+		return liveness.CRI{Endpoint: l.CRIEndpoint, Node: l.node.Node}
 	case l.CNICache != "":
 		return liveness.CNICache{Dir: l.CNICache, Node: l.node.Node}
 	}
