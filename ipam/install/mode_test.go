@@ -123,14 +123,7 @@ func TestModeDryRun(t *testing.T) {
 func TestModeReassertKeepsCalicosLatest(t *testing.T) {
 	for _, mc := range modes {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
-			f := newFixture(t)
-			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
-				t.Fatal(err)
-			}
-			f.calicoRestarts(t, "v2")
-			if err := mc.protected(t, f); err == nil {
-				t.Fatal("still protected after calico-node's installer ran")
-			}
+			f := installedThenCalicoRestarts(t, mc)
 			latest := withoutInstalled(f.snapshot(t))
 			r, err := Install(f.node, mc.mode, f.self, false)
 			if err != nil || !r.Applied {
@@ -148,15 +141,26 @@ func TestModeReassertKeepsCalicosLatest(t *testing.T) {
 	}
 }
 
+// installedThenCalicoRestarts is a fixture with mc installed, then
+// undone by calico-node's installer (an upgrade: new binary and config).
+func installedThenCalicoRestarts(t *testing.T, mc modeCase) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+		t.Fatal(err)
+	}
+	f.calicoRestarts(t, "v2")
+	if err := mc.protected(t, f); err == nil {
+		t.Fatal("still protected after calico-node's installer ran")
+	}
+	return f
+}
+
 // Uninstall keeps a file someone changed after install, and says so.
 func TestUninstallKeepsLaterChanges(t *testing.T) {
 	for _, mc := range modes {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
-			f := newFixture(t)
-			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
-				t.Fatal(err)
-			}
-			f.calicoRestarts(t, "v2")
+			f := installedThenCalicoRestarts(t, mc)
 			latest := f.snapshot(t)
 			r, err := Uninstall(f.node, mc.mode, false)
 			if err != nil {
@@ -236,6 +240,19 @@ func TestModeRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
+// With the conf dir read-only, conflist mode can stage safe-ipam's binary
+// but not the rewritten config: the binary must not land either.
+func TestConflistModeReadOnlyConfDirChangesNothing(t *testing.T) {
+	f := newFixture(t)
+	defer readOnlyMount(t, f.node.ConfDir)()
+	before := f.snapshot(t)
+	_, err := Install(f.node, ConflistMode{}, f.self, false)
+	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("install: %v; want a refusal naming the read-only file system", err)
+	}
+	assertSame(t, "after a refused install", f.snapshot(t), before)
+}
+
 func snapshotOf(t *testing.T, n Node) map[string]string {
 	return (&fixture{node: n}).snapshot(t)
 }
@@ -244,13 +261,17 @@ func snapshotOf(t *testing.T, n Node) map[string]string {
 // writes through a chmod, not through a read-only mount.
 func readOnlyBinDir(t *testing.T, f *fixture) func() {
 	t.Helper()
+	return readOnlyMount(t, f.node.BinDir)
+}
+
+func readOnlyMount(t *testing.T, dir string) func() {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("CI=true: a read-only mount needs root")
 		}
 		t.Skip("a read-only mount needs root")
 	}
-	dir := f.node.BinDir
 	for _, args := range [][]string{{"--bind", dir, dir}, {"-o", "remount,bind,ro", dir}} {
 		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
 			t.Fatalf("mount %v: %v: %s", args, err, out)
