@@ -175,6 +175,13 @@ func (r *Report) Summary(limit int) string {
 	return b.String()
 }
 
+// Explain is a failed history's account for a log. It ends with what a
+// reader needs first: the history's name (its seed) and setup, the
+// expectations and invariants it broke, and the command that replays it.
+func (r *Report) Explain(replay string) string {
+	return "transcript:\n  " + strings.Join(r.Transcript, "\n  ") + "\n" + r.Summary(20) + replay
+}
+
 // Player plays histories on a cluster and checks every step.
 type Player struct {
 	Cluster *Cluster

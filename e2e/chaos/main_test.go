@@ -78,7 +78,7 @@ func requireOK(t *testing.T, reports []*Report) {
 		if r.OK() {
 			continue
 		}
-		t.Errorf("%s\n%s\ntranscript:\n  %s", r.Summary(20), replay(r), strings.Join(r.Transcript, "\n  "))
+		t.Errorf("%s", r.Explain(replay(r)))
 	}
 }
 

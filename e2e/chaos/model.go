@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
 // State is what the runtime believes about an attachment. It changes only
@@ -47,6 +49,14 @@ type Attachment struct {
 	// Forgotten: the runtime lost the sandbox (a restart); it sends no
 	// more DELs and leaves it out of GC's valid list, so only GC frees it.
 	Forgotten bool
+	// Recorded: an ADD of it crashed at or after its commit, so safe-ipam
+	// holds a committed record that the runtime never saw succeed. The
+	// harness knows it from the crash point it armed, not from the
+	// plugin. A retried ADD is answered from that record (the documented
+	// replay) without the delegate, so with a file store it needs no
+	// etcd. It matters while the state is Failed: only then is an ADD
+	// retried.
+	Recorded bool
 }
 
 func (a *Attachment) String() string {
@@ -129,6 +139,10 @@ func (m *Model) Apply(call Call, out Outcome) {
 			a.State, a.IPs, a.result = Live, out.IPs, out.Result
 		} else {
 			a.State, a.IPs, a.result = Failed, nil, nil
+			// A crash after the commit leaves the record; a later failed
+			// retry (an outage, a crash before the record is read) does
+			// not remove it.
+			a.Recorded = a.Recorded || (out.Crashed && afterCommit(call.CrashAt))
 		}
 	case Del:
 		a := call.Att
@@ -149,6 +163,15 @@ func (m *Model) Apply(call Call, out Outcome) {
 			}
 		}
 	}
+}
+
+// afterCommit says whether an ADD crash point comes at or after the
+// commit of its record: the ADD that crashes there leaves a committed
+// record.
+func afterCommit(step guard.Step) bool {
+	steps := StepsOf(Add)
+	at, commit := slices.Index(steps, step), slices.Index(steps, guard.AddCommitted)
+	return at >= 0 && at >= commit
 }
 
 // Valid is the list a GC on node sends: every sandbox the runtime still

@@ -333,3 +333,29 @@ func AmbiguousCommitScript(gen Generation) *Script {
 	}
 	return s
 }
+
+// RecordedRetryInOutageScript is the regression case of seed 186559945
+// (modern/file-store/1-node), where the harness, not safe-ipam, was
+// wrong. An ADD crashes right after its commit, and the runtime retries
+// it while etcd is down. safe-ipam answers an ADD over a committed record
+// from the record, as documented, and the invariants held, but the model
+// expected every file-store call during an outage to fail. The record
+// lives on the node, so the retry must succeed and change nothing; with
+// the etcd store it cannot be read and the retry must give 11 (the
+// model's outageExpect says so). A new pod afterwards must not get the
+// replayed address.
+func RecordedRetryInOutageScript(store StoreKind) *Script {
+	s := &Script{
+		Name:  "regression/recorded-retry-in-outage/" + string(store),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: TightPool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.start("web-1", node1, guard.AddCommitted, Crashes)
+	s.then(func(m *Model) Step {
+		call := Call{Verb: Add, Node: node1, Att: m.Current("web-1"), Outage: true}
+		return Step{Calls: []Call{call}, Expect: []Expect{outageExpect(store, call)},
+			Outage: Between, Note: "etcd is down for the whole step; the runtime retries the ADD"}
+	})
+	s.retryAdd("web-1", "", Succeeds)
+	return s.start("web-2", node1, "", Succeeds)
+}

@@ -70,6 +70,7 @@ func run() int {
 	}
 	r := &runner{ctx: ctx, o: o, work: work}
 	sum, ok := r.all(bin, root)
+	r.recap()
 	fmt.Println(sum)
 	if !ok {
 		return 1
@@ -84,6 +85,9 @@ type runner struct {
 	work   string
 	failed bool
 	parts  int
+	// failures are the failed histories' last lines, repeated at the
+	// end so that the run's output ends with them.
+	failures []string
 }
 
 func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
@@ -110,8 +114,12 @@ func (r *runner) play(what string, bin chaos.Binaries, jobs []chaos.Job) []*chao
 	start := time.Now()
 	opt := chaos.Options{Bin: bin, Dir: fmt.Sprintf("%s/part-%d", r.work, r.parts), Parallel: r.o.parallel,
 		Done: func(rep *chaos.Report) {
-			if !rep.OK() || r.o.verbose {
-				fmt.Fprintf(os.Stderr, "%s%s\n%s\n", rep.Summary(20), replay(rep), strings.Join(rep.Transcript, "\n"))
+			switch {
+			case !rep.OK():
+				fmt.Fprintln(os.Stderr, rep.Explain(replay(rep)))
+				r.failures = append(r.failures, rep.Summary(3)+replay(rep))
+			case r.o.verbose:
+				fmt.Fprintf(os.Stderr, "%s%s\n", rep.Summary(0), strings.Join(rep.Transcript, "\n"))
 			}
 		}}
 	reports, err := chaos.Play(r.ctx, opt, jobs)
@@ -169,6 +177,18 @@ func (r *runner) mutants(root string) {
 			fmt.Fprintf(os.Stderr, "chaos: mutant %s caught: %d lost, %d duplicated (reproduce: go test ./e2e/chaos -run 'TestMutants/%s' -v)\n",
 				mu.Name, sum.Lost, sum.Duplicated, mu.Name)
 		}
+	}
+}
+
+// recap repeats every failed history, with what it broke and its
+// replay, after everything else has run.
+func (r *runner) recap() {
+	if len(r.failures) == 0 {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "chaos: %d failed histories (transcripts above):\n", len(r.failures))
+	for _, f := range r.failures {
+		fmt.Fprintln(os.Stderr, f)
 	}
 }
 
