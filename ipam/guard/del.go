@@ -133,19 +133,12 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 		g.log.Warn("GC without cni.dev/valid-attachments: releasing nothing")
 		return nil
 	}
-	recs, err := g.store.List(ctx, g.cfg.Network)
+	recs, err := g.ListForGC(ctx)
 	if err != nil {
-		return storeError("listing records of "+g.cfg.Network, err)
+		return err
 	}
-	var errs []error
-	for _, rec := range recs {
-		if g.keep(rec, valid) {
-			continue
-		}
-		if err := g.collect(ctx, rec, env, valid); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	plan := g.PlanGC(recs, func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] })
+	errs := g.applyGC(ctx, plan, env.Path)
 	if g.delegate.Speaks("1.1.0") {
 		if err := g.forwardGC(ctx, env); err != nil {
 			errs = append(errs, err)
@@ -158,6 +151,9 @@ func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
 	// The store lists this node's records only (the runtime's list names
 	// this node's attachments only).
 	if valid[[2]string{rec.ContainerID, rec.IfName}] {
+		return true
+	}
+	if g.gcKeep != nil && g.gcKeep(rec) {
 		return true
 	}
 	// A pending record is an ADD in flight, not garbage, while it is young

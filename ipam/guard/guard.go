@@ -68,6 +68,10 @@ type Guard struct {
 	node     string        // as Calico names it; records and GC are per node
 	// At, when set, is called at every Step; crash tests stop there.
 	At func(Step)
+	// gcKeep and gcPath are set by OpenGC (safe-ipam gc): records GC
+	// keeps beyond the verb's rules, and the CNI_PATH of its delegate DELs.
+	gcKeep func(*record.Record) bool
+	gcPath string
 
 	closeLog func()
 }
