@@ -1,0 +1,152 @@
+// Package gc is `safe-ipam gc`: CNI GC for nodes where the runtime never
+// sends it. Behind Calico's main plugin (CNI 1.0.0 at most) or under
+// containerd 1.6, no GC reaches safe-ipam, so a record whose DEL never
+// came (incident 001: hundreds of endpoints left after a kubelet
+// upgrade), and the addresses under it, would stay forever. gc lists this
+// node's records of one network, reads a liveness source, and releases
+// what the source positively does not list, exactly as the GC verb does.
+// It fails closed: a source it cannot read, or one that lists nothing
+// while the node has records, releases nothing (incident 003).
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// ErrUntrusted is a source that answered but cannot be believed.
+var ErrUntrusted = errors.New("liveness source not trusted")
+
+// Report is what one gc run found and did.
+type Report struct {
+	Network  string  `json:"network"`
+	Node     string  `json:"node"`
+	Liveness string  `json:"liveness"`
+	Records  int     `json:"records"`
+	Release  []Entry `json:"release"`
+	Kept     []Entry `json:"kept"`
+	// Applied is nil on a dry run, else whether every release succeeded.
+	Applied *bool  `json:"applied,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Entry is one record and what gc does with it.
+type Entry struct {
+	Attachment string   `json:"attachment"`
+	Pod        string   `json:"pod,omitempty"`
+	State      string   `json:"state"`
+	IPs        []string `json:"ips,omitempty"`
+	Why        string   `json:"why"`
+}
+
+// Collector runs one gc over a Guard opened with guard.OpenGC.
+type Collector struct {
+	Guard  *guard.Guard
+	Source liveness.Source
+}
+
+// Plan lists the records first and reads the source second: a sandbox
+// that becomes ready in between is then in the source, not taken for
+// garbage. Every source error, and an empty answer while the node has
+// records, is an error and plans nothing.
+func (c *Collector) Plan(ctx context.Context) (*guard.GCPlan, *Report, error) {
+	recs, err := c.Guard.ListForGC(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	view, err := c.Source.Read(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("liveness source: %w", err)
+	}
+	if !view.Covers(c.Guard.Node()) {
+		return nil, nil, fmt.Errorf("%w: %s speaks for node %q, not %q", ErrUntrusted, view.Source, view.Node, c.Guard.Node())
+	}
+	if len(view.Attachments) == 0 && len(recs) > 0 {
+		return nil, nil, fmt.Errorf("%w: %s lists nothing running while node %s has %d records of %s; a wrongly mounted socket or directory looks empty",
+			ErrUntrusted, view.Source, c.Guard.Node(), len(recs), c.Guard.Network())
+	}
+	plan := c.Guard.PlanGC(recs, view.ListsAttachment)
+	r := &Report{Network: c.Guard.Network(), Node: c.Guard.Node(), Liveness: view.Source, Records: plan.Records}
+	for _, rec := range plan.Release {
+		r.Release = append(r.Release, entry(rec, "not listed by "+view.Source))
+	}
+	for _, k := range plan.Keep {
+		r.Kept = append(r.Kept, entry(k.Record, k.Why))
+	}
+	return plan, r, nil
+}
+
+// Apply releases what the plan releases and records the outcome.
+func (c *Collector) Apply(ctx context.Context, plan *guard.GCPlan, r *Report) error {
+	err := c.Guard.ApplyGC(ctx, plan)
+	ok := err == nil
+	r.Applied = &ok
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return err
+}
+
+func entry(rec *record.Record, why string) Entry {
+	e := Entry{Attachment: rec.Attachment.String(), State: string(rec.State), IPs: rec.IPs, Why: why}
+	if rec.PodNamespace != "" || rec.PodName != "" {
+		e.Pod = rec.PodNamespace + "/" + rec.PodName
+	}
+	return e
+}
+
+// WriteText prints the report as a table and a summary line.
+func (r *Report) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tATTACHMENT\tPOD\tSTATE\tIPS\tWHY")
+	action := "would release"
+	switch {
+	case r.Applied != nil && *r.Applied:
+		action = "released"
+	case r.Applied != nil:
+		action = "release attempted"
+	}
+	for _, e := range r.Release {
+		r.row(tw, action, e)
+	}
+	for _, e := range r.Kept {
+		r.row(tw, "keep", e)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "gc: %d records of network %s on node %s; %d to release, %d kept; %s; liveness: %s\n",
+		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept), r.outcome(), r.Liveness)
+	return err
+}
+
+func (r *Report) row(w io.Writer, action string, e Entry) {
+	pod, ips := e.Pod, strings.Join(e.IPs, ",")
+	if pod == "" {
+		pod = "-"
+	}
+	if ips == "" {
+		ips = "-"
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", action, e.Attachment, pod, e.State, ips, e.Why)
+}
+
+func (r *Report) outcome() string {
+	switch {
+	case r.Applied == nil && len(r.Release) > 0:
+		return "dry run (pass --apply to release)"
+	case r.Applied == nil:
+		return "nothing to do"
+	case *r.Applied:
+		return "applied"
+	}
+	return "applied with errors: " + r.Error
+}

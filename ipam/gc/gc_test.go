@@ -1,0 +1,230 @@
+package gc_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/gc"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+)
+
+// The runtime suite (e2e/runtime) runs gc against a real containerd and
+// calico-ipam; these tests pin its refusals and its plan on a node with a
+// file store and a delegate that logs its calls.
+
+// delegateScript answers VERSION like calico-ipam and logs every other
+// command with its container ID.
+const delegateScript = `#!/bin/sh
+if [ "$CNI_COMMAND" = VERSION ]; then
+  echo '{"cniVersion":"1.0.0","supportedVersions":["0.3.1","0.4.0","1.0.0"]}'
+  exit 0
+fi
+echo "$CNI_COMMAND $CNI_CONTAINERID" >> "$(dirname "$0")/calls"
+`
+
+type node struct {
+	dir, conf, bin, records string
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{dir: dir, conf: filepath.Join(dir, "net.conflist"), bin: filepath.Join(dir, "bin"), records: filepath.Join(dir, "records")}
+	if err := os.MkdirAll(n.bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.bin, "calico-ipam"), []byte(delegateScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := map[string]any{"cniVersion": "1.0.0", "name": "k8s-pod-network", "plugins": []any{map[string]any{
+		"type": "calico", "datastore_type": "etcdv3", "etcd_endpoints": "http://127.0.0.1:2379", "nodename": "node1",
+		"ipam": map[string]any{"type": "safe-ipam", "delegate": map[string]any{"type": "calico-ipam"},
+			"store": map[string]any{"type": "file", "dir": n.records}, "cacheDir": "", "logFile": "", "gcGracePeriod": "1m"},
+	}}}
+	data, _ := json.Marshal(conf)
+	if err := os.WriteFile(n.conf, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// record writes a committed record written age ago.
+func (n *node) record(t *testing.T, cid, ifname string, age time.Duration) {
+	t.Helper()
+	st, err := filestore.Open(n.records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	at := time.Now().Add(-age).UTC()
+	rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: cid, IfName: ifname},
+		PodNamespace: "default", PodName: "pod-" + cid, Node: "node1", Handle: "k8s-pod-network." + cid,
+		State: record.Committed, IPs: []string{"10.244.0.1/26"}, Created: at, Updated: at}
+	if _, err := st.Swap(context.Background(), rec.Attachment, nil, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (n *node) left(t *testing.T) []string {
+	t.Helper()
+	st, err := filestore.Open(n.records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.List(context.Background(), "k8s-pod-network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.ContainerID+"/"+r.IfName)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (n *node) calls(t *testing.T) []string {
+	data, err := os.ReadFile(filepath.Join(n.bin, "calls"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := strings.Split(strings.TrimSpace(string(data)), "\n")
+	slices.Sort(calls)
+	return calls
+}
+
+func (n *node) live(t *testing.T, atts []liveness.Attachment) string {
+	t.Helper()
+	path := filepath.Join(n.dir, "live.json")
+	data, _ := json.Marshal(atts)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (n *node) run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := gc.Run(append([]string{"--conf", n.conf, "--cni-path", n.bin}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestDryRunThenApply(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "running", "eth0", time.Hour)
+	n.record(t, "running", "net1", time.Hour)
+	n.record(t, "gone", "eth0", time.Hour)
+	n.record(t, "creating", "eth0", time.Second)
+	live := n.live(t, []liveness.Attachment{{ContainerID: "running", IfName: "eth0", PodNamespace: "default", PodName: "pod-running"}})
+	code, out, errOut := n.run(t, "--live", live)
+	if code != admin.ExitAttention || !strings.Contains(out, "would release") || !strings.Contains(out, "gone/eth0") {
+		t.Fatalf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); len(got) != 4 || n.calls(t) != nil {
+		t.Fatalf("a dry run changed something: records %v, delegate calls %v", got, n.calls(t))
+	}
+	// A file names interfaces: net1 of the running container is not listed.
+	code, out, errOut = n.run(t, "--live", live, "--apply", "--json")
+	if code != admin.ExitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"creating/eth0", "running/eth0"}) {
+		t.Errorf("records after apply: %v", got)
+	}
+	if got := n.calls(t); !slices.Equal(got, []string{"DEL gone", "DEL running"}) {
+		t.Errorf("delegate calls %q, want one DEL each for gone and running/net1", got)
+	}
+	var r gc.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Applied == nil || !*r.Applied || len(r.Release) != 2 {
+		t.Errorf("JSON report %s (%v)", out, err)
+	}
+}
+
+// A source that names containers only (the runtime) keeps every
+// interface of a listed container.
+func TestContainersOnlySourceKeepsEveryInterface(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "running", "eth0", time.Hour)
+	n.record(t, "running", "net1", time.Hour)
+	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Attachment{{ContainerID: "running"}}))
+	plan, _, err := c.Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Release) != 0 {
+		t.Fatalf("would release %v of a running container", plan.Release)
+	}
+}
+
+// viewSource answers a fixed view.
+type viewSource struct{ view *liveness.View }
+
+func (s viewSource) Read(context.Context) (*liveness.View, error) { return s.view, nil }
+
+func newCollector(t *testing.T, n *node, v *liveness.View) *gc.Collector {
+	t.Helper()
+	v.ContainersOnly = true
+	file, err := config.ReadFile(n.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := guard.OpenGC(t.Context(), file, n.bin, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return &gc.Collector{Guard: g, Source: viewSource{view: v}}
+}
+
+// Fail closed: every refusal is exit 2 and changes nothing.
+func TestRefusals(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "gone", "eth0", time.Hour)
+	empty := n.live(t, nil)
+	other := filepath.Join(n.dir, "other.conflist")
+	if err := os.WriteFile(other, []byte(`{"cniVersion":"1.0.0","name":"x","plugins":[{"type":"ptp","ipam":{"type":"host-local"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no source named", nil, "name the liveness source"},
+		{"runtime not answering", []string{"--cri-endpoint", "unix://" + filepath.Join(n.dir, "absent.sock")}, "CRI runtime"},
+		{"empty source while records exist", []string{"--live", empty}, "lists nothing running"},
+		{"unreadable cache", []string{"--cni-cache", filepath.Join(n.dir, "absent")}, "CNI result cache"},
+		{"two sources", []string{"--live", empty, "--cri-endpoint", "/run/c.sock"}, "give one"},
+		{"IPAM not safe-ipam", []string{"--conf", other, "--live", empty}, "not safe-ipam"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, errOut := n.run(t, append(tt.args, "--apply")...)
+			if code != admin.ExitError || !strings.Contains(errOut, tt.want) {
+				t.Fatalf("exit %d, want 2 with %q\n%s%s", code, tt.want, out, errOut)
+			}
+			if got := n.left(t); len(got) != 1 || n.calls(t) != nil {
+				t.Fatalf("a refusal changed something: records %v, delegate calls %v", got, n.calls(t))
+			}
+		})
+	}
+}
