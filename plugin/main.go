@@ -14,6 +14,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
@@ -86,6 +87,8 @@ func runAdmin(args []string) int {
 		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
 	case "repair":
 		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
+	case "gc":
+		return gc.Run(args[1:], os.Stdout, os.Stderr)
 	case "install":
 		return install.RunInstall(args[1:], os.Stdout, os.Stderr)
 	case "uninstall":
@@ -110,6 +113,9 @@ Admin commands (CNI_COMMAND unset):
                         leaks, orphan records and inconsistencies in Calico's
                         etcd data (safe-ipam audit -h for flags)
   safe-ipam repair      plan, and with --apply make, only proven fixes
+  safe-ipam gc          CNI GC where the runtime sends none: release this
+                        node's records that the runtime (--cri-endpoint) or
+                        another liveness source does not list (--apply)
   safe-ipam install     put safe-ipam in front of calico-ipam on this node
                         (--mode takeover|conflist, --dry-run, --watch to keep
                         it there while calico-node re-installs itself)
