@@ -27,6 +27,10 @@ const (
 	OrphanRecord  Kind = "orphan-record"
 	Inconsistent  Kind = "inconsistent"
 	Unverified    Kind = "unverified"
+	// Quarantine is informational: an address freed behind a running
+	// attachment's back was given to another ADD, and safe-ipam kept it
+	// allocated, tied to the running one, instead of handing it out.
+	Quarantine Kind = "quarantine"
 )
 
 // Finding is one thing wrong (or not provable) in the data.
@@ -175,6 +179,19 @@ func (a *analysis) checkRecords() {
 	}
 	a.checkOrphans()
 	a.checkLiveAddresses()
+	a.checkQuarantines()
+}
+
+// checkQuarantines reports every quarantine with both attachments.
+func (a *analysis) checkQuarantines() {
+	for _, rec := range a.snap.Records {
+		for _, q := range rec.Quarantined {
+			a.add(Finding{Kind: Quarantine, Address: strings.Join(q.IPs, ","), Handle: q.Network + "." + q.ContainerID, Node: rec.Node,
+				Records: []string{rec.Attachment.String(), q.Attachment.String()},
+				Why: fmt.Sprintf("the address was freed behind %s's back and given to %s's ADD; safe-ipam kept it allocated under %s's handle, and releases it with %s",
+					rec.Attachment, q.Attachment, q.Attachment, rec.Attachment)})
+		}
+	}
 }
 
 // checkLiveAddresses: an address a running attachment holds (as the
@@ -410,7 +427,7 @@ func (a *analysis) checkAffinities() {
 	}
 }
 
-var kindOrder = map[Kind]int{Duplicate: 0, EarlyRelease: 1, PodNameHandle: 2, Leak: 3, OrphanRecord: 4, Inconsistent: 5, Unverified: 6}
+var kindOrder = map[Kind]int{Duplicate: 0, EarlyRelease: 1, PodNameHandle: 2, Leak: 3, OrphanRecord: 4, Inconsistent: 5, Quarantine: 6, Unverified: 7}
 
 func sortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(i, j int) bool {

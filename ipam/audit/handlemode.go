@@ -20,11 +20,17 @@ const (
 // mode safe-ipam strips the pod's identity on ADD and DEL, so a Calico
 // 3.x calico-ipam keys the address <network>.<containerID>, and its DEL
 // releases that handle as well as the bare container ID.
+// A record also owns the handles of the allocations quarantined with it,
+// which its DEL releases too.
 func ownedHandles(rec *record.Record) []string {
+	handles := []string{rec.Handle}
 	if rec.Handle == rec.ContainerID {
-		return []string{rec.Handle, rec.Network + "." + rec.ContainerID}
+		handles = append(handles, rec.Network+"."+rec.ContainerID)
 	}
-	return []string{rec.Handle}
+	for _, q := range rec.Quarantined {
+		handles = append(handles, q.Network+"."+q.ContainerID, q.ContainerID)
+	}
+	return handles
 }
 
 func owns(rec *record.Record, handle string) bool {

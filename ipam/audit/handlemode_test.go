@@ -2,11 +2,13 @@ package audit
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
@@ -54,5 +56,36 @@ func TestWrongDelegateHandlesIsWarned(t *testing.T) {
 				t.Fatalf("early-release found %v, want %v: %+v", got, tt.earlyRelease, rep.Findings)
 			}
 		})
+	}
+}
+
+// A quarantine is reported with both attachments, and its handle belongs
+// to the holder: repair must not take it for a leak of the fenced
+// attachment, which never ran, and release the holder's address.
+func TestQuarantineIsReportedAndNeverReleased(t *testing.T) {
+	w := newWorld(t)
+	ip := w.allocate(blk, "node1", "net1.late", podAttrs("web-1"))
+	holder := w.record("net1", "holder", "node1", ip, "web-0") // its own allocation was freed behind its back
+	s := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
+	att := record.Attachment{Network: "net1", ContainerID: "late", IfName: "eth0"}
+	p, err := s.Swap(context.Background(), att, nil, &record.Record{Attachment: att, Node: "node1", State: record.Pending, Handle: "net1.late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Quarantine(context.Background(), p, holder, record.Quarantine{Attachment: att, IPs: []string{ip + "/26"}}); err != nil {
+		t.Fatal(err)
+	}
+	live := w.liveFile(liveness.Attachment{ContainerID: "holder", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{ip + "/26"}})
+	before := w.dump()
+	code, rep, _ := w.run(true, "--live", live, "--min-age", "0", "--apply")
+	f := find(rep.Findings, Quarantine)
+	if f == nil || f.Address != ip+"/26" || len(f.Records) != 2 || f.Records[1] != "net1/late/eth0" {
+		t.Fatalf("findings %+v; want a quarantine naming both attachments", rep.Findings)
+	}
+	if code != ExitClean || len(rep.Findings) != 1 || len(rep.Actions) != 0 {
+		t.Fatalf("exit %d, findings %+v, actions %+v; want the quarantine alone, informational", code, rep.Findings, rep.Actions)
+	}
+	if !reflect.DeepEqual(before, w.dump()) {
+		t.Fatal("repair changed etcd")
 	}
 }

@@ -60,7 +60,7 @@ func Plan(snap *Snapshot, findings []Finding, live *liveness.View) ([]Action, []
 
 func planOne(f Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	switch f.Kind {
-	case Unverified:
+	case Unverified, Quarantine:
 		return nil, "" // informational: nothing to repair, nothing refused
 	case Leak, PodNameHandle:
 		if live == nil {

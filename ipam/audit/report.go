@@ -59,7 +59,7 @@ func NewReport(snap *Snapshot, findings []Finding, live *liveness.View) *Report 
 // Clean says whether nothing but informational findings remain.
 func (r *Report) Clean() bool {
 	for _, f := range r.Findings {
-		if f.Kind != Unverified {
+		if f.Kind != Unverified && f.Kind != Quarantine {
 			return false
 		}
 	}

@@ -85,7 +85,36 @@ func Load(ctx context.Context, cli *clientv3.Client, recordsPrefix, network stri
 	if err := scan(ctx, cli, prefix, &s.Revision, s.addRecord); err != nil {
 		return nil, fmt.Errorf("reading safe-ipam records: %w", err)
 	}
+	qs := quarantines{prefix: recordsPrefix + "/quarantine/", byHolder: map[string][]record.Quarantine{}}
+	if err := scan(ctx, cli, qs.prefix, &s.Revision, qs.add); err != nil {
+		return nil, fmt.Errorf("reading safe-ipam quarantines: %w", err)
+	}
+	for _, rec := range s.Records {
+		rec.Quarantined = qs.byHolder[rec.Network+"/"+rec.Node+"/"+rec.ContainerID+"/"+rec.IfName]
+	}
 	return s, nil
+}
+
+// quarantines collects the quarantine entries by their holder,
+// <network>/<node>/<containerID>/<ifname>.
+type quarantines struct {
+	prefix   string
+	byHolder map[string][]record.Quarantine
+}
+
+func (q *quarantines) add(key string, value []byte, _ int64) error {
+	network, rest, _ := strings.Cut(strings.TrimPrefix(key, q.prefix), "/")
+	parts := strings.Split(strings.TrimPrefix(rest, "holder/"), "/")
+	if !strings.HasPrefix(rest, "holder/") || len(parts) != 6 {
+		return nil // the attachment-side key of the same quarantine
+	}
+	var entry record.Quarantine
+	if err := json.Unmarshal(value, &entry); err != nil {
+		return nil // a damaged entry names no address; the handle is judged on its own
+	}
+	holder := network + "/" + strings.Join(parts[:3], "/")
+	q.byHolder[holder] = append(q.byHolder[holder], entry)
+	return nil
 }
 
 // scan pages through a prefix at one revision (the first page's, shared

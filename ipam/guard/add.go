@@ -48,6 +48,9 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) (*record.Record, error) {
 	pending := g.newRecord(att, args)
 	cur, err := g.store.Swap(ctx, att, nil, pending)
+	if errors.Is(err, store.ErrQuarantined) {
+		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: an earlier ADD was given an address a running attachment holds, and that allocation is quarantined until its holder is released; start the pod in a new sandbox", att), "")
+	}
 	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State != record.Committed {
 		if cur.Owner.Alive() {
 			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: another operation (pid %d) is %s it", att, cur.Owner.PID, cur.State), "")
@@ -115,7 +118,12 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	committed := *pending
 	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
 	committed.Owner = nil
-	if _, err := g.store.Swap(ctx, pending.Attachment, pending, &committed); err != nil {
+	_, err = g.store.Commit(ctx, pending, &committed)
+	var held *store.HeldError
+	if errors.As(err, &held) {
+		err = g.fence(ctx, pending, &committed, held)
+	}
+	if err != nil {
 		return err
 	}
 	g.log.Info("ADD", "attachment", pending.Attachment.String(), "ips", ips, "handle", committed.Handle)
@@ -129,6 +137,10 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 // pending or committed, which the next ADD, DEL or GC settles.
 func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, err error) error {
 	var cniErr *types.Error
+	var f *fenced
+	if errors.As(err, &f) {
+		return f.err
+	}
 	if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {
 		return g.abandon(ctx, pending, env, args, storeError("committing "+pending.Attachment.String(), err))
 	}

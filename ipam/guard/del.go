@@ -32,11 +32,20 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	now := g.now().UTC()
 	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner}
 	marked, err := g.store.MarkReleasing(ctx, marker)
+	if errors.Is(err, store.ErrQuarantined) {
+		// Its allocation holds an address a running attachment uses; the
+		// holder's DEL or GC releases it.
+		g.log.Info("DEL of a quarantined attachment: its allocation stays until its holder is released", "attachment", att.String())
+		return nil
+	}
 	if err != nil {
 		return storeError("marking "+att.String(), err)
 	}
 	g.at(DelMarked)
 	if err := g.release(ctx, att, env, args, prev); err != nil {
+		return err
+	}
+	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
 	g.at(DelReleased)
@@ -187,6 +196,9 @@ func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env, valid 
 func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env Env) error {
 	att := marked.Attachment
 	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+		return err
+	}
+	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
 	g.at(GCReleased)

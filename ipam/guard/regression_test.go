@@ -40,12 +40,11 @@ func TestGCLeavesOtherNodesAlone(t *testing.T) {
 // when etcd's answer is lost in a partition or a timeout.
 type lostAnswer struct{ store.Store }
 
-func (s lostAnswer) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
-	out, err := s.Store.Swap(ctx, att, prev, next)
-	if err == nil && next != nil && next.State == record.Committed {
-		return nil, store.ErrUnavailable
+func (s lostAnswer) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
+	if _, err := s.Store.Commit(ctx, pending, committed); err != nil {
+		return nil, err
 	}
-	return out, err
+	return nil, store.ErrUnavailable
 }
 
 // An ADD that cannot tell whether its commit happened must not release:
@@ -139,18 +138,17 @@ func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
 // before the ADD commits, as a runtime racing its own ADD would.
 type delDuringAdd struct{ store.Store }
 
-func (s delDuringAdd) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
-	if next != nil && next.State == record.Committed {
-		now := time.Now()
-		marked, err := s.Store.MarkReleasing(ctx, &record.Record{Attachment: att, Node: "node1", Created: now, Updated: now})
-		if err != nil {
-			return nil, err
-		}
-		if _, err := s.Store.Swap(ctx, att, marked, nil); err != nil {
-			return nil, err
-		}
+func (s delDuringAdd) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
+	att := committed.Attachment
+	now := time.Now()
+	marked, err := s.Store.MarkReleasing(ctx, &record.Record{Attachment: att, Node: "node1", Created: now, Updated: now})
+	if err != nil {
+		return nil, err
 	}
-	return s.Store.Swap(ctx, att, prev, next)
+	if _, err := s.Store.Swap(ctx, att, marked, nil); err != nil {
+		return nil, err
+	}
+	return s.Store.Commit(ctx, pending, committed)
 }
 
 // If the ADD then cannot release what its delegate allocated, a record

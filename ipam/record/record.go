@@ -52,10 +52,26 @@ type Record struct {
 	Updated      time.Time `json:"updated"`
 	// Owner is the process working on a pending or releasing record.
 	Owner *Owner `json:"owner,omitempty"`
+	// Quarantined are allocations the delegate made for other attachments
+	// from this record's addresses (they were freed behind its back). They
+	// stay allocated while this record lives and are released with it.
+	// Stores fill this in; the etcd store keeps them under keys of their
+	// own, so a DEL's blind mark cannot lose them.
+	Quarantined []Quarantine `json:"quarantined,omitempty"`
 
 	// Revision identifies this version of the record in its store, for
 	// compare-and-swap. Stores set it; it is not part of the record's JSON.
 	Revision int64 `json:"-"`
+}
+
+// Quarantine is the allocation of an ADD that the delegate gave an
+// address a live record holds. It stays under that attachment's own
+// delegate handle, which no DEL of that attachment releases, until the
+// holder is released.
+type Quarantine struct {
+	Attachment
+	Node string   `json:"node,omitempty"`
+	IPs  []string `json:"ips"`
 }
 
 // Validate applies CNI's rules for names. Stores build keys and file names

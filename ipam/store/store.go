@@ -6,6 +6,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -17,19 +18,54 @@ var ErrConflict = errors.New("record changed concurrently")
 // ErrUnavailable wraps failures to reach the store at all.
 var ErrUnavailable = errors.New("store unavailable")
 
+// ErrQuarantined means the attachment's delegate allocation is a
+// quarantine held for another record: it must be neither released nor
+// reused until that record is released.
+var ErrQuarantined = errors.New("the attachment's allocation is quarantined for another record")
+
+// HeldError means a commit would claim an address that a committed record
+// of another attachment holds: the delegate handed out an address that was
+// freed behind its holder's back.
+type HeldError struct {
+	Addr   string
+	Holder *record.Record
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("address %s is held by %s", e.Addr, e.Holder.Attachment)
+}
+
 // Store keeps one record per attachment.
 type Store interface {
 	// Swap replaces the record of att with next if the stored record is
-	// still prev (nil: no record). A nil next deletes. On success it returns
-	// next with its new Revision; on a mismatch it returns the stored record
-	// (nil if none) and ErrConflict.
+	// still prev (nil: no record). A nil next deletes, and with the record
+	// its address index entries and the quarantines tied to it. On success
+	// it returns next with its new Revision; on a mismatch it returns the
+	// stored record (nil if none) and ErrConflict. Creating the record of
+	// a quarantined attachment fails with ErrQuarantined.
 	Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error)
+	// Commit replaces pending (nil: no record) with committed, a record of
+	// the same attachment, and claims committed's addresses in the
+	// network's address index, in one atomic step. If a committed record of
+	// another attachment holds one of them, nothing changes and the error
+	// is a *HeldError; an entry whose holder is gone or being released is
+	// taken over. A stale pending gives ErrConflict as Swap does.
+	Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error)
+	// Quarantine removes pending, the record of an ADD whose delegate gave
+	// it addresses holder holds, and ties q (that allocation) to holder,
+	// in one atomic step, if both are still at their revisions and holder
+	// is committed (else ErrConflict). Until holder is deleted, the
+	// attachment answers ErrQuarantined and q is listed in holder's
+	// Quarantined.
+	Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error
 	// Get returns the record of att, or nil when there is none.
 	Get(ctx context.Context, att record.Attachment) (*record.Record, error)
 	// MarkReleasing replaces the record of marker's attachment, if there
 	// is one, with marker (a Releasing record), without a prior read, and
-	// returns what it wrote (nil when there was no record). A store that
-	// reads anyway may keep the old record's addresses and pod fields.
+	// returns what it wrote, with the quarantines tied to the record (nil
+	// when there was no record; ErrQuarantined when the attachment is
+	// quarantined). A store that reads anyway may keep the old record's
+	// addresses and pod fields.
 	MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error)
 	// List returns every record of a network.
 	List(ctx context.Context, network string) ([]*record.Record, error)

@@ -79,35 +79,42 @@ func (s *Store) key(att record.Attachment) (string, error) {
 	return Key(s.prefix, s.node, att), nil
 }
 
-// Swap implements store.Store in one Txn.
+// Swap implements store.Store in one Txn. Creating checks that the
+// attachment is not quarantined; deleting takes the record's index entries
+// and quarantines with it.
 func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
 	key, err := s.key(att)
 	if err != nil {
 		return nil, err
 	}
-	cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	if prev != nil {
-		cmp = clientv3.Compare(clientv3.ModRevision(key), "=", prev.Revision)
+	cmps := []clientv3.Cmp{revisionIs(key, prev)}
+	qk := s.quarantinedKey(s.node, att)
+	if prev == nil {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(qk), "=", 0))
 	}
-	op := clientv3.OpDelete(key)
+	ops := append([]clientv3.Op{clientv3.OpDelete(key)}, s.releaseOps(key, prev)...)
 	var out *record.Record
 	if next != nil {
 		copied := *next
 		copied.Attachment = att
-		data, err := json.Marshal(&copied)
+		data, err := encode(&copied)
 		if err != nil {
-			return nil, fmt.Errorf("encoding record %s: %w", att, err)
+			return nil, err
 		}
-		op, out = clientv3.OpPut(key, string(data)), &copied
+		ops, out = []clientv3.Op{clientv3.OpPut(key, data)}, &copied
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Txn(ctx).If(cmp).Then(op).Else(clientv3.OpGet(key)).Commit()
+	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(key), clientv3.OpGet(qk, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("%w: swapping record %s: %v", store.ErrUnavailable, att, err)
 	}
 	if !resp.Succeeded {
-		return decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs()), store.ErrConflict
+		cur := decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
+		if cur == nil && prev == nil && resp.Responses[1].GetResponseRange().GetCount() > 0 {
+			return nil, fmt.Errorf("%s: %w", att, store.ErrQuarantined)
+		}
+		return s.withQuarantines(ctx, cur, key), store.ErrConflict
 	}
 	if out != nil {
 		out.Revision = resp.Header.Revision
@@ -115,7 +122,7 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	return out, nil
 }
 
-// Get implements store.Store.
+// Get implements store.Store: the record and its quarantines, in one Txn.
 func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record, error) {
 	key, err := s.key(att)
 	if err != nil {
@@ -123,15 +130,21 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Get(ctx, key)
+	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix())).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading record %s: %v", store.ErrUnavailable, att, err)
 	}
-	return decodeFirst(att, resp.Kvs), nil
+	rec := decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
+	if rec != nil {
+		rec.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
+	}
+	return rec, nil
 }
 
 // MarkReleasing implements store.Store in one Txn that writes the marker
-// only over an existing record. Without a read it cannot keep the fields.
+// only over an existing record, returning the record it replaced (for its
+// addresses) and the quarantines tied to it; with no record, it tells
+// whether the attachment is quarantined.
 func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
 	att := marker.Attachment
 	key, err := s.key(att)
@@ -139,21 +152,31 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 		return nil, err
 	}
 	marker = store.Releasing(marker, marker.Updated)
-	data, err := json.Marshal(marker)
+	data, err := encode(marker)
 	if err != nil {
-		return nil, fmt.Errorf("encoding record %s: %w", att, err)
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), ">", 0)).
-		Then(clientv3.OpPut(key, string(data))).Commit()
+		Then(clientv3.OpPut(key, data, clientv3.WithPrevKV()), clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix())).
+		Else(clientv3.OpGet(s.quarantinedKey(s.node, att), clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("%w: marking record %s: %v", store.ErrUnavailable, att, err)
 	}
 	if !resp.Succeeded {
+		if resp.Responses[0].GetResponseRange().GetCount() > 0 {
+			return nil, fmt.Errorf("%s: %w", att, store.ErrQuarantined)
+		}
 		return nil, nil
 	}
 	marker.Revision = resp.Header.Revision
+	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
+		if old, err := Decode(prev.Value, prev.ModRevision); err == nil && len(marker.IPs) == 0 {
+			marker.IPs = old.IPs // so that forgetting it drops their index entries
+		}
+	}
+	marker.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
 	return marker, nil
 }
 
@@ -170,6 +193,7 @@ func (s *Store) List(ctx context.Context, network string) ([]*record.Record, err
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var out []*record.Record
+	byPath := map[string]*record.Record{} // <node>/<cid>/<ifname>
 	end, from, rev := clientv3.GetPrefixRangeEnd(prefix), prefix, int64(0)
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
@@ -182,13 +206,35 @@ func (s *Store) List(ctx context.Context, network string) ([]*record.Record, err
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
-			out = append(out, decodeAt(string(kv.Key), network, kv.Value, kv.ModRevision))
+			rec := decodeAt(string(kv.Key), network, kv.Value, kv.ModRevision)
+			out = append(out, rec)
+			byPath[strings.TrimPrefix(string(kv.Key), Prefix(s.prefix, network))] = rec
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, nil
+			return out, s.listQuarantines(ctx, network, byPath, rev)
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// listQuarantines attaches the network's quarantines to their holders,
+// read at the revision of the listing.
+func (s *Store) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
+	prefix := s.prefix + "/quarantine/" + network + "/holder/"
+	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, network, err)
+	}
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if len(parts) != 6 { // <node>/<cid>/<ifname> of the holder, then of the quarantine
+			continue
+		}
+		if rec := byPath[strings.Join(parts[:3], "/")]; rec != nil {
+			rec.Quarantined = append(rec.Quarantined, decodeQuarantines([]*mvccpb.KeyValue{kv})...)
+		}
+	}
+	return nil
 }
 
 // listPage bounds one List read.

@@ -3,6 +3,7 @@ package etcdstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,15 +29,17 @@ func TestContractTLS(t *testing.T) {
 
 func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles) {
 	n := 0
-	storetest.Run(t, func(t *testing.T) store.Store {
+	open := func(t *testing.T) store.Store {
 		n++ // a fresh prefix per case keeps cases apart on one server
-		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/t" + string(rune('a'+n)), Node: "node1", TLS: files, DialTimeout: 5 * time.Second})
+		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: fmt.Sprintf("/t%d", n), Node: "node1", TLS: files, DialTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
-	})
+	}
+	storetest.Run(t, open)
+	storetest.RunFencing(t, open)
 }
 
 // calicoFiles names TLS files as Calico's plugin config does.

@@ -1,0 +1,67 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// fenced is how an ADD ends that must not release what the delegate gave
+// it: the allocation is quarantined, or left under the pending record for
+// the next ADD, DEL or GC. commitFailed returns err as it is.
+type fenced struct{ err error }
+
+func (f *fenced) Error() string { return f.err.Error() }
+func (f *fenced) Unwrap() error { return f.err }
+
+// fence handles an ADD whose delegate gave it an address that a committed
+// record holds: the address was freed behind its holder's back (a late
+// DEL by pod name on a node without safe-ipam, a manual release). It is
+// never returned to the runtime. Releasing it would put it back on the
+// free list for the next ADD, so the allocation stays, as a quarantine
+// tied to the holder and released with it, and the ADD fails with 11: the
+// runtime retries in a new sandbox, whose own handle starts clean. If the
+// holder changes meanwhile (it may be gone), the commit is tried again.
+func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, held *store.HeldError) error {
+	att := pending.Attachment
+	for attempt := 0; attempt < 3; attempt++ {
+		err := g.store.Quarantine(ctx, pending, held.Holder, record.Quarantine{Attachment: att, IPs: committed.IPs})
+		if err == nil {
+			g.log.Warn("ADD was given an address a running attachment holds: quarantined with the holder, not returned",
+				"attachment", att.String(), "address", held.Addr, "holder", held.Holder.Attachment.String())
+			return &fenced{types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+				"%s: %s gave %s, which %s holds (it was freed behind that attachment's back); the allocation is quarantined until %s is released; start the pod in a new sandbox",
+				att, g.delegate.Type, held.Addr, held.Holder.Attachment, held.Holder.Attachment), "")}
+		}
+		if !errors.Is(err, store.ErrConflict) {
+			g.log.Error("ADD was given a held address and could not quarantine it; the pending record keeps it", "attachment", att.String(), "address", held.Addr, "error", err)
+			return &fenced{storeError("quarantining "+att.String(), err)}
+		}
+		if _, err = g.store.Commit(ctx, pending, committed); err == nil || !errors.As(err, &held) {
+			return err
+		}
+	}
+	return &fenced{types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: the holder of %s kept changing while fencing; try again", att, held.Addr), "")}
+}
+
+// releaseQuarantines releases, with the record that held their addresses,
+// the allocations quarantined for it: each under its own attachment's
+// handles, without pod identity.
+func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env Env) error {
+	if rec == nil {
+		return nil
+	}
+	for _, q := range rec.Quarantined {
+		if err := g.release(ctx, q.Attachment, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+			return fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
+		}
+		g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package filestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// The address index is one symlink per address in the network's
+// directory, "@<address>" -> "<containerID>:<ifname>" of the holder: one
+// small file operation under the lock, made durable by the directory
+// fsync of the record write that follows it. A quarantined attachment has
+// "q:<containerID>:<ifname>" -> its holder's file; the holder's record
+// lists the quarantine. Neither name can be a record's: container IDs
+// start with a letter or digit.
+
+func (s *Store) addressLink(network, addr string) string {
+	if a, ok := liveness.ParseAddr(addr); ok {
+		addr = a.String()
+	}
+	return filepath.Join(s.networkDir(network), "@"+addr)
+}
+
+func (s *Store) quarantineLink(att record.Attachment) string {
+	return filepath.Join(s.networkDir(att.Network), "q:"+att.ContainerID+":"+att.IfName)
+}
+
+func fileName(att record.Attachment) string { return att.ContainerID + ":" + att.IfName }
+
+// Commit implements store.Store under the network's lock.
+func (s *Store) Commit(_ context.Context, pending, committed *record.Record) (*record.Record, error) {
+	att := committed.Attachment
+	var held error
+	out, err := s.locked(att, func(cur *record.Record) (*record.Record, bool) {
+		if !store.SameRevision(cur, pending) {
+			return cur, false
+		}
+		if held = s.claim(att, committed.IPs); held != nil {
+			return cur, false
+		}
+		return committed, true
+	})
+	if held != nil {
+		return nil, held
+	}
+	return out, err
+}
+
+// claim points the index at att for each address, unless a committed
+// record of another attachment holds one (a *HeldError). An entry naming
+// a record that is gone or not committed is taken over.
+func (s *Store) claim(att record.Attachment, ips []string) error {
+	var links []string
+	for _, ip := range ips {
+		link := s.addressLink(att.Network, ip)
+		target, err := os.Readlink(link)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("%w: reading address index %s: %v", store.ErrUnavailable, link, err)
+		case target != fileName(att):
+			holder, err := s.read(filepath.Join(s.networkDir(att.Network), target))
+			if err != nil {
+				return err
+			}
+			if holder != nil && holder.State == record.Committed {
+				return &store.HeldError{Addr: ip, Holder: holder}
+			}
+		}
+		links = append(links, link)
+	}
+	for _, link := range links {
+		if err := replaceLink(link, fileName(att)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func replaceLink(link, target string) error {
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("%w: writing address index %s: %v", store.ErrUnavailable, link, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("%w: writing address index %s: %v", store.ErrUnavailable, link, err)
+	}
+	return nil
+}
+
+// unclaim removes the index entries that still name rec's attachment and
+// the marks of the quarantines tied to it.
+func (s *Store) unclaim(rec *record.Record) error {
+	for _, ip := range rec.IPs {
+		link := s.addressLink(rec.Network, ip)
+		if target, err := os.Readlink(link); err == nil && target == fileName(rec.Attachment) {
+			if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing address index %s: %w", link, err)
+			}
+		}
+	}
+	for _, q := range rec.Quarantined {
+		if err := os.Remove(s.quarantineLink(q.Attachment)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing quarantine of %s: %w", q.Attachment, err)
+		}
+	}
+	return nil
+}
+
+// quarantined says whether att's allocation is a quarantine.
+func (s *Store) quarantined(att record.Attachment) bool {
+	_, err := os.Lstat(s.quarantineLink(att))
+	return err == nil
+}
+
+// Quarantine implements store.Store under the network's lock: the holder's
+// record lists q, a link marks the attachment, and its pending record goes.
+func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q record.Quarantine) error {
+	if err := pending.Attachment.Validate(); err != nil {
+		return err
+	}
+	if err := holder.Attachment.Validate(); err != nil {
+		return err
+	}
+	if pending.Network != holder.Network {
+		return fmt.Errorf("quarantine of %s for %s: networks differ", pending.Attachment, holder.Attachment)
+	}
+	unlock, err := s.lock(pending.Network)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, err := s.read(s.path(pending.Attachment))
+	if err != nil {
+		return err
+	}
+	h, err := s.read(s.path(holder.Attachment))
+	if err != nil {
+		return err
+	}
+	if !store.SameRevision(cur, pending) || !store.SameRevision(h, holder) || h.State != record.Committed {
+		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, pending.Attachment, holder.Attachment)
+	}
+	q.Node = h.Node
+	h.Quarantined = append(h.Quarantined, q)
+	h.Revision++
+	if err := os.Symlink(fileName(holder.Attachment), s.quarantineLink(pending.Attachment)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: marking quarantine of %s: %v", store.ErrUnavailable, pending.Attachment, err)
+	}
+	if err := s.write(h); err != nil {
+		return err
+	}
+	return s.remove(pending.Attachment)
+}

@@ -1,0 +1,153 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// RunFencing checks the address index and the quarantines: a commit never
+// claims an address another committed record holds, and a quarantined
+// allocation is neither released nor reused until its holder goes.
+func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"a commit never claims a held address", heldAddress},
+		{"a releasing or deleted holder gives its addresses up", releasedHolder},
+		{"a quarantine lives and goes with its holder", quarantine},
+		{"a quarantine needs the holder unchanged", staleQuarantine},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
+	}
+}
+
+// commitWith creates a pending record for cid and commits it with ips.
+func commitWith(t *testing.T, s store.Store, cid string, ips ...string) (*record.Record, *record.Record, error) {
+	t.Helper()
+	att := attachment(cid)
+	p := pending(att)
+	p.Node = "node1"
+	p, err := s.Swap(ctx, att, nil, p)
+	if err != nil {
+		t.Fatalf("create %s: %v", cid, err)
+	}
+	c := *p
+	c.State, c.IPs = record.Committed, ips
+	out, err := s.Commit(ctx, p, &c)
+	return p, out, err
+}
+
+func mustCommit(t *testing.T, s store.Store, cid string, ips ...string) *record.Record {
+	t.Helper()
+	_, c, err := commitWith(t, s, cid, ips...)
+	if err != nil || c == nil || c.Revision == 0 {
+		t.Fatalf("commit %s = %+v, %v", cid, c, err)
+	}
+	return c
+}
+
+func heldAddress(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26", "fd00::1/122")
+	p, c, err := commitWith(t, s, "late", "10.0.0.9/26", "10.0.0.1/26")
+	var held *store.HeldError
+	if !errors.As(err, &held) || c != nil || held.Addr != "10.0.0.1/26" || held.Holder.Attachment != holder.Attachment || held.Holder.Revision != holder.Revision {
+		t.Fatalf("commit over a held address = %+v, %v; want a HeldError naming %s", c, err, holder.Attachment)
+	}
+	if got, _ := s.Get(ctx, p.Attachment); got == nil || got.State != record.Pending || got.Revision != p.Revision {
+		t.Fatalf("a refused commit changed the pending record: %+v", got)
+	}
+	// Other addresses, the same address in another family's notation, and
+	// the same attachment committing again are fine.
+	mustCommit(t, s, "other", "10.0.0.2/26")
+	if _, _, err := commitWith(t, s, "v6", "fd00::1/64"); !errors.As(err, &held) {
+		t.Fatalf("fd00::1 under another mask: %v; want held", err)
+	}
+}
+
+func releasedHolder(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	m, err := s.MarkReleasing(ctx, marker(holder.Attachment))
+	if err != nil || m == nil {
+		t.Fatalf("mark = %+v, %v", m, err)
+	}
+	mustCommit(t, s, "next", "10.0.0.1/26") // its DEL released it
+	second := mustCommit(t, s, "second", "10.0.0.3/26")
+	if _, err := s.Swap(ctx, second.Attachment, second, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustCommit(t, s, "third", "10.0.0.3/26")
+	// Forgetting the releasing holder leaves the new holder's entry.
+	if _, err := s.Swap(ctx, holder.Attachment, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := commitWith(t, s, "fourth", "10.0.0.1/26"); err == nil {
+		t.Fatal("forgetting an old holder released the new holder's address")
+	}
+}
+
+func quarantine(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("commit = %v; want held", err)
+	}
+	q := record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}
+	if err := s.Quarantine(ctx, p, held.Holder, q); err != nil {
+		t.Fatalf("quarantine: %v", err)
+	}
+	if got, _ := s.Get(ctx, p.Attachment); got != nil {
+		t.Fatalf("the quarantined attachment keeps a record: %+v", got)
+	}
+	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("creating a record of a quarantined attachment: %v; want ErrQuarantined", err)
+	}
+	if m, err := s.MarkReleasing(ctx, marker(p.Attachment)); m != nil || !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("marking a quarantined attachment = %+v, %v; want ErrQuarantined", m, err)
+	}
+	hasQuarantine := func(r *record.Record) bool {
+		return r != nil && len(r.Quarantined) == 1 && r.Quarantined[0].Attachment == p.Attachment && len(r.Quarantined[0].IPs) == 1
+	}
+	if got, _ := s.Get(ctx, holder.Attachment); !hasQuarantine(got) {
+		t.Fatalf("holder after quarantine = %+v", got)
+	}
+	recs, _ := s.List(ctx, "net1")
+	if len(recs) != 1 || !hasQuarantine(recs[0]) {
+		t.Fatalf("list = %+v; want the holder alone, with its quarantine", recs)
+	}
+	m, err := s.MarkReleasing(ctx, marker(holder.Attachment))
+	if err != nil || !hasQuarantine(m) || len(m.IPs) != 1 {
+		t.Fatalf("marking the holder = %+v, %v; want its addresses and quarantine", m, err)
+	}
+	if _, err := s.Swap(ctx, holder.Attachment, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); err != nil {
+		t.Fatalf("the attachment is still quarantined after its holder went: %v", err)
+	}
+	mustCommit(t, s, "after", "10.0.0.1/26")
+}
+
+func staleQuarantine(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	p, _, _ := commitWith(t, s, "late", "10.0.0.1/26")
+	m, err := s.MarkReleasing(ctx, marker(holder.Attachment))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}
+	if err := s.Quarantine(ctx, p, holder, q); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("quarantine with a holder that changed: %v; want a conflict", err)
+	}
+	if got, _ := s.Get(ctx, p.Attachment); got == nil || got.Revision != p.Revision {
+		t.Fatalf("a refused quarantine changed the pending record: %+v", got)
+	}
+	if _, err := s.Swap(ctx, holder.Attachment, m, nil); err != nil {
+		t.Fatal(err)
+	}
+}
