@@ -1,7 +1,8 @@
 // Package filestore keeps records as node-local files, one per attachment:
 // <dir>/<network>/<containerID>:<ifname>. CNI forbids ':' in both names,
-// so the file name is unambiguous. Writes are atomic (temp file, fsync,
-// rename, fsync of the directory).
+// so the file name is unambiguous. Writes are atomic (temp file, rename).
+// Only the writes a power loss must not undo are synced, and only as far
+// as needed: see durabilityOf.
 package filestore
 
 import (
@@ -29,10 +30,16 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// Open makes sure dir exists and is writable.
+// Open makes sure dir exists and is writable. A dir it creates is synced
+// into its parent, as network directories are (see makeNetworkDir).
 func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: creating %s: %v", store.ErrUnavailable, dir, err)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("%w: creating %s: %v", store.ErrUnavailable, dir, err)
+		}
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return nil, fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+		}
 	}
 	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
 		return nil, fmt.Errorf("%w: %s is not writable: %v", store.ErrUnavailable, dir, err)
@@ -75,6 +82,53 @@ func (s *Store) MarkReleasing(_ context.Context, marker *record.Record) (*record
 	})
 }
 
+// durability says what of a write must be on disk before the call returns.
+// A power loss kills every pod of the node with the node, so what matters
+// is only what the records say afterwards to the next ADD, DEL or GC of a
+// dead attachment. Two facts make most syncs unnecessary:
+//   - a record file whose data did not reach the disk is empty or torn, and
+//     one that does not decode is an ownerless pending record (see
+//     store.Damaged), which ADD, DEL and GC release and replace;
+//   - a pending or releasing record left behind is released by the next
+//     ADD (after releasing in the delegate), DEL or GC, as after a crash.
+type durability int
+
+const (
+	// unsynced: a power loss may undo the write (the previous record, or
+	// none, comes back) or tear it.
+	unsynced durability = iota
+	// nameSynced: the directory is synced after the rename, so the record's
+	// name survives a power loss; its data may come back empty, which reads
+	// as an ownerless pending record.
+	nameSynced
+)
+
+// durabilityOf classifies one write of a record from cur to next (nil:
+// none). The record must survive, at least as a name, in two cases:
+//   - creating it (the pending record an ADD writes before the delegate
+//     allocates): lost, the delegate's allocation would have no record
+//     for GC to release;
+//   - marking it releasing (DEL, GC) before the delegate releases: lost,
+//     a committed record of freed addresses would come back, and an ADD
+//     of the attachment would replay them (an address held twice).
+//
+// Everything else may be undone by a power loss:
+//   - a commit (pending to committed): the pending record comes back, and
+//     the next ADD, DEL or GC releases the attachment;
+//   - a removal (DEL or GC forgetting a releasing record, ADD dropping its
+//     pending record after a failure): the releasing or pending record
+//     comes back and is released again, which frees nothing more since
+//     the delegate releases only the container's own handles;
+//   - a replacement that is not a commit (an ADD taking over a stale
+//     record, a claim left after a failed release): the older record,
+//     itself pending or releasing, comes back.
+func durabilityOf(cur, next *record.Record) durability {
+	if next != nil && (cur == nil || next.State == record.Releasing) {
+		return nameSynced
+	}
+	return unsynced
+}
+
 // locked reads att's record under the network's lock and lets decide
 // choose what to store: (next, true) writes next (nil deletes), (cur,
 // false) reports a conflict with cur.
@@ -96,6 +150,9 @@ func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*
 		return cur, store.ErrConflict
 	}
 	if next == nil {
+		if cur == nil {
+			return nil, nil
+		}
 		return nil, s.remove(att)
 	}
 	out := *next
@@ -104,7 +161,7 @@ func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*
 	if cur != nil && out.Revision <= cur.Revision {
 		out.Revision = cur.Revision + 1
 	}
-	if err := s.write(&out); err != nil {
+	if err := s.writeAs(&out, durabilityOf(cur, &out)); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -193,51 +250,69 @@ func (s *Store) damaged(path string) *record.Record {
 	return store.Damaged(record.Attachment{Network: filepath.Base(filepath.Dir(path)), ContainerID: cid, IfName: ifName}, rev)
 }
 
-func (s *Store) write(rec *record.Record) error {
+// write replaces rec's file with its name synced, for writes outside the
+// compare-and-write of locked.
+func (s *Store) write(rec *record.Record) error { return s.writeAs(rec, nameSynced) }
+
+func (s *Store) writeAs(rec *record.Record, d durability) error {
 	data, err := json.Marshal(fileRecord{Revision: rec.Revision, Record: *rec})
 	if err != nil {
 		return fmt.Errorf("encoding record %s: %w", rec.Attachment, err)
 	}
-	dir := s.networkDir(rec.Network)
+	if err := writeFile(s.path(rec.Attachment), data, d); err != nil {
+		return fmt.Errorf("writing record %s: %w", rec.Attachment, err)
+	}
+	return nil
+}
+
+// writeFile replaces path atomically (a temp file renamed over it); with
+// nameSynced the directory is synced too. File data is never synced: see
+// durability.
+func writeFile(path string, data []byte, d durability) error {
+	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".tmp-")
 	if err != nil {
-		return fmt.Errorf("writing record %s: %w", rec.Attachment, err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op after the rename
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("writing record %s: %w", rec.Attachment, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing record %s: %w", rec.Attachment, err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing record %s: %w", rec.Attachment, err)
+		return err
 	}
-	if err := os.Rename(tmp.Name(), s.path(rec.Attachment)); err != nil {
-		return fmt.Errorf("renaming record %s: %w", rec.Attachment, err)
+	notePowerLoss(path, d)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
 	}
-	return syncDir(dir)
+	if d == nameSynced {
+		return syncDir(dir)
+	}
+	return nil
 }
 
+// remove deletes att's record without syncing: a power loss may bring the
+// record back (see durabilityOf).
 func (s *Store) remove(att record.Attachment) error {
-	err := os.Remove(s.path(att))
+	path := s.path(att)
+	notePowerLoss(path, unsynced)
+	err := os.Remove(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("deleting record %s: %w", att, err)
 	}
-	return syncDir(s.networkDir(att.Network))
+	return nil
 }
 
 // lock takes the network directory's lock; it is released with the
 // process, so a crash cannot leave it held.
 func (s *Store) lock(network string) (func(), error) {
 	dir := s.networkDir(network)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("%w: creating %s: %v", store.ErrUnavailable, dir, err)
+	if err := s.makeNetworkDir(dir); err != nil {
+		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -248,6 +323,22 @@ func (s *Store) lock(network string) (func(), error) {
 		return nil, fmt.Errorf("locking %s: %w", dir, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// makeNetworkDir creates a network's directory on first use, syncing the
+// store's directory so that the records synced into it keep their path
+// through a power loss.
+func (s *Store) makeNetworkDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%w: creating %s: %v", store.ErrUnavailable, dir, err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("%w: %v", store.ErrUnavailable, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -1,0 +1,7 @@
+//go:build !crashpoints
+
+package filestore
+
+// notePowerLoss is a no-op outside crash-test builds (see
+// powerloss_on.go).
+func notePowerLoss(string, durability) {}

@@ -1,0 +1,53 @@
+//go:build crashpoints
+
+package filestore
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"sync"
+)
+
+// In crash-test builds the store remembers how a power loss could undo
+// each write that is not fully synced, so the crash harness can play the
+// worst outcome (DropUnsynced) before it kills the process. It is
+// process-wide because the harness reaches it from a crash point, which
+// knows no Store; normal builds have none of it.
+var powerLoss struct {
+	sync.Mutex
+	undo []func()
+}
+
+// notePowerLoss is called right before path is replaced or removed:
+//   - unsynced: the loss brings back what path holds now (or its absence);
+//   - nameSynced: the new name survives but its data is lost (an empty
+//     file, which reads as a damaged record).
+func notePowerLoss(path string, d durability) {
+	undo := func() { _ = os.WriteFile(path, nil, 0o600) }
+	if d == unsynced {
+		undo = restorer(path)
+	}
+	powerLoss.Lock()
+	powerLoss.undo = append(powerLoss.undo, undo)
+	powerLoss.Unlock()
+}
+
+func restorer(path string) func() {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return func() { _ = os.Remove(path) }
+	}
+	return func() { _ = os.WriteFile(path, data, 0o600) }
+}
+
+// DropUnsynced plays a power loss on this process's writes: latest first,
+// each is undone as far as its durability allows.
+func DropUnsynced() {
+	powerLoss.Lock()
+	defer powerLoss.Unlock()
+	for i := len(powerLoss.undo) - 1; i >= 0; i-- {
+		powerLoss.undo[i]()
+	}
+	powerLoss.undo = nil
+}
