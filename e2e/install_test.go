@@ -177,29 +177,24 @@ func (n *calicoNode) flags() []string {
 // admin runs a safe-ipam admin command and wants exit code want.
 func (n *calicoNode) admin(t *testing.T, want int, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(n.safeIPAM, append(args, n.flags()...)...)
-	out, err := cmd.CombinedOutput()
-	var exitErr *exec.ExitError
-	code := 0
-	if errors.As(err, &exitErr) {
-		code = exitErr.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
+	code, out := n.run(args...)
 	if code != want {
 		t.Fatalf("safe-ipam %s: exit %d, want %d\n%s", strings.Join(args, " "), code, want, out)
 	}
-	return string(out)
+	return out
 }
 
-func (n *calicoNode) doctor() (int, string) {
-	cmd := exec.Command(n.safeIPAM, append([]string{"doctor"}, n.flags()...)...)
-	out, err := cmd.CombinedOutput()
+func (n *calicoNode) doctor() (int, string) { return n.run("doctor") }
+
+// run runs the built safe-ipam on this node's dirs: its exit code (-1
+// when it did not run) and output.
+func (n *calicoNode) run(args ...string) (int, string) {
+	out, err := exec.Command(n.safeIPAM, append(args, n.flags()...)...).CombinedOutput()
 	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
+	switch {
+	case errors.As(err, &exitErr):
 		return exitErr.ExitCode(), string(out)
-	}
-	if err != nil {
+	case err != nil:
 		return -1, err.Error()
 	}
 	return 0, string(out)
