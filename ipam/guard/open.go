@@ -52,7 +52,7 @@ func open(ctx context.Context, verb string, cfg *config.Config, settings tlsSett
 			return nil, err
 		}
 	}
-	d, err := delegate.Resolve(ctx, cfg.Delegate.Type, cfg.Delegate.BinDir, env.Path, cfg.CacheDir)
+	d, err := delegate.ResolveTarget(ctx, delegate.Target{Type: cfg.Delegate.Type, BinDir: cfg.Delegate.BinDir, Binary: cfg.Delegate.Binary}, env.Path, cfg.CacheDir)
 	if err != nil {
 		code := types.ErrInternal
 		if errors.Is(err, delegate.ErrMissing) {
