@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
@@ -87,6 +88,8 @@ func runAdmin(args []string) int {
 		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
 	case "repair":
 		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
+	case "adopt":
+		return adopt.Run(args[1:], os.Stdout, os.Stderr)
 	case "gc":
 		return gc.Run(args[1:], os.Stdout, os.Stderr)
 	case "install":
@@ -113,6 +116,10 @@ Admin commands (CNI_COMMAND unset):
                         leaks, orphan records and inconsistencies in Calico's
                         etcd data (safe-ipam audit -h for flags)
   safe-ipam repair      plan, and with --apply make, only proven fixes
+  safe-ipam adopt       give the pods that already run on this node (from the
+                        CNI cache, --live or --cri-endpoint) records, with the
+                        handle Calico holds their addresses under; reports
+                        early releases (--conf FILE, --apply)
   safe-ipam gc          CNI GC where the runtime sends none: release this
                         node's records that the runtime (--cri-endpoint) or
                         another liveness source does not list (--apply)

@@ -22,16 +22,30 @@ type CNICache struct {
 // cacheEntry is the part of a cache file that names the attachment and
 // its pod.
 type cacheEntry struct {
-	Kind        string      `json:"kind"`
-	ContainerID string      `json:"containerId"`
-	IfName      string      `json:"ifName"`
-	NetworkName string      `json:"networkName"`
-	CNIArgs     [][2]string `json:"cniArgs"`
-	Result      struct {
-		IPs []struct {
-			Address string `json:"address"`
-		} `json:"ips"`
-	} `json:"result"`
+	Kind        string       `json:"kind"`
+	ContainerID string       `json:"containerId"`
+	Config      []byte       `json:"config"`
+	IfName      string       `json:"ifName"`
+	NetworkName string       `json:"networkName"`
+	CNIArgs     [][2]string  `json:"cniArgs"`
+	Result      cachedResult `json:"result"`
+}
+
+// cachedResult is the result's addresses, and the result as it was.
+type cachedResult struct {
+	IPs []struct {
+		Address string `json:"address"`
+	} `json:"ips"`
+	Raw json.RawMessage `json:"-"`
+}
+
+func (r *cachedResult) UnmarshalJSON(data []byte) error {
+	type plain cachedResult
+	if err := json.Unmarshal(data, (*plain)(r)); err != nil {
+		return err
+	}
+	r.Raw = append(json.RawMessage(nil), data...)
+	return nil
 }
 
 // Read reads every cache file. Any file it cannot read makes the whole
@@ -55,17 +69,94 @@ func (c CNICache) Read(context.Context) (*View, error) {
 	return NewView("cni-cache "+c.Dir, c.Node, atts), nil
 }
 
+// Skipped is a cache entry a lenient read left out, and why.
+type Skipped struct {
+	Path   string
+	Reason string
+}
+
+// CachedAttachment is an attachment with what its cache entry kept: the
+// result the runtime got from ADD, as it stored it.
+type CachedAttachment struct {
+	Attachment
+	Path   string
+	Result json.RawMessage
+}
+
+// ReadLenient reads every cache file like Read, but leaves out an entry
+// that does not decode, or whose cached config names another Calico node
+// (nodename), and says why. It is for a command that acts on each entry
+// alone (adopt), where one bad entry must not stop the others. Liveness
+// judgments (audit, GC) use Read, which fails closed. A directory that
+// cannot be read, or a file that cannot be read at all, is still an
+// error: that is a broken source, not a bad entry.
+func (c CNICache) ReadLenient(context.Context) ([]CachedAttachment, []Skipped, error) {
+	entries, err := os.ReadDir(c.Dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("CNI result cache: %w", err)
+	}
+	var atts []CachedAttachment
+	var skipped []Skipped
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		path := filepath.Join(c.Dir, e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("CNI result cache: %w", err)
+		}
+		a, entry, err := decodeCacheEntry(path, data)
+		if err == nil {
+			err = c.onThisNode(entry)
+		}
+		if err != nil {
+			skipped = append(skipped, Skipped{Path: path, Reason: err.Error()})
+			continue
+		}
+		atts = append(atts, CachedAttachment{Attachment: a, Path: path, Result: entry.Result.Raw})
+	}
+	return atts, skipped, nil
+}
+
+// onThisNode refuses an entry whose cached network config names another
+// node as Calico's nodename: a copied or stale file, not this node's pod.
+// A config without nodename names no node (Calico then uses this host's).
+func (c CNICache) onThisNode(e cacheEntry) error {
+	if len(e.Config) == 0 || c.Node == "" {
+		return nil
+	}
+	var conf struct {
+		Nodename string `json:"nodename"`
+	}
+	if err := json.Unmarshal(e.Config, &conf); err != nil {
+		return fmt.Errorf("its config does not decode: %w", err)
+	}
+	if conf.Nodename != "" && conf.Nodename != c.Node {
+		return fmt.Errorf("its config names node %q, not %q", conf.Nodename, c.Node)
+	}
+	return nil
+}
+
 func readCacheEntry(path string) (Attachment, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Attachment{}, fmt.Errorf("CNI result cache: %w", err)
 	}
-	var c cacheEntry
-	if err := json.Unmarshal(data, &c); err != nil {
+	a, _, err := decodeCacheEntry(path, data)
+	if err != nil {
 		return Attachment{}, fmt.Errorf("CNI result cache %s: %w", path, err)
 	}
+	return a, nil
+}
+
+func decodeCacheEntry(path string, data []byte) (Attachment, cacheEntry, error) {
+	var c cacheEntry
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Attachment{}, c, err
+	}
 	if c.ContainerID == "" || c.IfName == "" {
-		return Attachment{}, fmt.Errorf("CNI result cache %s: no containerId or ifName", path)
+		return Attachment{}, c, fmt.Errorf("no containerId or ifName")
 	}
 	a := Attachment{Network: c.NetworkName, ContainerID: c.ContainerID, IfName: c.IfName}
 	for _, kv := range c.CNIArgs {
@@ -74,10 +165,12 @@ func readCacheEntry(path string) (Attachment, error) {
 			a.PodNamespace = kv[1]
 		case "K8S_POD_NAME":
 			a.PodName = kv[1]
+		case "K8S_POD_UID":
+			a.PodUID = kv[1]
 		}
 	}
 	for _, ip := range c.Result.IPs {
 		a.IPs = append(a.IPs, ip.Address)
 	}
-	return a, nil
+	return a, c, nil
 }
