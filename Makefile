@@ -12,7 +12,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build tools test unit e2e lint demo bench chaos clean
+.PHONY: all build tools test unit e2e e2e-runtime lint demo bench chaos clean
 
 all: build
 
@@ -27,12 +27,18 @@ tools:
 test: lint
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
-# Everything but what needs root: the e2e suite and the chaos suite.
+# Everything but what needs root: the e2e suites and the chaos suite.
 unit:
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/chaos')
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/chaos' -e '/e2e/runtime$$')
 
 e2e:
 	$(GO) test -count=1 -timeout 20m -v ./e2e/
+
+# The kubelet's path alone: a real containerd driven over the CRI API
+# (root; containerd and runc from scripts/install-deps.sh). CALICO_IPAM=path
+# runs it against a real calico-ipam.
+e2e-runtime:
+	$(GO) test -count=1 -timeout 20m -v ./e2e/runtime/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -1,0 +1,109 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+)
+
+// Programs this suite adds to the testbed's CNI_PATH.
+const (
+	recorderPlugin = "cni-recorder"
+	pauseProgram   = "pause"
+)
+
+// suite is what TestMain prepares once per go test run.
+type suite struct {
+	bin testbed.Binaries
+	// image is the sandbox image's docker-archive.
+	image string
+	// unsuitable is why this host cannot run the suite, nil if it can.
+	unsuitable error
+}
+
+var prepared suite
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if prepared.unsuitable = checkHost(); prepared.unsuitable != nil {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "safe-ipam-runtime-bin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "runtime: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := build(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "runtime: building binaries: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// build puts the testbed's programs, the recorder and the static pause
+// program in dir, and packs the sandbox image.
+func build(ctx context.Context, dir string) error {
+	var err error
+	if prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM")); err != nil {
+		return err
+	}
+	if err := goBuild(ctx, nil, filepath.Join(dir, recorderPlugin), "./cmd/cni-recorder"); err != nil {
+		return err
+	}
+	pause := filepath.Join(dir, pauseProgram)
+	// Static: the image has nothing but this file.
+	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, pause, "./cmd/pause"); err != nil {
+		return err
+	}
+	prepared.image = filepath.Join(dir, "pause-image.tar")
+	return BuildSandboxImage(pause, prepared.image)
+}
+
+func goBuild(ctx context.Context, env []string, out, pkg string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+// checkHost says why this machine cannot run containerd here: root, and
+// the programs scripts/install-deps.sh installs.
+func checkHost() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the runtime suite must run as root: containerd, namespaces and veths")
+	}
+	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("%s is not installed (run scripts/install-deps.sh): %w", prog, err)
+		}
+	}
+	return nil
+}
+
+// requireHost skips the test on a host that cannot run it, or fails it
+// under CI, where a skip would hide that the proof never ran.
+func requireHost(t *testing.T) {
+	t.Helper()
+	if prepared.unsuitable == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %v", prepared.unsuitable)
+	}
+	t.Skip(prepared.unsuitable)
+}
