@@ -45,6 +45,7 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	if err := g.release(ctx, att, env, args, prev); err != nil {
 		return err
 	}
+	g.releasePodHandle(ctx, marked, env)
 	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
@@ -198,6 +199,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
+	g.releasePodHandle(ctx, marked, env)
 	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}

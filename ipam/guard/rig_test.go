@@ -121,6 +121,7 @@ type rig struct {
 	node       string
 	extraIPAM  map[string]any
 	crashAt    Step
+	calicoEtcd string // Calico's etcd_endpoints; a placeholder unless a test reads Calico's data
 }
 
 var rigCount int
@@ -129,7 +130,8 @@ func newRig(t *testing.T, kind string) *rig {
 	t.Helper()
 	rigCount++
 	r := &rig{t: t, kind: kind, fakeDir: t.TempDir(), storeDir: filepath.Join(t.TempDir(), "records"),
-		prefix: fmt.Sprintf("/test%d", rigCount), cniVersion: "1.0.0", delegate: "calico-ipam", handles: "container", node: "node1"}
+		prefix: fmt.Sprintf("/test%d", rigCount), cniVersion: "1.0.0", delegate: "calico-ipam", handles: "container", node: "node1",
+		calicoEtcd: "http://calico-etcd:2379"}
 	t.Setenv(fakeDirEnv, r.fakeDir)
 	return r
 }
@@ -154,7 +156,7 @@ func (r *rig) conf() []byte {
 	}
 	conf := map[string]any{
 		"cniVersion": r.cniVersion, "name": "net1", "type": "ptp", "datastore_type": "etcdv3",
-		"etcd_endpoints": "http://calico-etcd:2379", "nodename": r.node, "kubernetes": map[string]any{"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"},
+		"etcd_endpoints": r.calicoEtcd, "nodename": r.node, "kubernetes": map[string]any{"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"},
 		"ipam": ipam,
 	}
 	data, err := json.Marshal(conf)

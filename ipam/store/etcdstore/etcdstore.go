@@ -172,8 +172,11 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 	}
 	marker.Revision = resp.Header.Revision
 	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-		if old, err := Decode(prev.Value, prev.ModRevision); err == nil && len(marker.IPs) == 0 {
-			marker.IPs = old.IPs // so that forgetting it drops their index entries
+		if old, err := Decode(prev.Value, prev.ModRevision); err == nil && old.State != record.Releasing {
+			// What only the old record knew, for this DEL: its addresses (so
+			// that forgetting drops their index entries), its handle and pod.
+			marker.IPs, marker.Handle = old.IPs, old.Handle
+			marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
 		}
 	}
 	marker.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())

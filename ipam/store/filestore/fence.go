@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -15,9 +16,11 @@ import (
 
 // The address index is one symlink per address in the network's
 // directory, "@<address>" -> "<containerID>:<ifname>" of the holder: one
-// small file operation under the lock, made durable by the directory
-// fsync of the record write that follows it. A quarantined attachment has
-// "q:<containerID>:<ifname>" -> its holder's file; the holder's record
+// small file operation under the lock. Like the commit it belongs to, it
+// is not synced: after a power loss either both survive or a link names a
+// record that is not committed, and such an entry is taken over. A
+// quarantined attachment has "q:<containerID>:<ifname>" -> its holder's
+// file, made durable by the holder's synced write; the holder's record
 // lists the quarantine. Neither name can be a record's: container IDs
 // start with a letter or digit.
 
@@ -85,6 +88,7 @@ func (s *Store) claim(att record.Attachment, ips []string) error {
 }
 
 func replaceLink(link, target string) error {
+	noteLinkLoss(link)
 	tmp := link + ".tmp"
 	_ = os.Remove(tmp)
 	if err := os.Symlink(target, tmp); err != nil {
@@ -102,12 +106,14 @@ func (s *Store) unclaim(rec *record.Record) error {
 	for _, ip := range rec.IPs {
 		link := s.addressLink(rec.Network, ip)
 		if target, err := os.Readlink(link); err == nil && target == fileName(rec.Attachment) {
+			noteLinkLoss(link)
 			if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("removing address index %s: %w", link, err)
 			}
 		}
 	}
 	for _, q := range rec.Quarantined {
+		noteLinkLoss(s.quarantineLink(q.Attachment))
 		if err := os.Remove(s.quarantineLink(q.Attachment)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("removing quarantine of %s: %w", q.Attachment, err)
 		}
@@ -151,7 +157,7 @@ func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q 
 	}
 	q.Node = h.Node
 	h.Quarantined = append(h.Quarantined, q)
-	h.Revision++
+	h.Revision = max(time.Now().UnixNano(), h.Revision+1)
 	if err := os.Symlink(fileName(holder.Attachment), s.quarantineLink(pending.Attachment)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%w: marking quarantine of %s: %v", store.ErrUnavailable, pending.Attachment, err)
 	}

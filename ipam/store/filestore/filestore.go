@@ -63,23 +63,37 @@ func (s *Store) path(att record.Attachment) string {
 // Swap implements store.Store. The lock covers only the compare and the
 // write; nothing slow (such as the delegate) runs under it.
 func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
-	return s.locked(att, func(cur *record.Record) (*record.Record, bool) {
+	quarantined := false
+	out, err := s.locked(att, func(cur *record.Record) (*record.Record, bool) {
 		if !store.SameRevision(cur, prev) {
 			return cur, false
 		}
+		if quarantined = cur == nil && next != nil && s.quarantined(att); quarantined {
+			return nil, false
+		}
 		return next, true
 	})
+	if quarantined {
+		return nil, fmt.Errorf("%s: %w", att, store.ErrQuarantined)
+	}
+	return out, err
 }
 
 // MarkReleasing implements store.Store under one lock, keeping the
 // record's addresses and pod fields.
 func (s *Store) MarkReleasing(_ context.Context, marker *record.Record) (*record.Record, error) {
-	return s.locked(marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
+	quarantined := false
+	out, err := s.locked(marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
 		if cur == nil {
-			return nil, true // nothing to mark; writing nil removes nothing
+			quarantined = s.quarantined(marker.Attachment)
+			return nil, !quarantined // nothing to mark; writing nil removes nothing
 		}
 		return keepAddresses(store.Releasing(marker, marker.Updated), cur), true
 	})
+	if quarantined {
+		return nil, fmt.Errorf("%s: %w", marker.Attachment, store.ErrQuarantined)
+	}
+	return out, err
 }
 
 // durability says what of a write must be on disk before the call returns.
@@ -153,6 +167,9 @@ func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*
 		if cur == nil {
 			return nil, nil
 		}
+		if err := s.unclaim(cur); err != nil {
+			return nil, err
+		}
 		return nil, s.remove(att)
 	}
 	out := *next
@@ -172,6 +189,7 @@ func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*
 func keepAddresses(marker, old *record.Record) *record.Record {
 	marker.IPs, marker.Result, marker.Created = old.IPs, old.Result, old.Created
 	marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
+	marker.Handle, marker.Quarantined = old.Handle, old.Quarantined
 	return marker
 }
 
@@ -197,8 +215,8 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 	}
 	var out []*record.Record
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !strings.Contains(e.Name(), ":") {
-			continue // lock and temp files
+		if strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), "@") || strings.HasPrefix(e.Name(), "q:") || !strings.Contains(e.Name(), ":") {
+			continue // lock and temp files, the address index, quarantine marks
 		}
 		rec, err := s.read(filepath.Join(s.networkDir(network), e.Name()))
 		if err != nil {

@@ -51,3 +51,17 @@ func DropUnsynced() {
 	}
 	powerLoss.undo = nil
 }
+
+// noteLinkLoss records how to undo an unsynced change of a symlink (the
+// address index, a quarantine mark): the previous link, or none, comes
+// back.
+func noteLinkLoss(link string) {
+	target, err := os.Readlink(link)
+	undo := func() { _ = os.Remove(link) }
+	if err == nil {
+		undo = func() { _ = os.Remove(link); _ = os.Symlink(target, link) }
+	}
+	powerLoss.Lock()
+	powerLoss.undo = append(powerLoss.undo, undo)
+	powerLoss.Unlock()
+}
