@@ -91,11 +91,19 @@ func newNode(t *testing.T, opt nodeOptions) *node {
 
 // start brings up the holder, the etcd proxy, containerd, the sandbox
 // image and the CRI client; cleanups stop them in reverse order, by PID.
+// containerd's directory is short: its socket path must fit a sockaddr_un
+// (108 bytes), which a test's temp dir named after the test may not.
 func (n *node) start(ctx context.Context, etcdEndpoint string) {
 	t := n.t
 	if err := os.MkdirAll(n.cniLib, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Registered first, so it runs after the holder is gone.
+	dir, err := os.MkdirTemp("", "sipr-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	h, err := StartHolder(ctx, prepared.bin.Path(pauseProgram))
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +122,7 @@ func (n *node) start(ctx context.Context, etcdEndpoint string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	n.cd = &Containerd{Holder: h, Dir: filepath.Join(n.dir, "containerd"), BinDir: prepared.bin.Dir, ConfDir: n.tb.ConfDir, Env: n.pluginEnv()}
+	n.cd = &Containerd{Holder: h, Dir: dir, BinDir: prepared.bin.Dir, ConfDir: n.tb.ConfDir, Env: n.pluginEnv()}
 	if err := n.cd.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
