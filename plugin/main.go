@@ -18,6 +18,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -26,15 +27,16 @@ var Version = "dev"
 var supported = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
 
 func main() {
+	c := cni{trace: logging.NewTrace()} // first: exec and init are done
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(runAdmin(os.Args[1:]))
 	}
-	skel.PluginMainFuncs(skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, GC: cmdGC, Status: cmdStatus},
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: c.cmdAdd, Del: c.cmdDel, Check: c.cmdCheck, GC: c.cmdGC, Status: c.cmdStatus},
 		supported, "safe-ipam "+Version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
 }
 
-func cmdAdd(args *skel.CmdArgs) error {
-	return withGuard("ADD", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+func (c cni) cmdAdd(args *skel.CmdArgs) error {
+	return c.withGuard("ADD", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		res, err := g.Add(ctx, env)
 		if err != nil {
 			return err
@@ -43,39 +45,48 @@ func cmdAdd(args *skel.CmdArgs) error {
 	})
 }
 
-func cmdDel(args *skel.CmdArgs) error {
-	return withGuard("DEL", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+func (c cni) cmdDel(args *skel.CmdArgs) error {
+	return c.withGuard("DEL", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.Del(ctx, env)
 	})
 }
 
-func cmdCheck(args *skel.CmdArgs) error {
-	return withGuard("CHECK", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+func (c cni) cmdCheck(args *skel.CmdArgs) error {
+	return c.withGuard("CHECK", args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.Check(ctx, env)
 	})
 }
 
-func cmdGC(args *skel.CmdArgs) error {
-	return withGuard(guard.VerbGC, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+func (c cni) cmdGC(args *skel.CmdArgs) error {
+	return c.withGuard(guard.VerbGC, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.GC(ctx, env, args.StdinData)
 	})
 }
 
-func cmdStatus(args *skel.CmdArgs) error {
-	return withGuard(guard.VerbStatus, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+func (c cni) cmdStatus(args *skel.CmdArgs) error {
+	return c.withGuard(guard.VerbStatus, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.Status(ctx, env)
 	})
 }
 
-func withGuard(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, guard.Env) error) error {
-	ctx := context.Background()
+// cni runs the CNI verbs; trace, when SAFE_IPAM_TRACE is set, records
+// when each phase ended for `make bench`.
+type cni struct {
+	trace *logging.Trace
+}
+
+func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, guard.Env) error) error {
+	ctx := logging.WithTrace(context.Background(), c.trace)
+	defer c.trace.Write()
 	env := guard.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
 	g, err := guard.Open(ctx, verb, args.StdinData, env)
 	if err != nil {
 		return err
 	}
 	defer g.Close()
+	c.trace.Mark(logging.MarkOpened)
 	g.At = crashPoint
+	defer c.trace.Mark(logging.MarkRan)
 	return run(ctx, g, env)
 }
 

@@ -13,6 +13,8 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
 // ErrMissing means the delegate binary is not where it was looked for.
@@ -136,13 +138,23 @@ func (d *Delegate) Speaks(v string) bool {
 // Add runs the delegate's ADD and returns its result as it printed it.
 func (d *Delegate) Add(ctx context.Context, conf []byte, call Call) (types.Result, error) {
 	call.Command = "ADD"
+	defer traceExec(ctx)()
 	return invoke.ExecPluginWithResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
 }
 
 // Run runs a verb without a result: DEL, CHECK, GC or STATUS.
 func (d *Delegate) Run(ctx context.Context, command string, conf []byte, call Call) error {
 	call.Command = command
+	defer traceExec(ctx)()
 	return invoke.ExecPluginWithoutResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
+}
+
+// traceExec marks the start of a delegate exec in the call's trace, if
+// any, and returns what marks its end.
+func traceExec(ctx context.Context) func() {
+	t := logging.TraceFrom(ctx)
+	t.Mark(logging.MarkDelegateStart)
+	return func() { t.Mark(logging.MarkDelegateEnd) }
 }
 
 func (c Call) args() *invoke.Args {

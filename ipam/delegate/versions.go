@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/invoke"
+
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
 // versionCache remembers a delegate's VERSION answer per binary, so ADD
@@ -32,6 +34,7 @@ func Resolve(ctx context.Context, typ, binDir, cniPath, cacheDir string) (*Deleg
 // ResolveTarget is Resolve for a delegate whose file may have another
 // name than its type.
 func ResolveTarget(ctx context.Context, t Target, cniPath, cacheDir string) (*Delegate, error) {
+	defer logging.TraceFrom(ctx).Mark(logging.MarkResolved)
 	path, info, err := find(t, cniPath)
 	if err != nil {
 		return nil, err
