@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
@@ -324,7 +325,7 @@ func (a *analysis) containerOf(handle string) (string, bool) {
 	if best != "" {
 		return strings.TrimPrefix(handle, best+"."), true
 	}
-	if !strings.Contains(handle, ".") && containerID.MatchString(handle) {
+	if !strings.Contains(handle, ".") && containerID().MatchString(handle) {
 		return handle, true
 	}
 	return "", false
@@ -336,12 +337,18 @@ func calicoOwned(handle string, al *Allocation) bool {
 	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
+// The patterns compile on first use: the package is linked into the CNI
+// binary, whose calls never audit, and package init runs on every call.
 var (
-	containerID = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
-	dnsLabel    = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	longHex     = regexp.MustCompile(`^[0-9a-f]{32,}$`)
-	podNameLike = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+	containerID = lazyRegexp(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+	dnsLabel    = lazyRegexp(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	longHex     = lazyRegexp(`^[0-9a-f]{32,}$`)
+	podNameLike = lazyRegexp(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
 )
+
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // isPodNameHandle tells Calico 2.x's "namespace.podname" from 3.x's
 // "<network>.<containerID>" and from a bare container ID.
@@ -351,10 +358,10 @@ func (a *analysis) isPodNameHandle(handle string, al *Allocation) bool {
 		return handle == ns+"."+pod
 	}
 	first, rest, ok := strings.Cut(handle, ".")
-	if _, known := a.containerOf(handle); !ok || known || longHex.MatchString(rest) {
+	if _, known := a.containerOf(handle); !ok || known || longHex().MatchString(rest) {
 		return false
 	}
-	return dnsLabel.MatchString(first) && podNameLike.MatchString(rest)
+	return dnsLabel().MatchString(first) && podNameLike().MatchString(rest)
 }
 
 func addrList(allocs []*Allocation) string {

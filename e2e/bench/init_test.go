@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The CNI binary runs every package's init on every pod start and stop.
+// Packages that no CNI call uses (the admin commands) must not do work
+// there: this reads the runtime's own account of each package's init
+// (GODEBUG=inittrace=1), which counts bytes allocated, not time.
+func TestAdminPackagesDoNoWorkAtInit(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "safe-ipam")
+	build := exec.Command("go", "build", "-o", bin, "github.com/safe-ipam/safe-ipam/plugin")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building: %v\n%s", err, out)
+	}
+	inits := initBytes(t, bin)
+	tests := []struct {
+		pkg      string
+		maxBytes int
+	}{
+		// Its name patterns compile on first use; what is left is a small
+		// map and a few closures.
+		{"github.com/safe-ipam/safe-ipam/ipam/audit", 4096},
+	}
+	for _, tt := range tests {
+		got, ok := inits[tt.pkg]
+		if !ok {
+			continue // no init work at all
+		}
+		if got > tt.maxBytes {
+			t.Errorf("init of %s allocates %d bytes on every CNI call, want at most %d", tt.pkg, got, tt.maxBytes)
+		}
+	}
+}
+
+// initBytes runs bin's VERSION and returns the bytes each package's init
+// allocated, as the runtime reports them:
+// "init <pkg> @<t> ms, <d> ms clock, <n> bytes, <m> allocs".
+func initBytes(t *testing.T, bin string) map[string]int {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1", "CNI_COMMAND=VERSION")
+	cmd.Stdin = strings.NewReader(`{"cniVersion":"1.0.0"}`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err != nil {
+		t.Fatalf("VERSION: %v %s %s", err, out, stderr.String())
+	}
+	inits := map[string]int{}
+	sc := bufio.NewScanner(&stderr)
+	for sc.Scan() {
+		var pkg string
+		var at, clock float64
+		var n, allocs int
+		if _, err := fmt.Sscanf(sc.Text(), "init %s @%f ms, %f ms clock, %d bytes, %d allocs", &pkg, &at, &clock, &n, &allocs); err == nil {
+			inits[pkg] = n
+		}
+	}
+	if len(inits) == 0 {
+		t.Fatalf("no inittrace lines in:\n%s", stderr.String())
+	}
+	return inits
+}
