@@ -22,13 +22,14 @@ import (
 
 // Options size the run.
 type Options struct {
-	Samples     int    // ADD+DEL pairs per configuration
-	VersionRuns int    // VERSION execs per binary
-	ChurnOps    int    // ADD+DEL cycles per churn level, over all workers
-	AuditAllocs int    // allocations for the audit measurement (0 skips)
-	CalicoIPAM  string // a real calico-ipam binary; "" builds the simulator
-	Log         io.Writer
-	KeepWorkDir bool
+	Samples      int    // ADD+DEL pairs per configuration
+	TraceSamples int    // traced ADD+DEL pairs per store for the breakdown
+	VersionRuns  int    // VERSION execs per binary
+	ChurnOps     int    // ADD+DEL cycles per churn level, over all workers
+	AuditAllocs  int    // allocations for the audit measurement (0 skips)
+	CalicoIPAM   string // a real calico-ipam binary; "" builds the simulator
+	Log          io.Writer
+	KeepWorkDir  bool
 }
 
 // Results is everything measured; it is written to bench.json.
@@ -38,11 +39,14 @@ type Results struct {
 	Latency    []Latency          `json:"latency"`
 	Ratios     map[string]float64 `json:"ratios"`
 	Exec       ExecCost           `json:"exec"`
+	Breakdown  []Breakdown        `json:"breakdown"`
 	RoundTrips RoundTrips         `json:"etcdRoundTrips"`
 	Churn      []Churn            `json:"churn"`
 	PeakRSSKiB int64              `json:"peakRSSKiBOneAdd"`
 	OwnRSSKiB  int64              `json:"ownRSSKiBOneAdd"`
-	Audit      *AuditCost         `json:"audit,omitempty"`
+	// OwnFileRSSKiB is OwnRSSKiB with the file store.
+	OwnFileRSSKiB int64      `json:"ownFileStoreRSSKiBOneAdd"`
+	Audit         *AuditCost `json:"audit,omitempty"`
 }
 
 // Latency is one configuration's per-operation latency in milliseconds.
@@ -80,6 +84,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 	}{
 		{"latency", r.measureLatency},
 		{"exec", r.measureExec},
+		{"breakdown", r.measureBreakdown},
 		{"round trips", r.measureRoundTrips},
 		{"churn", r.measureChurn},
 		{"rss", r.measureRSS},
@@ -91,7 +96,18 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 			return nil, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
+	res.derive()
 	return res, nil
+}
+
+// derive puts the figures the targets are stated in into Ratios.
+func (res *Results) derive() {
+	for _, c := range []string{File, Etcd} {
+		for _, op := range []string{"ADD", "DEL"} {
+			res.Ratios[fmt.Sprintf("%s %s added/floor", c, op)] = res.addedPerFloor(c, op)
+		}
+		res.Ratios[c+" churn vs alone min"] = res.churnVsAlone(c)
+	}
 }
 
 func (r *rig) logf(format string, args ...any) {
@@ -140,22 +156,28 @@ func (r *rig) tearDown() {
 	}
 }
 
-// build compiles the binaries the way `make build` does.
+// ReleaseLDFlags are `make build`'s linker flags, without the version.
+const ReleaseLDFlags = "-s -w"
+
+// build compiles safe-ipam the way `make build` does, and host-local (the
+// floor) the way the CNI plugins' releases do.
 func (r *rig) build(ctx context.Context) error {
 	if err := os.MkdirAll(r.binDir, 0o755); err != nil {
 		return err
 	}
-	pkgs := []string{"./plugin", "./e2e/cmd/peakrss", "github.com/containernetworking/plugins/plugins/ipam/host-local"}
+	pkgs := []string{"./e2e/cmd/peakrss", "github.com/containernetworking/plugins/plugins/ipam/host-local"}
 	if r.opts.CalicoIPAM == "" {
 		pkgs = append(pkgs, "./e2e/cmd/calico-ipam")
 	}
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", r.binDir + "/"}, pkgs...)...)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("building: %w", err)
-	}
-	if err := os.Rename(filepath.Join(r.binDir, "plugin"), filepath.Join(r.binDir, "safe-ipam")); err != nil {
-		return err
+	for _, args := range [][]string{
+		{"build", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam"), "./plugin"},
+		append([]string{"build", "-o", r.binDir + "/"}, pkgs...),
+	} {
+		cmd := exec.CommandContext(ctx, "go", args...)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("building: %w", err)
+		}
 	}
 	if r.opts.CalicoIPAM != "" {
 		r.delegate = "calico-ipam " + r.opts.CalicoIPAM

@@ -187,9 +187,10 @@ type Churn struct {
 }
 
 // measureChurn: each worker recreates its StatefulSet pod (same name, new
-// container ID) over and over.
+// container ID) over and over. The delegate alone churns too, so that
+// throughput is a ratio.
 func (r *rig) measureChurn(ctx context.Context, res *Results) error {
-	for _, c := range []string{File, Etcd} {
+	for _, c := range configs {
 		for _, workers := range []int{1, 8, 32} {
 			ch, err := r.churn(ctx, c, workers)
 			if err != nil {
@@ -289,17 +290,30 @@ func (r *rig) measureRSS(ctx context.Context, res *Results) error {
 	if res.PeakRSSKiB, err = r.rssOfAdd(ctx, "rss-1", r.plugin(Etcd)); err != nil {
 		return err
 	}
-	own := r.plugin(Etcd)
-	own["ipam"].(map[string]any)["delegate"] = map[string]any{"type": "host-local"}
-	own["ipam"].(map[string]any)["ranges"] = [][]map[string]string{{{"subnet": "10.200.0.0/24"}}}
-	own["ipam"].(map[string]any)["dataDir"] = filepath.Join(r.dir, "host-local")
+	own, ownFile := r.withHostLocal(Etcd), r.withHostLocal(File)
 	if res.OwnRSSKiB, err = r.rssOfAdd(ctx, "rss-2", own); err != nil {
 		return err
 	}
-	if err := r.runPlugin(ctx, "DEL", "rss-1", r.plugin(Etcd)); err != nil {
+	if res.OwnFileRSSKiB, err = r.rssOfAdd(ctx, "rss-3", ownFile); err != nil {
 		return err
 	}
-	return r.runPlugin(ctx, "DEL", "rss-2", own)
+	for cid, plugin := range map[string]map[string]any{"rss-1": r.plugin(Etcd), "rss-2": own, "rss-3": ownFile} {
+		if err := r.runPlugin(ctx, "DEL", cid, plugin); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// withHostLocal is safe-ipam's config with host-local, a small delegate,
+// so that a process's peak RSS is safe-ipam's own.
+func (r *rig) withHostLocal(config string) map[string]any {
+	p := r.plugin(config)
+	ipam := p["ipam"].(map[string]any)
+	ipam["delegate"] = map[string]any{"type": "host-local"}
+	ipam["ranges"] = [][]map[string]string{{{"subnet": "10.200.0.0/24"}}}
+	ipam["dataDir"] = filepath.Join(r.dir, "host-local")
+	return p
 }
 
 func (r *rig) rssOfAdd(ctx context.Context, cid string, plugin map[string]any) (int64, error) {

@@ -15,6 +15,7 @@ func main() {
 	opts := bench.Options{Log: os.Stderr, CalicoIPAM: os.Getenv("CALICO_IPAM")}
 	out := flag.String("out", "bin/bench.json", "where to write the full results")
 	flag.IntVar(&opts.Samples, "samples", 200, "ADD+DEL pairs per configuration")
+	flag.IntVar(&opts.TraceSamples, "trace-samples", 50, "traced ADD+DEL pairs per store for the breakdown")
 	flag.IntVar(&opts.VersionRuns, "version-runs", 300, "VERSION execs per binary")
 	flag.IntVar(&opts.ChurnOps, "churn", 384, "ADD+DEL cycles per churn level")
 	flag.IntVar(&opts.AuditAllocs, "audit", 100000, "allocations for the audit measurement (0 skips)")
