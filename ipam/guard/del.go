@@ -157,18 +157,9 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 	return joinErrors("GC", errs)
 }
 
+// keep says whether GC keeps rec (see keepWhy).
 func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
-	// The store lists this node's records only (the runtime's list names
-	// this node's attachments only).
-	if valid[[2]string{rec.ContainerID, rec.IfName}] {
-		return true
-	}
-	if g.gcKeep != nil && g.gcKeep(rec) {
-		return true
-	}
-	// A pending record is an ADD in flight, not garbage, while it is young
-	// or its process runs.
-	return rec.State == record.Pending && (g.now().Sub(rec.Created) < g.cfg.GCGracePeriod || rec.Owner.Alive())
+	return g.keepWhy(rec, valid) != ""
 }
 
 // collect releases one record as DEL does. It marks the record it listed

@@ -88,18 +88,22 @@ func (g *Guard) PlanGC(recs []*record.Record, listed func(containerID, ifname st
 	return p
 }
 
+// keepWhy says why GC keeps rec, or "". The store lists this node's
+// records only, as the runtime's list names this node's attachments only.
 func (g *Guard) keepWhy(rec *record.Record, valid map[[2]string]bool) string {
 	switch {
 	case valid[[2]string{rec.ContainerID, rec.IfName}]:
 		return "listed as running"
-	case !g.keep(rec, valid):
-		return ""
+	// A pending record is an ADD in flight, not garbage, while its process
+	// runs or while it is young.
 	case rec.State == record.Pending && rec.Owner.Alive():
 		return "pending: the ADD that wrote it still runs"
-	case rec.State == record.Pending:
+	case rec.State == record.Pending && g.now().Sub(rec.Created) < g.cfg.GCGracePeriod:
 		return fmt.Sprintf("pending for less than gcGracePeriod (%s): an ADD in flight", g.cfg.GCGracePeriod)
+	case g.gcKeep != nil && g.gcKeep(rec):
+		return fmt.Sprintf("written less than gcGracePeriod (%s) ago: its sandbox may not be listed yet", g.cfg.GCGracePeriod)
 	}
-	return fmt.Sprintf("written less than gcGracePeriod (%s) ago: its sandbox may not be listed yet", g.cfg.GCGracePeriod)
+	return ""
 }
 
 // ApplyGC releases the plan's records as the GC verb does, going on past
