@@ -155,7 +155,7 @@ func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q 
 	if !store.SameRevision(cur, pending) || !store.SameRevision(h, holder) || h.State != record.Committed {
 		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, pending.Attachment, holder.Attachment)
 	}
-	q.Node = h.Node
+	q.Node = cur.Node // the quarantined attachment's node, as the etcd store names it
 	h.Quarantined = append(h.Quarantined, q)
 	h.Revision = max(time.Now().UnixNano(), h.Revision+1)
 	if err := os.Symlink(fileName(holder.Attachment), s.quarantineLink(pending.Attachment)); err != nil && !errors.Is(err, fs.ErrExist) {
