@@ -281,6 +281,38 @@ func (c *Cluster) storeDir(node string) string { return filepath.Join(c.work, no
 
 // netConf is the plugin config the runtime hands to node's CNI plugin:
 // calico-ipam's keys at the top level and, with safe-ipam, its section.
+// calicoNetConf is the config of a node where calico-ipam runs without
+// safe-ipam.
+func (c *Cluster) calicoNetConf(node string) map[string]any {
+	return map[string]any{
+		"cniVersion": "1.0.0", "name": Network, "type": "calico", "datastore_type": "etcdv3",
+		"etcd_endpoints": c.etcd.Endpoint(), "nodename": node,
+		"ipam": map[string]any{"type": CalicoIPAM, "ipv4_pools": []string{c.setup.Pool.Name}},
+	}
+}
+
+// releaseInCalico frees each address of att that Calico holds, directly
+// in Calico's data, as `calicoctl ipam release --ip` does.
+func (c *Cluster) releaseInCalico(ctx context.Context, att *Attachment) error {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	snap, err := calicosim.State(ctx, c.cli)
+	if err != nil {
+		return err
+	}
+	alloc := &calicosim.Allocator{Client: c.cli, Node: att.Node}
+	for _, ip := range att.IPs {
+		held, ok := snap.Lookup(ip)
+		if !ok {
+			continue
+		}
+		if err := alloc.Release(ctx, calicosim.Assignment{IP: ip, Block: held.Block, Handle: held.Handle}); err != nil {
+			return fmt.Errorf("releasing %s in Calico's data: %w", ip, err)
+		}
+	}
+	return nil
+}
+
 func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {
 	conf := map[string]any{
 		"cniVersion":     "1.0.0", // calico-ipam refuses 1.1.0

@@ -52,6 +52,11 @@ type Generator struct {
 	// Per-call and per-step probabilities.
 	crashRate, outageRate, gcRate float64
 	drainByGC                     bool
+	// outside decides, from a stream of its own, when an outside actor
+	// frees a live attachment's address: a seed's history is the same as
+	// without the actor up to its first act.
+	outside     *rand.Rand
+	outsideRate float64
 }
 
 // NewGenerator makes the generator of seed's history for setup.
@@ -67,6 +72,8 @@ func NewGenerator(seed uint64, setup Setup) *Generator {
 		g.crashRate = 0.1 + 0.2*rng.Float64()
 		g.gcRate = 0.1
 		g.drainByGC = rng.IntN(3) == 0
+		g.outside = newRNG(seed, 3)
+		g.outsideRate = 0.05 * float64(g.outside.IntN(3))
 	}
 	return g
 }
@@ -78,6 +85,9 @@ func (g *Generator) DrainByGC() bool { return g.drainByGC }
 func (g *Generator) Next(m *Model) (Step, bool) {
 	if g.done >= g.length {
 		return Step{}, false
+	}
+	if step, ok := g.outsideStep(m); ok {
+		return step, true
 	}
 	g.done++
 	r := g.rng.Float64()
@@ -143,6 +153,34 @@ func (g *Generator) outageStep(m *Model) Step {
 		b.add(call, g.outageExpect(call))
 	}
 	return b.step()
+}
+
+// outsideStep: now and then, an actor behind safe-ipam's back frees a
+// live attachment's address: a plain calico-ipam DEL of its container
+// with pod identity from a node without safe-ipam, or a direct release in
+// Calico's data. Fencing must keep the address from every other live
+// attachment until the victim is released.
+func (g *Generator) outsideStep(m *Model) (Step, bool) {
+	if g.outside == nil || g.outside.Float64() >= g.outsideRate {
+		return Step{}, false
+	}
+	var live []*Attachment
+	for _, a := range m.Atts {
+		if a.live() && !a.Victim {
+			live = append(live, a)
+		}
+	}
+	if len(live) == 0 {
+		return Step{}, false
+	}
+	a := live[g.outside.IntN(len(live))]
+	by := []string{OutsideCalicoDel, OutsideIPAMRelease}[g.outside.IntN(2)]
+	return OutsideStep(a, by), true
+}
+
+// OutsideStep is an outside actor freeing a's address.
+func OutsideStep(a *Attachment, by string) Step {
+	return single(Call{Verb: Outside, Node: a.Node, Att: a, By: by}, Succeeds, fmt.Sprintf("an outside actor frees the address of %s (%s)", a, by))
 }
 
 // gcStep runs GC on one node, perhaps while ADDs run; every sandbox in

@@ -129,8 +129,8 @@ func (c *checker) calicoConsistent() {
 // allocated, to its own handle.
 func (c *checker) liveHoldTheirAddresses() {
 	for _, a := range c.m.Atts {
-		if !a.live() {
-			continue
+		if !a.live() || a.Victim {
+			continue // an outside actor freed a victim's address; noSharedAddresses judges it
 		}
 		want := c.m.Handle(a)
 		for _, ip := range a.IPs {
@@ -192,11 +192,15 @@ func (c *checker) releasedLeaveNothing() {
 	if !c.m.HandleIsOwn() {
 		return // a shared pod-name handle cannot be attributed; Drained checks the end
 	}
+	quarantinable := c.m.quarantinable()
 	for _, a := range c.m.Atts {
 		if a.State != Deleted {
 			continue
 		}
 		for _, al := range c.obs.Calico.AllocationsOf(c.m.Handle(a)) {
+			if quarantinable[al.IP] {
+				continue // a quarantine, released with the victim that holds the address
+			}
 			c.report(InvReleased, Lost, a.String(), al.IP, "Calico still holds the address of an attachment the runtime deleted")
 		}
 	}
@@ -229,8 +233,8 @@ func (c *checker) recordsAgree() {
 }
 
 func (c *checker) committedRecordHolds(a *Attachment, r *record.Record) {
-	if r.State != record.Committed {
-		return
+	if r.State != record.Committed || a.Victim {
+		return // an outside actor freed a victim's addresses; its record rightly keeps them
 	}
 	want := c.m.Handle(a)
 	if r.Handle != want {
@@ -260,10 +264,32 @@ func (c *checker) onlyNamedReleased(prev *Observation, named map[*Attachment]boo
 		if still && after.Handle == before.Handle {
 			continue
 		}
-		if a := owner[ip]; a != nil {
+		if a := owner[ip]; a != nil && c.heldFor(prev, a, before.Handle) {
 			c.report(InvOwnRelease, Duplicated, a.String(), ip, "released by a call for another container while %s was live", a)
 		}
 	}
+}
+
+// heldFor says whether handle held its address for a: a's own handle, or
+// for a victim of an outside actor, the handle of an allocation fencing
+// quarantined for it. An ADD that crashed before its commit may also hold
+// a victim's address, under a pending record; releasing that puts the
+// address back where the outside actor left it, and fencing stops the
+// next ADD again.
+func (c *checker) heldFor(prev *Observation, a *Attachment, handle string) bool {
+	if !a.Victim || handle == c.m.Handle(a) {
+		return true
+	}
+	r := prev.Records[record.Attachment{Network: Network, ContainerID: a.ContainerID, IfName: a.IfName}]
+	if r == nil {
+		return false
+	}
+	for _, q := range r.Quarantined {
+		if qa := c.m.find(q.Network, q.ContainerID, q.IfName); qa != nil && c.m.Handle(qa) == handle {
+			return true
+		}
+	}
+	return false
 }
 
 func describeRecord(r *record.Record) string {

@@ -27,6 +27,20 @@ const (
 	Add Verb = "ADD"
 	Del Verb = "DEL"
 	GC  Verb = "GC"
+	// Outside is not the runtime's: an actor behind safe-ipam's back frees
+	// the address of Att, a live attachment (see Outside*).
+	Outside Verb = "OUTSIDE"
+)
+
+// How an outside actor frees a live attachment's address.
+const (
+	// OutsideCalicoDel: a plain calico-ipam DEL of the attachment's
+	// container with pod identity, from a node where calico-ipam runs
+	// without safe-ipam (a stale conflist).
+	OutsideCalicoDel = "calico-ipam-del"
+	// OutsideIPAMRelease: the address released directly in Calico's data,
+	// as `calicoctl ipam release --ip` does.
+	OutsideIPAMRelease = "ipam-release"
 )
 
 // Call is one CNI invocation as a container runtime makes it.
@@ -46,6 +60,8 @@ type Call struct {
 	// the store's answers (needs Setup.StoreBehindProxy).
 	Hold    bool
 	holdDir string
+	// By says how an Outside call frees the address.
+	By string
 }
 
 func (c Call) String() string {
@@ -62,6 +78,9 @@ func (c Call) String() string {
 	}
 	if c.CrashAt != "" {
 		s += " crash-at=" + string(c.CrashAt)
+	}
+	if c.By != "" {
+		s += " by " + c.By
 	}
 	return s
 }
@@ -104,6 +123,9 @@ const hangLimit = 2 * time.Minute
 // itself for the control. An error means the harness could not tell what
 // happened.
 func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
+	if call.Verb == Outside && call.By == OutsideIPAMRelease {
+		return Outcome{}, c.releaseInCalico(ctx, call.Att)
+	}
 	stdin, err := c.stdin(call)
 	if err != nil {
 		return Outcome{}, err
@@ -111,7 +133,7 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, hangLimit)
 	defer cancel()
 	prog := SafeIPAM
-	if !c.setup.Safe() {
+	if !c.setup.Safe() || call.Verb == Outside {
 		prog = CalicoIPAM
 	}
 	cmd := exec.CommandContext(ctx, c.binaries().Path(prog))
@@ -202,8 +224,12 @@ func (c *Cluster) env(call Call) []string {
 	if c.setup.Generation == Legacy {
 		handles = "legacy"
 	}
+	verb := call.Verb
+	if verb == Outside {
+		verb = Del // a plain calico-ipam DEL
+	}
 	env := []string{
-		"CNI_COMMAND=" + string(call.Verb),
+		"CNI_COMMAND=" + string(verb),
 		"CNI_PATH=" + c.binaries().Dir,
 		"PATH=" + os.Getenv("PATH"),
 		"CALICO_SIM_HANDLES=" + handles,
@@ -230,6 +256,9 @@ func (c *Cluster) env(call Call) []string {
 // prevResult when the runtime has it; GC carries the valid attachments.
 func (c *Cluster) stdin(call Call) ([]byte, error) {
 	conf := c.netConf(call.Node, c.timeout(call))
+	if call.Verb == Outside {
+		conf = c.calicoNetConf(call.Node)
+	}
 	switch call.Verb {
 	case Del:
 		if call.Att != nil && call.Att.result != nil {

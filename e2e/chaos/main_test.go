@@ -84,6 +84,9 @@ func requireOK(t *testing.T, reports []*Report) {
 
 // replay is the command that plays a failed history again.
 func replay(r *Report) string {
+	if strings.HasPrefix(r.Name, "regression-seed-") {
+		return "replay: go test ./e2e/chaos -run 'TestHistories$' -v"
+	}
 	if strings.HasPrefix(r.Name, "seed-") {
 		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", r.Seed)
 	}

@@ -57,6 +57,12 @@ type Attachment struct {
 	// etcd. It matters while the state is Failed: only then is an ADD
 	// retried.
 	Recorded bool
+	// Victim: an outside actor freed its address behind safe-ipam's back
+	// (the runtime does not know, and the pod keeps using it). Calico may
+	// show the address free, or under the handle of an ADD that fencing
+	// quarantined for it; what must hold is that no other live attachment
+	// gets it.
+	Victim bool
 }
 
 func (a *Attachment) String() string {
@@ -153,6 +159,8 @@ func (m *Model) Apply(call Call, out Outcome) {
 		default:
 			a.State = Deleting
 		}
+	case Outside:
+		call.Att.Victim = true
 	case GC:
 		if !out.OK() {
 			return
@@ -172,6 +180,22 @@ func afterCommit(step guard.Step) bool {
 	steps := StepsOf(Add)
 	at, commit := slices.Index(steps, step), slices.Index(steps, guard.AddCommitted)
 	return at >= 0 && at >= commit
+}
+
+// quarantinable are the addresses fencing may keep allocated under the
+// handle of another attachment, even one the runtime deleted: those of
+// victims safe-ipam has not released yet, since a quarantine is released
+// with its holder.
+func (m *Model) quarantinable() map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, a := range m.Atts {
+		if a.Victim && a.State != Deleted {
+			for _, ip := range a.IPs {
+				out[ip] = true
+			}
+		}
+	}
+	return out
 }
 
 // Valid is the list a GC on node sends: every sandbox the runtime still

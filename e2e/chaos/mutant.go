@@ -71,9 +71,9 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
-			File:   "ipam/guard/del.go",
-			Old:    "if valid[[2]string{rec.ContainerID, rec.IfName}] {",
-			New:    "if false && valid[[2]string{rec.ContainerID, rec.IfName}] {",
+			File:   "ipam/guard/gcplan.go",
+			Old:    "case valid[[2]string{rec.ContainerID, rec.IfName}]:",
+			New:    "case false && valid[[2]string{rec.ContainerID, rec.IfName}]:",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return CrashScript(guard.GCForgotten, FollowRetry, Modern, EtcdStore) })
 			},
@@ -85,6 +85,18 @@ func Mutants() []Mutant {
 			Old:      "if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {",
 			New:      "if true || errors.As(err, &cniErr) {",
 			Catchers: func() []Job { return ScriptJobs(func() *Script { return AmbiguousCommitScript(Modern) }) },
+		},
+		{
+			Name:   "fencing-disabled",
+			Breaks: "ADD commits without the address index, so an address freed behind a live attachment's back goes to a new pod",
+			File:   "ipam/guard/add.go",
+			Old:    "_, err = g.store.Commit(ctx, pending, &committed)",
+			New:    "_, err = g.store.Swap(ctx, pending.Attachment, pending, &committed)",
+			Catchers: func() []Job {
+				return ScriptJobs(
+					func() *Script { return OutsideReleaseScript(Modern, FileStore, OutsideCalicoDel) },
+					func() *Script { return OutsideReleaseScript(Legacy, EtcdStore, OutsideIPAMRelease) })
+			},
 		},
 	}
 }

@@ -35,6 +35,23 @@ func RandomJobs(seeds []uint64, control bool) []Job {
 	return jobs
 }
 
+// RegressionJobs replay seeds whose histories once failed, as the
+// generator made them then: without the outside actor, which came later
+// and changes a history from its first act on.
+func RegressionJobs(seeds []uint64) []Job {
+	jobs := make([]Job, 0, len(seeds))
+	for _, seed := range seeds {
+		setup := SetupFor(seed)
+		jobs = append(jobs, Job{Name: fmt.Sprintf("regression-seed-%d", seed), Seed: seed, Setup: setup,
+			Schedule: func() Schedule {
+				g := NewGenerator(seed, setup)
+				g.outside = nil
+				return g
+			}})
+	}
+	return jobs
+}
+
 // ScriptJobs are fixed histories. Scripts hold state: a script's job
 // builds it anew from make on every play.
 func ScriptJobs(scripts ...func() *Script) []Job {

@@ -81,6 +81,11 @@ func (s *Script) gc(node string, crashAt guard.Step, e Expect) *Script {
 	})
 }
 
+// outside makes an outside actor free the n-th attachment's address.
+func (s *Script) outside(n int, by string) *Script {
+	return s.then(func(m *Model) Step { return OutsideStep(m.Atts[n], by) })
+}
+
 func single(c Call, e Expect, note string) Step {
 	return Step{Calls: []Call{c}, Expect: []Expect{e}, Note: note}
 }
@@ -358,4 +363,40 @@ func RecordedRetryInOutageScript(store StoreKind) *Script {
 	})
 	s.retryAdd("web-1", "", Succeeds)
 	return s.start("web-2", node1, "", Succeeds)
+}
+
+// OutsideReleaseScript: web-0 runs alone in a block of four when an
+// outside actor frees its address. Three pods take the rest of the block;
+// Calico then hands web-0's address to web-4, whose ADD fencing must fail
+// with 11, keeping the address allocated; a retry gets 11 again while
+// web-0 runs. Once web-0 is deleted, which releases the quarantine too,
+// web-4's retried ADD succeeds. Without fencing, web-4 runs with web-0's
+// address: a duplicate.
+func OutsideReleaseScript(gen Generation, store StoreKind, by string) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("outside/%s/%s-%s", by, gen, store),
+		Setup: Setup{Generation: gen, Store: store, Nodes: 1, Pool: SinglePool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds).outside(0, by)
+	for _, pod := range []string{"web-1", "web-2", "web-3"} {
+		s.start(pod, node1, "", Succeeds)
+	}
+	s.start("web-4", node1, "", TryAgain).retryAdd("web-4", "", TryAgain)
+	s.then(func(m *Model) Step {
+		m.Retire("web-0")
+		return single(Call{Verb: Del, Node: node1, Att: m.Atts[0]}, Succeeds, "web-0 is deleted")
+	})
+	return s.retryAdd("web-4", "", Succeeds)
+}
+
+// OutsideScripts are the outside actor's scripts: a plain calico-ipam DEL
+// frees an address only where Calico keys it by container (3.x), a direct
+// release anywhere.
+func OutsideScripts() []func() *Script {
+	return []func() *Script{
+		func() *Script { return OutsideReleaseScript(Modern, FileStore, OutsideCalicoDel) },
+		func() *Script { return OutsideReleaseScript(Modern, EtcdStore, OutsideCalicoDel) },
+		func() *Script { return OutsideReleaseScript(Legacy, FileStore, OutsideIPAMRelease) },
+		func() *Script { return OutsideReleaseScript(Legacy, EtcdStore, OutsideIPAMRelease) },
+	}
 }

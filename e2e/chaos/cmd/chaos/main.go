@@ -100,11 +100,12 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	gens, stores := []chaos.Generation{chaos.Legacy, chaos.Modern}, []chaos.StoreKind{chaos.FileStore, chaos.EtcdStore}
 	crashes := r.play("crash matrix", bin, chaos.ScriptJobs(chaos.CrashMatrix(gens, stores)...))
 	outages := r.play("outage scripts", bin, chaos.ScriptJobs(outageScripts(gens, stores)...))
+	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
 	r.control(bin, seeds[:min(len(seeds), 8)])
 	if r.o.mutants {
 		r.mutants(root)
 	}
-	sum := chaos.Summarize(histories, crashes, outages)
+	sum := chaos.Summarize(histories, crashes, outages, outside)
 	return sum, !r.failed && sum.Failed == 0
 }
 
