@@ -10,6 +10,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/e2e/testbed"
 )
 
 func TestDatastoreInference(t *testing.T) {
@@ -122,17 +124,16 @@ func TestCalicoManifestConfigUsesCalicosEtcd(t *testing.T) {
 // calico-node's installer does, with the TLS file paths its manifest uses.
 func renderedCalicoConflist(t *testing.T) []byte {
 	t.Helper()
-	data, err := os.ReadFile("../../../shared/calico/calico-etcd.yaml")
+	tmpl, err := testbed.CalicoNetworkTemplate()
 	if err != nil {
 		t.Fatalf("Calico's manifest (shared/ beside the repo): %v", err)
 	}
-	_, tmpl, ok := strings.Cut(string(data), "cni_network_config: |-\n")
-	if !ok {
-		t.Fatal("no cni_network_config in calico-etcd.yaml")
+	conflist, err := testbed.RenderCalicoNetwork(tmpl, map[string]string{
+		"ETCD_ENDPOINTS": "https://10.0.0.10:2379", "ETCD_KEY_FILE": "/calico-secrets/etcd-key",
+		"ETCD_CERT_FILE": "/calico-secrets/etcd-cert", "ETCD_CA_CERT_FILE": "/calico-secrets/etcd-ca",
+		"CNI_MTU": "1440", "KUBECONFIG_FILEPATH": "/etc/cni/net.d/calico-kubeconfig"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	tmpl, _, _ = strings.Cut(tmpl, "\n---")
-	r := strings.NewReplacer("__ETCD_ENDPOINTS__", "https://10.0.0.10:2379", "__ETCD_KEY_FILE__", "/calico-secrets/etcd-key",
-		"__ETCD_CERT_FILE__", "/calico-secrets/etcd-cert", "__ETCD_CA_CERT_FILE__", "/calico-secrets/etcd-ca",
-		"__CNI_MTU__", "1440", "__KUBECONFIG_FILEPATH__", "/etc/cni/net.d/calico-kubeconfig")
-	return []byte(r.Replace(tmpl))
+	return conflist
 }
