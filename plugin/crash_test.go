@@ -27,29 +27,15 @@ import (
 // hold for it: such a record is replayed by ADD while the address goes to
 // another pod.
 
-var crashBuild struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-// crashBinDir builds safe-ipam with -tags crashpoints once.
-func crashBinDir(t *testing.T) string {
-	t.Helper()
-	crashBuild.once.Do(func() {
-		dir := filepath.Join(binDir, "crashpoints")
-		build := exec.Command("go", "build", "-tags", "crashpoints", "-o", filepath.Join(dir, "safe-ipam"), ".")
-		out, err := build.CombinedOutput()
-		if err != nil {
-			crashBuild.err = fmt.Errorf("building with crashpoints: %v\n%s", err, out)
-		}
-		crashBuild.dir = dir
-	})
-	if crashBuild.err != nil {
-		t.Fatal(crashBuild.err)
+// crashBinDir builds safe-ipam with -tags crashpoints, once.
+var crashBinDir = sync.OnceValues(func() (string, error) {
+	dir := filepath.Join(binDir, "crashpoints")
+	build := exec.Command("go", "build", "-tags", "crashpoints", "-o", filepath.Join(dir, "safe-ipam"), ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building with crashpoints: %v\n%s", err, out)
 	}
-	return crashBuild.dir
-}
+	return dir, nil
+})
 
 // node is one node's state: safe-ipam's records and host-local's leases.
 type node struct {
@@ -198,7 +184,10 @@ func (n node) checkSettled(t *testing.T, cid, when string) {
 }
 
 func TestPowerLossAtEveryCrashPoint(t *testing.T) {
-	crashDir := crashBinDir(t)
+	crashDir, err := crashBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	steps := map[string][]guard.Step{
 		"ADD": {guard.AddStart, guard.AddReserved, guard.AddDelegated, guard.AddCommitted},
 		"DEL": {guard.DelStart, guard.DelMarked, guard.DelReleased, guard.DelForgotten},
