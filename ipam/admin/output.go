@@ -17,10 +17,13 @@ type Output struct {
 // NewOutput is the output group with a command's default time limit.
 func NewOutput(limit time.Duration) *Output { return &Output{limit: limit} }
 
-// Register adds --json and --timeout.
+// Register adds --json, and --timeout for a command with a time limit
+// (NewOutput(0) has none: it stays until done, or until stopped).
 func (o *Output) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.JSON, "json", false, "print the report as JSON")
-	fs.DurationVar(&o.Timeout, "timeout", o.limit, "overall time limit")
+	if o.limit > 0 {
+		fs.DurationVar(&o.Timeout, "timeout", o.limit, "overall time limit")
+	}
 }
 
 // Resolve has nothing to check.

@@ -2,23 +2,21 @@ package doctor
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
-// Exit codes of doctor.
+// Exit codes of doctor: admin's, named for what they mean here.
 const (
-	ExitProtected    = 0
-	ExitNotProtected = 1
-	ExitError        = 2
+	ExitProtected    = admin.ExitOK
+	ExitNotProtected = admin.ExitAttention
+	ExitError        = admin.ExitError
 )
 
 const usage = `usage: safe-ipam doctor [flags]
@@ -33,40 +31,19 @@ infers them. It only reads. Exit 0 when protected, 1 when not, 2 on error.
 
 // Run is `safe-ipam doctor`.
 func Run(args []string, stdout, stderr io.Writer) int {
-	var n install.Node
-	var asJSON bool
-	var timeout time.Duration
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&n.BinDir, "cni-bin-dir", install.DefaultBinDir, "the node's CNI bin dir")
-	fs.StringVar(&n.ConfDir, "cni-conf-dir", install.DefaultConfDir, "the node's CNI config dir")
-	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
-	fs.DurationVar(&timeout, "timeout", 10*time.Second, "overall time limit")
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return ExitProtected
-		}
-		return ExitError
+	dirs, out := &admin.NodeDirs{}, admin.NewOutput(10*time.Second)
+	cmd := admin.NewCommand("doctor", usage, stderr, dirs, out)
+	if code, stop := cmd.ParseOrExit(args); stop {
+		return code
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "safe-ipam doctor: unexpected argument %q\n", fs.Arg(0))
-		return ExitError
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	n := install.Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
+	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
 	defer cancel()
 	r, err := Check(ctx, n)
 	if err != nil {
-		fmt.Fprintln(stderr, "safe-ipam doctor:", err)
-		return ExitError
+		return cmd.Fail(err)
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(r)
-	} else {
-		r.WriteTable(stdout)
-	}
+	_ = out.Print(stdout, r, func(w io.Writer) error { r.WriteTable(w); return nil })
 	if !r.Protected {
 		return ExitNotProtected
 	}

@@ -2,9 +2,7 @@ package install
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,49 +10,49 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 )
 
-// Exit codes of install and uninstall.
+// Exit codes of install and uninstall: admin's, named for what they mean
+// here (1: the node's state refused it, nothing changed).
 const (
-	ExitOK      = 0
-	ExitRefused = 1 // the node's state: nothing changed, the message says why
-	ExitError   = 2 // usage, or a failure of the command itself
+	ExitOK      = admin.ExitOK
+	ExitRefused = admin.ExitAttention
+	ExitError   = admin.ExitError
 )
 
 type cliFlags struct {
 	node          Node
 	mode          string
 	dryRun, watch bool
-	json          bool
+	out           *admin.Output
 	settle        time.Duration
 }
 
-func parseCLI(cmd string, args []string, stderr io.Writer) (*cliFlags, error) {
-	f := &cliFlags{}
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.node.BinDir, "cni-bin-dir", DefaultBinDir, "the node's CNI bin dir")
-	fs.StringVar(&f.node.ConfDir, "cni-conf-dir", DefaultConfDir, "the node's CNI config dir")
+// parseCLI parses install's or uninstall's flags; stop says the command
+// ends with code (after -h, or a bad flag already reported).
+func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code int, stop bool) {
+	f = &cliFlags{out: admin.NewOutput(0)}
+	dirs := &admin.NodeDirs{}
+	cmd := admin.NewCommand(name, cliUsage[name], stderr, dirs, f.out)
+	fs := cmd.Flags()
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would change and change nothing")
-	fs.BoolVar(&f.json, "json", false, "print the result as JSON")
-	if cmd == "install" {
+	if name == "install" {
 		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM`)
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
 	}
-	fs.Usage = func() { fmt.Fprint(stderr, cliUsage[cmd]); fs.PrintDefaults() }
-	if err := fs.Parse(args); err != nil {
-		return nil, err
+	if code, stop := cmd.ParseOrExit(args); stop {
+		return nil, code, true
 	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
+	f.node = Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	if f.watch && f.dryRun {
-		return nil, errors.New("--watch and --dry-run exclude each other")
+		return nil, cmd.Fail(errors.New("--watch and --dry-run exclude each other")), true
 	}
-	return f, nil
+	return f, 0, false
 }
 
 var cliUsage = map[string]string{
@@ -75,9 +73,9 @@ replaced, unless it changed since. Exit codes as install's.
 
 // RunInstall is `safe-ipam install`.
 func RunInstall(args []string, stdout, stderr io.Writer) int {
-	f, err := parseCLI("install", args, stderr)
-	if err != nil {
-		return usageExit(err, stderr)
+	f, code, stop := parseCLI("install", args, stderr)
+	if stop {
+		return code
 	}
 	mode, err := ModeNamed(f.mode)
 	if err != nil {
@@ -98,15 +96,14 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 
 // RunUninstall is `safe-ipam uninstall`.
 func RunUninstall(args []string, stdout, stderr io.Writer) int {
-	f, err := parseCLI("uninstall", args, stderr)
-	if err != nil {
-		return usageExit(err, stderr)
+	f, code, stop := parseCLI("uninstall", args, stderr)
+	if stop {
+		return code
 	}
 	names := []string{ModeConflist, ModeTakeover}
 	if f.mode != "" {
 		names = []string{f.mode}
 	}
-	code := ExitOK
 	for _, name := range names {
 		mode, err := ModeNamed(name)
 		if err != nil {
@@ -119,14 +116,6 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func usageExit(err error, stderr io.Writer) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return ExitOK
-	}
-	fmt.Fprintln(stderr, "safe-ipam:", err)
-	return ExitError
-}
-
 func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "safe-ipam %s: %v\n", cmd, err)
@@ -135,16 +124,14 @@ func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Wri
 		}
 		return ExitError
 	}
-	if f.json {
+	if f.out.JSON {
 		out := struct {
 			Mode    string   `json:"mode"`
 			DryRun  bool     `json:"dryRun"`
 			Changes []string `json:"changes"`
 			Notes   []string `json:"notes,omitempty"`
 		}{r.Mode, f.dryRun, r.Plan.Describe(), r.Notes}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(out)
+		_ = f.out.Print(stdout, out, nil)
 		return ExitOK
 	}
 	verb := "changed"

@@ -16,12 +16,14 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 )
 
 // Defaults, as on a kubeadm node with Calico.
 const (
-	DefaultBinDir  = "/opt/cni/bin"
-	DefaultConfDir = "/etc/cni/net.d"
+	DefaultBinDir  = admin.DefaultBinDir
+	DefaultConfDir = admin.DefaultConfDir
 )
 
 // Names of the files the modes touch.
