@@ -15,7 +15,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build tools test unit e2e e2e-runtime lint demo bench chaos clean
+.PHONY: all build tools test unit e2e e2e-runtime e2e-kubernetes kube-apiserver lint demo bench chaos clean
 
 all: build
 
@@ -27,11 +27,11 @@ tools:
 
 # Everything: lint, unit tests, fuzz seed corpora, and the e2e suite
 # (root and `ip netns` needed; with CI=true e2e fails instead of skipping).
-test: lint
+test: lint kube-apiserver
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
 # Everything but what needs root: the e2e suites and the chaos suite.
-unit:
+unit: kube-apiserver
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/chaos' -e '/e2e/runtime$$')
 
 e2e:
@@ -42,6 +42,18 @@ e2e:
 # runs it against a real calico-ipam.
 e2e-runtime:
 	$(GO) test -count=1 -timeout 20m -v ./e2e/runtime/...
+
+# The real kube-apiserver the Kubernetes tests start, built once per
+# version into a cache outside the tree (a cold build takes 6 to 12
+# minutes on 2 cores; then seconds). See scripts/kube-apiserver.sh.
+kube-apiserver:
+	@bash scripts/kube-apiserver.sh >/dev/null
+
+# The tests against a real kube-apiserver: the harness, pods as liveness,
+# --kubeconfig in audit and repair. CALICO_IPAM=path runs them against a
+# real calico-ipam where they run one.
+e2e-kubernetes: kube-apiserver
+	$(GO) test -count=1 -timeout 20m -v -run 'Kube|Pods' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

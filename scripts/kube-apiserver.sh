@@ -56,7 +56,7 @@ mkdir -p "$dir"
 tmp="$(mktemp "$dir/.kube-apiserver.XXXXXX")"
 trap 'rm -f "$tmp"' EXIT
 echo "kube-apiserver.sh: building kube-apiserver $version into $dir (a cold build takes minutes)" >&2
-(cd "$module" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+(cd "$module" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -ldflags "$ldflags" -o "$tmp" k8s.io/kubernetes/cmd/kube-apiserver)
 chmod 0755 "$tmp"
 # Rename into place: a build cut short never leaves a binary that looks done.
 mv "$tmp" "$bin"
