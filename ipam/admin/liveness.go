@@ -17,6 +17,10 @@ type Liveness struct {
 	// CRIEndpoint is the runtime's CRI socket; a runtime that does not
 	// answer is an error (incident 003), never "nothing runs".
 	CRIEndpoint string
+	// Kubeconfig reaches the Kubernetes API: the pods bound to the node
+	// are what should run. It names pods and addresses, not containers,
+	// so only pod-name handles and addresses are judged from it.
+	Kubeconfig string
 
 	node     *Calico
 	explicit bool
@@ -25,11 +29,12 @@ type Liveness struct {
 // NewLiveness is the liveness group, on the node that node resolves.
 func NewLiveness(node *Calico) *Liveness { return &Liveness{node: node} }
 
-// Register adds --live, --cni-cache and --cri-endpoint.
+// Register adds --live, --cni-cache, --cri-endpoint and --kubeconfig.
 func (l *Liveness) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.File, "live", "", `JSON list of {"containerID","ifname"} known to be running (optionally with "network", "podNamespace", "podName", "ips")`)
 	fs.StringVar(&l.CNICache, "cni-cache", liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
 	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its READY pod sandboxes are what runs on this node")
+	fs.StringVar(&l.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API: the pods bound to this node (spec.nodeName) are what should run; it names pods and addresses, not containers (needs deploy/safe-ipam-rbac.yaml's ClusterRole)")
 }
 
 // Resolve checks that one source is named and that its node is known: a
@@ -38,26 +43,26 @@ func (l *Liveness) Register(fs *flag.FlagSet) {
 func (l *Liveness) Resolve(cmd *Command) error {
 	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
 	named := 0
-	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != ""} {
+	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != "", l.Kubeconfig != ""} {
 		if given {
 			named++
 		}
 	}
 	if named > 1 {
-		return errors.New("--live, --cni-cache and --cri-endpoint are three liveness sources; give one")
+		return errors.New("--live, --cni-cache, --cri-endpoint and --kubeconfig are liveness sources; give one")
 	}
 	l.explicit = named == 1
-	if l.CRIEndpoint != "" || l.File != "" {
+	if l.CRIEndpoint != "" || l.File != "" || l.Kubeconfig != "" {
 		l.CNICache = "" // the default cache is not read beside a named source
 	}
-	if l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" {
+	if l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" && l.Kubeconfig == "" {
 		return nil
 	}
 	if l.node.NodeErr != nil {
 		return fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", l.node.NodeErr)
 	}
 	if l.node.Node == "" && l.File == "" {
-		return errors.New(`--node "" (every node) needs --live; a CNI cache or a runtime lists one node's attachments`)
+		return errors.New(`--node "" (every node) needs --live; a CNI cache, a runtime or the pods API lists one node's attachments`)
 	}
 	return nil
 }
@@ -73,6 +78,8 @@ func (l *Liveness) Source() liveness.Source {
 		return liveness.File{Path: l.File, Node: l.node.Node}
 	case l.CRIEndpoint != "":
 		return liveness.CRI{Endpoint: l.CRIEndpoint, Node: l.node.Node}
+	case l.Kubeconfig != "":
+		return liveness.Pods{Kubeconfig: l.Kubeconfig, Node: l.node.Node}
 	case l.CNICache != "":
 		return liveness.CNICache{Dir: l.CNICache, Node: l.node.Node}
 	}

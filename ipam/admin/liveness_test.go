@@ -24,6 +24,12 @@ func TestLivenessFlags(t *testing.T) {
 		{"runtime and cache", []string{"--node", "n1", "--cri-endpoint", "/run/c.sock", "--cni-cache", "/var/lib/cni/results"}, true, nil},
 		{"runtime and file", []string{"--node", "n1", "--cri-endpoint", "/run/c.sock", "--live", "live.json"}, true, nil},
 		{"runtime for every node", []string{"--node", "", "--cri-endpoint", "/run/c.sock"}, true, nil},
+		{"pods API", []string{"--node", "n1", "--kubeconfig", "/etc/kubernetes/admin.conf"}, false,
+			liveness.Pods{Kubeconfig: "/etc/kubernetes/admin.conf", Node: "n1"}},
+		{"pods API and runtime", []string{"--node", "n1", "--kubeconfig", "kc", "--cri-endpoint", "/run/c.sock"}, true, nil},
+		{"pods API and file", []string{"--node", "n1", "--kubeconfig", "kc", "--live", "live.json"}, true, nil},
+		{"pods API and cache", []string{"--node", "n1", "--kubeconfig", "kc", "--cni-cache", "/var/lib/cni/results"}, true, nil},
+		{"pods API for every node", []string{"--node", "", "--kubeconfig", "kc"}, true, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

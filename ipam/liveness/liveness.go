@@ -40,6 +40,12 @@ type View struct {
 	// ifnames): every interface of a listed container runs, so a record
 	// for another ifname (net1) of it must not look gone.
 	ContainersOnly bool
+	// PodsOnly marks a source that names pods and their addresses but no
+	// containers or interfaces (the Kubernetes API). It cannot say that a
+	// container stopped, so every container looks running in it: a record
+	// or a container-keyed handle is never judged gone from it. Only
+	// pod-name handles and addresses are judged.
+	PodsOnly bool
 
 	containers map[string]bool
 	pods       map[string]bool
@@ -89,16 +95,22 @@ func (v *View) Covers(node string) bool {
 
 // ListsAttachment says whether the container's interface runs. A view
 // that names containers only says so for every interface of a listed
-// container.
+// container; one that names no containers, for every attachment.
 func (v *View) ListsAttachment(containerID, ifname string) bool {
+	if v.PodsOnly {
+		return true
+	}
 	if v.ContainersOnly {
 		return v.containers[containerID]
 	}
 	return v.attach[[2]string{containerID, ifname}]
 }
 
-// ListsContainer says whether any interface of the container runs.
-func (v *View) ListsContainer(containerID string) bool { return v.containers[containerID] }
+// ListsContainer says whether any interface of the container runs. A
+// view that names no containers says so of every container.
+func (v *View) ListsContainer(containerID string) bool {
+	return v.PodsOnly || v.containers[containerID]
+}
 
 // ListsPod says whether a container of pod "namespace.name" runs.
 func (v *View) ListsPod(namespaceDotName string) bool { return v.pods[namespaceDotName] }

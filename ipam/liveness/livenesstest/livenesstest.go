@@ -19,7 +19,8 @@ type Backend interface {
 	// Node is the node the source speaks for.
 	Node() string
 	// Start makes an attachment of pod namespace/name run and returns it
-	// as the source must list it (a runtime chooses its own container ID).
+	// as the source must list it (a runtime chooses its own container ID;
+	// a source that names no containers, PodsOnly, returns it without).
 	Start(t *testing.T, namespace, name string) liveness.Attachment
 	// Stop makes it stop running.
 	Stop(t *testing.T, a liveness.Attachment)
@@ -45,7 +46,23 @@ func read(t *testing.T, b Backend) *liveness.View {
 	if v.Node != b.Node() || !v.Covers(b.Node()) {
 		t.Fatalf("view speaks for node %q, want %q", v.Node, b.Node())
 	}
+	namesContainers(t, v)
 	return v
+}
+
+// namesContainers: a source whose entries carry no container ID must say
+// so (PodsOnly), or every record and container-keyed handle would look
+// gone in it; and such a view must never call a container gone.
+func namesContainers(t *testing.T, v *liveness.View) {
+	t.Helper()
+	for _, a := range v.Attachments {
+		if a.ContainerID == "" && !v.PodsOnly {
+			t.Errorf("%s lists %+v without a container ID but is not PodsOnly", v.Source, a)
+		}
+	}
+	if v.PodsOnly && (!v.ListsContainer("never-started") || !v.ListsAttachment("never-started", "eth0")) {
+		t.Errorf("%s names no containers, yet calls one gone", v.Source)
+	}
 }
 
 // empty: a healthy source with nothing running answers an empty view;
@@ -84,7 +101,9 @@ func forgetsStopped(t *testing.T, b Backend) {
 	c := b.Start(t, "default", "web-1")
 	b.Stop(t, a)
 	v := read(t, b)
-	if v.ListsContainer(a.ContainerID) || v.ListsPod("default.web-0") {
+	// A PodsOnly view lists every container (it cannot tell one stopped);
+	// the pod and its addresses are what it forgets.
+	if (!v.PodsOnly && v.ListsContainer(a.ContainerID)) || v.ListsPod("default.web-0") {
 		t.Errorf("stopped %+v still listed: %+v", a, v.Attachments)
 	}
 	if !v.ListsAttachment(c.ContainerID, c.IfName) {
