@@ -50,10 +50,11 @@ kube-apiserver:
 	@bash scripts/kube-apiserver.sh >/dev/null
 
 # The tests against a real kube-apiserver: the harness, pods as liveness,
-# --kubeconfig in audit and repair. CALICO_IPAM=path runs them against a
+# --kubeconfig in audit and repair (tests named TestKube* or
+# TestPodsSource*). CALICO_IPAM=path runs them against a
 # real calico-ipam where they run one.
 e2e-kubernetes: kube-apiserver
-	$(GO) test -count=1 -timeout 20m -v -run 'Kube|Pods' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/...
+	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|PodsSource)' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

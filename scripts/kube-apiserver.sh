@@ -53,6 +53,14 @@ ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$version"
 ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitMajor=$major -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
 mkdir -p "$dir"
+# Test packages that start at once on a cold cache build it once: the
+# others wait for the lock and find the binary.
+exec 9>"$dir/.lock"
+flock 9
+if [ -x "$bin" ]; then
+	echo "$bin"
+	exit 0
+fi
 tmp="$(mktemp "$dir/.kube-apiserver.XXXXXX")"
 trap 'rm -f "$tmp"' EXIT
 echo "kube-apiserver.sh: building kube-apiserver $version into $dir (a cold build takes minutes)" >&2
