@@ -170,7 +170,7 @@ func (c *Containerd) Stop() {
 	}
 	done := make(chan error, 1)
 	go func() { done <- c.nsenter.Wait() }()
-	_ = syscall.Kill(c.pid, syscall.SIGCONT) // a frozen containerd cannot exit
+	_ = c.Thaw() // a frozen containerd cannot exit
 	_ = syscall.Kill(c.pid, syscall.SIGTERM)
 	select {
 	case <-done:
@@ -193,8 +193,14 @@ func (c *Containerd) Restart(ctx context.Context) error {
 // but nothing answers, as with a hung runtime. Thaw resumes it.
 func (c *Containerd) Freeze() error { return c.signal(syscall.SIGSTOP) }
 
-// Thaw resumes a frozen containerd.
-func (c *Containerd) Thaw() error { return c.signal(syscall.SIGCONT) }
+// Thaw resumes a frozen containerd. nsenter stops itself when its child
+// stops (job control), so it is resumed too, or it never reaps containerd.
+func (c *Containerd) Thaw() error {
+	if c.nsenter != nil {
+		_ = c.nsenter.Process.Signal(syscall.SIGCONT)
+	}
+	return c.signal(syscall.SIGCONT)
+}
 
 func (c *Containerd) signal(sig syscall.Signal) error {
 	if c.pid == 0 {
