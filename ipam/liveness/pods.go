@@ -17,9 +17,10 @@ import (
 // that does not answer in time is unreadable, never empty (incident 003).
 const DefaultPodsTimeout = 10 * time.Second
 
-// podsPage is the page size of the list: a node holds at most a few
-// hundred pods, but a page bounds what one answer costs the API server.
-const podsPage = 500
+// DefaultPodsPage is the page size of the list: a node holds at most a
+// few hundred pods, but a page bounds what one answer costs the API
+// server.
+const DefaultPodsPage = 500
 
 // Pods is the Kubernetes API's view of one node: the attachments that
 // should exist are the pods bound to it (spec.nodeName), with their
@@ -40,6 +41,8 @@ type Pods struct {
 	Node       string
 	// Timeout bounds one Read; 0 means DefaultPodsTimeout.
 	Timeout time.Duration
+	// PageSize is how many pods one answer holds; 0 means DefaultPodsPage.
+	PageSize int64
 }
 
 // Read lists the node's pods. An API error, a timeout or missing RBAC is
@@ -66,7 +69,11 @@ func (p Pods) Read(ctx context.Context) (*View, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	atts, err := nodePods(ctx, client, p.Node)
+	page := p.PageSize
+	if page <= 0 {
+		page = DefaultPodsPage
+	}
+	atts, err := nodePods(ctx, client, p.Node, page)
 	if err != nil {
 		return nil, fmt.Errorf("pods API %s (kubeconfig %s): %w", cfg.Host, p.Kubeconfig, err)
 	}
@@ -77,8 +84,8 @@ func (p Pods) Read(ctx context.Context) (*View, error) {
 
 // nodePods lists every pod bound to node, page by page. The pages come
 // from one consistent snapshot; an expired continuation fails the read.
-func nodePods(ctx context.Context, client kubernetes.Interface, node string) ([]Attachment, error) {
-	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), Limit: podsPage}
+func nodePods(ctx context.Context, client kubernetes.Interface, node string, page int64) ([]Attachment, error) {
+	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), Limit: page}
 	var atts []Attachment
 	for {
 		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)

@@ -102,6 +102,7 @@ func TestPodsSource(t *testing.T) { livenesstest.Run(t, newPodsBackend) }
 // ADD may be running) and one being deleted (its DEL may be running) are
 // listed as holding what they hold; a finished pod by name only; a
 // host-network pod without the node's addresses; another node's pods not.
+// However many pages the list takes.
 func TestPodsSourceListsInFlightPods(t *testing.T) {
 	srv := kube.Get(t)
 	node, other := newNode(t), newNode(t)
@@ -141,7 +142,8 @@ func TestPodsSourceListsInFlightPods(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	v, err := liveness.Pods{Kubeconfig: user(t, srv, "safe-ipam"), Node: node}.Read(t.Context())
+	// Pages of one pod: the list must follow every continuation.
+	v, err := liveness.Pods{Kubeconfig: user(t, srv, "safe-ipam"), Node: node, PageSize: 1}.Read(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
