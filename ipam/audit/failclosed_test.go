@@ -126,3 +126,21 @@ func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
 		})
 	}
 }
+
+// A running pod's address that Calico has free is an early release, in
+// whichever form the source gives it: the CNI cache writes "10.0.0.1/26",
+// CRI and the pods API a bare address.
+func TestLiveAddressFreeInCalicoIsAnEarlyRelease(t *testing.T) {
+	for _, form := range []string{"10.244.0.9/26", "10.244.0.9"} {
+		t.Run(form, func(t *testing.T) {
+			w := newWorld(t)
+			w.allocate(blk, "node1", "net1.other", podAttrs("other"))
+			live := w.liveFile(liveness.Attachment{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9", IPs: []string{form}},
+				liveness.Attachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "other"})
+			_, rep, _ := w.run(false, "--live", live)
+			if f := find(rep.Findings, EarlyRelease); f == nil || f.Address != "10.244.0.9" {
+				t.Fatalf("findings %+v; want 10.244.0.9 early-released", rep.Findings)
+			}
+		})
+	}
+}

@@ -205,14 +205,22 @@ func (a *analysis) checkLiveAddresses() {
 	}
 	for _, att := range l.Attachments {
 		for _, ip := range att.IPs {
-			addr, err := netip.ParsePrefix(ip)
-			if err != nil || len(a.recByAddr[addr.Addr()]) > 0 || a.byAddr[addr.Addr()] != nil {
+			addr, ok := liveness.ParseAddr(ip) // runtimes give "10.0.0.1/26", CRI and the pods API "10.0.0.1"
+			if !ok || len(a.recByAddr[addr]) > 0 || a.byAddr[addr] != nil {
 				continue // recorded (checked above) or allocated
 			}
-			a.add(Finding{Kind: EarlyRelease, Address: addr.Addr().String(), Node: l.Node,
-				Why: fmt.Sprintf("running container %s/%s holds the address (%s) but Calico has it free", att.ContainerID, att.IfName, l.Source)})
+			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Node: l.Node,
+				Why: fmt.Sprintf("running %s holds the address (%s) but Calico has it free", liveName(att), l.Source)})
 		}
 	}
+}
+
+// liveName names a running attachment by what its source knows of it.
+func liveName(att liveness.Attachment) string {
+	if att.ContainerID == "" {
+		return "pod " + att.PodNamespace + "/" + att.PodName
+	}
+	return "container " + att.ContainerID + "/" + att.IfName
 }
 
 func (a *analysis) checkOrphans() {
