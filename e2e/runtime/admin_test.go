@@ -12,8 +12,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/testbed"
 )
 
-// The runtime as the liveness source of the admin commands, against the
-// real containerd: a sandbox whose DEL never reached safe-ipam (incident
+// The runtime as the liveness source of the admin commands (audit, repair,
+// adopt, gc), against the real containerd: a sandbox whose DEL never reached safe-ipam (incident
 // 001) is found by audit and collected by `safe-ipam gc --apply`; a
 // running one never is; a runtime that is stopped or does not answer is
 // exit 2 with nothing changed (incident 003), and so is one that lists
@@ -35,6 +35,11 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 		if !strings.Contains(out, "would release") || !containsLine(out, "would release", orphan) || containsLine(out, "would release", running) {
 			t.Errorf("the dry run should release %s only:\n%s", short(orphan), out)
 		}
+		n.assertUnchanged(before)
+	})
+	t.Run("adopt", func(t *testing.T) {
+		// The running sandbox has its record: nothing to adopt.
+		n.admin(t, 0, "adopt", "--conf", n.conflist(), cri)
 		n.assertUnchanged(before)
 	})
 	t.Run("audit", func(t *testing.T) {
@@ -59,6 +64,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 				{"gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, "--apply", "--timeout", "3s", cri},
 				{"audit", "--conf", n.conflist(), "--min-age", "0s", "--timeout", "3s", cri},
 				{"repair", "--conf", n.conflist(), "--min-age", "0s", "--settle", "0s", "--apply", "--timeout", "3s", cri},
+				{"adopt", "--conf", n.conflist(), "--apply", "--timeout", "3s", cri},
 			} {
 				out := n.admin(t, 2, args...)
 				t.Logf("%s: %s", args[0], firstLine(out))
