@@ -29,6 +29,9 @@ func readEntries(ctx context.Context, l *admin.Liveness, node string) (string, [
 	if err != nil {
 		return "", nil, nil, err
 	}
+	if err := view.NeedContainers("adopt"); err != nil {
+		return "", nil, nil, err
+	}
 	entries := make([]Entry, 0, len(view.Attachments))
 	for _, a := range view.Attachments {
 		if a.IfName == "" && view.ContainersOnly {

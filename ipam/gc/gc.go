@@ -66,6 +66,9 @@ func (c *Collector) Plan(ctx context.Context) (*guard.GCPlan, *Report, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("liveness source: %w", err)
 	}
+	if err := view.NeedContainers("gc"); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
+	}
 	if !view.Covers(c.Guard.Node()) {
 		return nil, nil, fmt.Errorf("%w: %s speaks for node %q, not %q", ErrUntrusted, view.Source, view.Node, c.Guard.Node())
 	}

@@ -228,3 +228,16 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 }
+
+// The pods API names no containers: every record would look running, so
+// gc refuses it instead of reporting everything as kept.
+func TestPodsOnlySourceIsRefused(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "gone", "eth0", time.Hour)
+	v := liveness.NewView("pods test", "node1", []liveness.Attachment{{PodNamespace: "default", PodName: "web-0"}})
+	c := newCollector(t, n, v)
+	v.ContainersOnly, v.PodsOnly = false, true
+	if _, _, err := c.Plan(t.Context()); !errors.Is(err, gc.ErrUntrusted) || !strings.Contains(err.Error(), "not containers") {
+		t.Fatalf("plan with a pods-only view: %v; want it refused", err)
+	}
+}

@@ -129,3 +129,13 @@ func (v *View) PodNamesGap() string {
 	return fmt.Sprintf("%s cannot speak for pod names: %d of its %d entries carry neither podNamespace and podName nor ips",
 		v.Source, v.podBlind, len(v.Attachments))
 }
+
+// NeedContainers refuses a view that names no containers for a command
+// (gc, adopt) that can act only on attachments it can name: from the pods
+// API, every record would look running (gc) or nameless (adopt).
+func (v *View) NeedContainers(command string) error {
+	if v.PodsOnly {
+		return fmt.Errorf("%s names pods and their addresses, not containers: %s needs --cri-endpoint, --cni-cache or --live", v.Source, command)
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
@@ -140,5 +141,16 @@ func TestPodNamesGap(t *testing.T) {
 				t.Fatalf("gap %v (%q), want %v", got, v.PodNamesGap(), tt.gap)
 			}
 		})
+	}
+}
+
+func TestNeedContainers(t *testing.T) {
+	v := liveness.NewView("pods", "n", []liveness.Attachment{{PodNamespace: "ns", PodName: "p"}})
+	if err := v.NeedContainers("adopt"); err != nil {
+		t.Fatalf("a view that names containers refused: %v", err)
+	}
+	v.PodsOnly = true
+	if err := v.NeedContainers("adopt"); err == nil || !strings.Contains(err.Error(), "adopt needs --cri-endpoint") {
+		t.Fatalf("a pods-only view: %v; want it refused", err)
 	}
 }
