@@ -25,7 +25,7 @@ const (
 )
 
 // simulatorEnv selects the generation in the simulator. A real
-// calico-ipam is always modern; see rekeyToPodHandle.
+// calico-ipam is always modern; see RekeyToPodHandle.
 func (g Generation) simulatorEnv(bin Binaries) []string {
 	if bin.RealCalico {
 		return nil
@@ -36,21 +36,22 @@ func (g Generation) simulatorEnv(bin Binaries) []string {
 	return []string{"CALICO_SIM_HANDLES=modern"}
 }
 
-// rekeyToPodHandle gives a real (modern) calico-ipam's allocation for sb
+// RekeyToPodHandle gives a real (modern) calico-ipam's allocation for a
+// pod's container
 // the handle Calico 2.x would have used: it moves the addresses of
 // <network>.<containerID> to namespace.podname, in Calico's format, as an
 // upgraded cluster carries them. It does so only for addresses whose
 // attributes name the pod, that is when calico-ipam itself saw the pod's
 // identity on ADD; without it Calico 2.x keyed by container ID, which
 // changes nothing a DEL does.
-func rekeyToPodHandle(ctx context.Context, cli *clientv3.Client, network string, sb Sandbox) error {
-	if sb.Pod.Name == "" {
+func RekeyToPodHandle(ctx context.Context, cli *clientv3.Client, network, containerID string, pod Pod) error {
+	if pod.Name == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	from, to := network+"."+sb.ContainerID(), sb.Pod.Namespace+"."+sb.Pod.Name
-	r := rekey{from: from, to: to, pod: sb.Pod}
+	from, to := network+"."+containerID, pod.Namespace+"."+pod.Name
+	r := rekey{from: from, to: to, pod: pod}
 	if err := r.plan(ctx, cli); err != nil {
 		return fmt.Errorf("moving %s to legacy handle %s: %w", from, to, err)
 	}

@@ -45,7 +45,7 @@ func TestRekeyToPodHandle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := rekeyToPodHandle(ctx, cli, "net", sb); err != nil {
+			if err := RekeyToPodHandle(ctx, cli, "net", sb.ContainerID(), sb.Pod); err != nil {
 				t.Fatal(err)
 			}
 			snap, err := calicosim.State(ctx, cli)

@@ -94,7 +94,7 @@ func (n *Node) Add(ctx context.Context, network string, sb Sandbox) (*current.Re
 		return nil, fmt.Errorf("cnitool add %s %s: decoding result %q: %w", network, sb.Netns.Name, out, err)
 	}
 	if n.Generation == Legacy && n.Bin.RealCalico {
-		if err := rekeyToPodHandle(ctx, n.Calico, network, sb); err != nil {
+		if err := RekeyToPodHandle(ctx, n.Calico, network, sb.ContainerID(), sb.Pod); err != nil {
 			return nil, err
 		}
 	}
