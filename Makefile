@@ -19,8 +19,11 @@ TOOLS := github.com/containernetworking/cni/cnitool \
 
 all: build
 
+# safe-ipam is the CNI binary (-tags cnionly: only what a CNI call needs);
+# safe-ipam-admin holds the admin commands, which safe-ipam hands to it.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam ./plugin
+	$(GO) build -tags cnionly -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam ./plugin
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam-admin ./plugin
 
 tools:
 	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo ./e2e/cmd/linklocal-gateway $(TOOLS)

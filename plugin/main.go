@@ -1,23 +1,24 @@
 // Command safe-ipam is a CNI IPAM plugin that fronts calico-ipam and makes
 // DEL safe: no DEL can release addresses by pod name. Run without
 // CNI_COMMAND it offers admin subcommands.
+//
+// It builds two ways. By default it holds every admin command, and is
+// installed as safe-ipam-admin. Built with -tags cnionly it is the CNI
+// binary, safe-ipam: it links only what a CNI call needs (the admin
+// commands bring the Kubernetes and CRI clients, whose package init every
+// CNI call would pay) and runs the other admin commands by executing
+// safe-ipam-admin from its own directory.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/safe-ipam/safe-ipam/ipam/adopt"
-	"github.com/safe-ipam/safe-ipam/ipam/audit"
-	"github.com/safe-ipam/safe-ipam/ipam/doctor"
-	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
@@ -89,56 +90,3 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 	defer c.trace.Mark(logging.MarkRan)
 	return run(ctx, g, env)
 }
-
-func runAdmin(args []string) int {
-	switch args[0] {
-	case "version", "--version":
-		fmt.Printf("safe-ipam %s (CNI %v)\n", Version, supported.SupportedVersions())
-		return 0
-	case "audit":
-		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
-	case "repair":
-		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
-	case "adopt":
-		return adopt.Run(args[1:], os.Stdout, os.Stderr)
-	case "gc":
-		return gc.Run(args[1:], os.Stdout, os.Stderr)
-	case "install":
-		return install.RunInstall(args[1:], os.Stdout, os.Stderr)
-	case "uninstall":
-		return install.RunUninstall(args[1:], os.Stdout, os.Stderr)
-	case "doctor":
-		return doctor.Run(args[1:], os.Stdout, os.Stderr)
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return 0
-	}
-	fmt.Fprintf(os.Stderr, "safe-ipam: unknown command %q\n\n%s", args[0], usage)
-	return 2
-}
-
-const usage = `safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
-
-As a CNI plugin it is run by the container runtime with CNI_COMMAND set
-(ADD, DEL, CHECK, GC, STATUS, VERSION) and its config on stdin.
-
-Admin commands (CNI_COMMAND unset):
-  safe-ipam audit       report pod-name handles, early releases, duplicates,
-                        leaks, orphan records and inconsistencies in Calico's
-                        etcd data (safe-ipam audit -h for flags)
-  safe-ipam repair      plan, and with --apply make, only proven fixes
-  safe-ipam adopt       give the pods that already run on this node (from the
-                        CNI cache, --live or --cri-endpoint) records, with the
-                        handle Calico holds their addresses under; reports
-                        early releases (--conf FILE, --apply)
-  safe-ipam gc          CNI GC where the runtime sends none: release this
-                        node's records that the runtime (--cri-endpoint) or
-                        another liveness source does not list (--apply)
-  safe-ipam install     put safe-ipam in front of calico-ipam on this node
-                        (--mode takeover|conflist, --dry-run, --watch to keep
-                        it there while calico-node re-installs itself)
-  safe-ipam uninstall   take it off again, restoring what install replaced
-  safe-ipam doctor      is this node protected? exit 0 yes, 1 no, 2 error
-  safe-ipam version     print the version and the CNI versions it speaks
-  safe-ipam help        this text
-`

@@ -170,7 +170,7 @@ func (r *rig) build(ctx context.Context) error {
 		pkgs = append(pkgs, "./e2e/cmd/calico-ipam")
 	}
 	for _, args := range [][]string{
-		{"build", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam"), "./plugin"},
+		{"build", "-tags", "cnionly", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam"), "./plugin"},
 		append([]string{"build", "-o", r.binDir + "/"}, pkgs...),
 	} {
 		cmd := exec.CommandContext(ctx, "go", args...)

@@ -11,7 +11,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -65,7 +64,7 @@ func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record) stri
 	}
 	own := map[netip.Addr]bool{}
 	for _, ip := range rec.IPs {
-		if a, ok := liveness.ParseAddr(ip); ok {
+		if a, ok := record.ParseAddr(ip); ok {
 			own[a] = true
 		}
 	}

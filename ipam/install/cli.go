@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -82,7 +83,7 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "safe-ipam install:", err)
 		return ExitError
 	}
-	self, err := os.Executable()
+	self, err := cniBinary()
 	if err != nil {
 		fmt.Fprintln(stderr, "safe-ipam install: finding its own binary:", err)
 		return ExitError
@@ -162,4 +163,32 @@ func runWatch(f *cliFlags, mode Mode, self string, stderr io.Writer) int {
 		return ExitError
 	}
 	return ExitOK
+}
+
+// AdminBinary is the name of the full build, which runs the admin
+// commands; CNIBinary is the lean build the runtime runs.
+const (
+	AdminBinary = "safe-ipam-admin"
+	CNIBinary   = "safe-ipam"
+)
+
+// cniBinary is the binary install puts on the node: the lean CNI build
+// beside this one when this is safe-ipam-admin (the CNI build hands admin
+// commands to it), else this one.
+func cniBinary() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return cniBinaryBeside(self), nil
+}
+
+func cniBinaryBeside(self string) string {
+	if filepath.Base(self) == AdminBinary {
+		lean := filepath.Join(filepath.Dir(self), CNIBinary)
+		if info, err := os.Stat(lean); err == nil && info.Mode().IsRegular() {
+			return lean
+		}
+	}
+	return self
 }

@@ -10,6 +10,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // Attachment is an attachment known to be running.
@@ -79,14 +81,8 @@ func NewView(source, node string, atts []Attachment) *View {
 	return v
 }
 
-// ParseAddr reads an address given as a prefix ("10.0.0.1/26") or bare.
-func ParseAddr(s string) (netip.Addr, bool) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Addr(), true
-	}
-	addr, err := netip.ParseAddr(s)
-	return addr, err == nil
-}
+// ParseAddr reads an address given as a prefix or bare (record.ParseAddr).
+func ParseAddr(s string) (netip.Addr, bool) { return record.ParseAddr(s) }
 
 // Covers says whether the view speaks for node. A nil view covers none.
 func (v *View) Covers(node string) bool {

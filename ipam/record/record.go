@@ -4,6 +4,7 @@ package record
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
 	"time"
 	"unicode/utf8"
@@ -112,3 +113,14 @@ func ValidateNode(node string) error {
 }
 
 var nodeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
+
+// ParseAddr reads an address given as a prefix ("10.0.0.1/26", as results
+// and records carry it) or bare ("10.0.0.1", as CRI and the pods API give
+// it).
+func ParseAddr(s string) (netip.Addr, bool) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Addr(), true
+	}
+	addr, err := netip.ParseAddr(s)
+	return addr, err == nil
+}

@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -27,7 +26,7 @@ import (
 
 // AddressKey is the index key of addr ("10.0.0.1" or "10.0.0.1/26") in network.
 func AddressKey(prefix, network, addr string) string {
-	if a, ok := liveness.ParseAddr(addr); ok {
+	if a, ok := record.ParseAddr(addr); ok {
 		addr = a.String()
 	}
 	return prefix + "/addresses/" + network + "/" + addr

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -25,7 +24,7 @@ import (
 // start with a letter or digit.
 
 func (s *Store) addressLink(network, addr string) string {
-	if a, ok := liveness.ParseAddr(addr); ok {
+	if a, ok := record.ParseAddr(addr); ok {
 		addr = a.String()
 	}
 	return filepath.Join(s.networkDir(network), "@"+addr)

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The CNI binary runs on every pod start and stop, and pays every linked
+// package's init each time: built with -tags cnionly it must link none of
+// the admin commands, nor the Kubernetes and CRI clients they bring.
+func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "cnionly", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range []string{"/ipam/audit", "/ipam/adopt", "/ipam/gc", "/ipam/install", "/ipam/doctor", "/ipam/admin", "/ipam/liveness",
+		"k8s.io/client-go/", "k8s.io/cri-api/", "github.com/fsnotify/"} {
+		for _, dep := range strings.Fields(string(out)) {
+			if strings.Contains(dep+"/", pkg+"/") || strings.HasPrefix(dep, pkg) {
+				t.Errorf("the CNI build links %s", dep)
+				break
+			}
+		}
+	}
+}
+
+// safe-ipam (the CNI build) answers version itself and hands the other
+// admin commands to safe-ipam-admin beside it, with their exit codes.
+func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {
+	dir := t.TempDir()
+	for name, tags := range map[string][]string{"safe-ipam": {"-tags", "cnionly"}, "safe-ipam-admin": nil} {
+		args := append(append([]string{"build"}, tags...), "-o", filepath.Join(dir, name), ".")
+		if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", name, err, out)
+		}
+	}
+	run := func(args ...string) (int, string) {
+		cmd := exec.Command(filepath.Join(dir, "safe-ipam"), args...)
+		cmd.Env = append(os.Environ(), "CNI_COMMAND=")
+		out, _ := cmd.CombinedOutput()
+		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	if code, out := run("version"); code != 0 || !strings.Contains(out, "safe-ipam") {
+		t.Fatalf("version: exit %d, %s", code, out)
+	}
+	if code, out := run("audit", "-h"); code != 0 || !strings.Contains(out, "Usage: safe-ipam audit") {
+		t.Fatalf("audit -h through safe-ipam-admin: exit %d, %s", code, out)
+	}
+	if code, out := run("doctor", "--bogus"); code != 2 || !strings.Contains(out, "bogus") {
+		t.Fatalf("a bad flag through safe-ipam-admin: exit %d, %s", code, out)
+	}
+	if err := os.Remove(filepath.Join(dir, "safe-ipam-admin")); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := run("audit"); code != 2 || !strings.Contains(out, "safe-ipam-admin") {
+		t.Fatalf("without safe-ipam-admin: exit %d, %s; want 2 naming it", code, out)
+	}
+}
