@@ -171,6 +171,7 @@ func (r *rig) build(ctx context.Context) error {
 	}
 	for _, args := range [][]string{
 		{"build", "-tags", "cnionly", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam"), "./plugin"},
+		{"build", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam-admin"), "./plugin"}, // for "safe-ipam audit"
 		append([]string{"build", "-o", r.binDir + "/"}, pkgs...),
 	} {
 		cmd := exec.CommandContext(ctx, "go", args...)
