@@ -66,10 +66,13 @@ type Config struct {
 	Delegate        Delegate
 	DelegateHandles string
 	Store           Store
-	CacheDir        string
-	LogFile         string
-	LogLevel        string
-	GCGracePeriod   time.Duration
+	// StoreSet says the store comes from ipam.store, not from Calico's
+	// top-level keys; errors name the settings accordingly.
+	StoreSet      bool
+	CacheDir      string
+	LogFile       string
+	LogLevel      string
+	GCGracePeriod time.Duration
 
 	top  map[string]json.RawMessage
 	ipam map[string]json.RawMessage
@@ -179,7 +182,7 @@ func (c *Config) readGC(string) error {
 }
 
 func (c *Config) readStore(string) error {
-	if _, ok := c.ipam["store"]; !ok {
+	if _, c.StoreSet = c.ipam["store"]; !c.StoreSet {
 		c.Store = c.calicoStore()
 	} else if err := strictField(c.ipam, "store", &c.Store); err != nil {
 		return err

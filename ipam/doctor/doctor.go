@@ -13,11 +13,8 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
-	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
-	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
 // Report is the node's state.
@@ -209,7 +206,7 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string) *
 		out.Answers = true
 		return out
 	}
-	st, err := openStore(ctx, s, node)
+	st, err := guard.OpenStore(ctx, cfg, node)
 	if err != nil {
 		out.Error = err.Error()
 		return out
@@ -222,21 +219,6 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string) *
 	}
 	out.Answers, out.Records = true, len(recs)
 	return out
-}
-
-func openStore(ctx context.Context, s config.Store, node string) (store.Store, error) {
-	if s.Type != config.StoreEtcd {
-		return filestore.Open(s.Dir)
-	}
-	return etcdstore.Open(ctx, etcdstore.Config{
-		Endpoints: s.Endpoints, Prefix: s.Prefix, Node: node,
-		TLS: etcdconn.TLSFiles{
-			Cert: etcdconn.File{Path: s.CertFile, Setting: "certFile"},
-			Key:  etcdconn.File{Path: s.KeyFile, Setting: "keyFile"},
-			CA:   etcdconn.File{Path: s.CAFile, Setting: "caFile"},
-		},
-		DialTimeout: s.DialTimeout.Std(),
-	})
 }
 
 func firstNonEmpty(s ...string) string {

@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,7 +34,7 @@ func Open(ctx context.Context, verb string, stdin []byte, env Env) (*Guard, erro
 		return nil, err
 	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
-	g, err := open(ctx, verb, cfg, storeSettings(stdin), env, log)
+	g, err := open(ctx, verb, cfg, settingsOf(cfg), env, log)
 	if err != nil {
 		log.Error("refused", "error", err)
 		closeLog()
@@ -93,20 +92,6 @@ func openStore(ctx context.Context, s config.Store, settings tlsSettings, node s
 // tlsSettings name the settings the store's TLS files came from, so that
 // an error about a file says which setting to fix.
 type tlsSettings struct{ cert, key, ca string }
-
-// storeSettings: the files come from ipam.store when the config has one,
-// else from Calico's top-level keys.
-func storeSettings(stdin []byte) tlsSettings {
-	var conf struct {
-		IPAM struct {
-			Store json.RawMessage `json:"store"`
-		} `json:"ipam"`
-	}
-	if json.Unmarshal(stdin, &conf) == nil && conf.IPAM.Store != nil {
-		return tlsSettings{cert: "ipam.store.certFile", key: "ipam.store.keyFile", ca: "ipam.store.caFile"}
-	}
-	return tlsSettings{cert: "etcd_cert_file", key: "etcd_key_file", ca: "etcd_ca_cert_file"}
-}
 
 // Close releases the store connection and the log file.
 func (g *Guard) Close() {

@@ -8,17 +8,16 @@ import (
 )
 
 // OpenStore opens the record store cfg names on node, as the plugin does,
-// for admin commands that write records (adopt). A TLS fault names the
-// setting its file came from: ipam.store's keys when they differ from
-// Calico's top-level ones, else Calico's.
+// for admin commands (adopt, doctor).
 func OpenStore(ctx context.Context, cfg *config.Config, node string) (store.Store, error) {
 	return openStore(ctx, cfg.Store, settingsOf(cfg), node)
 }
 
+// settingsOf names the settings the store's TLS files came from, for
+// errors: ipam.store's keys when the config has one, else Calico's.
 func settingsOf(cfg *config.Config) tlsSettings {
-	s, c := cfg.Store, cfg.Calico
-	if s.CertFile == c.EtcdCertFile && s.KeyFile == c.EtcdKeyFile && s.CAFile == c.EtcdCACertFile {
-		return tlsSettings{cert: "etcd_cert_file", key: "etcd_key_file", ca: "etcd_ca_cert_file"}
+	if cfg.StoreSet {
+		return tlsSettings{cert: "ipam.store.certFile", key: "ipam.store.keyFile", ca: "ipam.store.caFile"}
 	}
-	return tlsSettings{cert: "ipam.store.certFile", key: "ipam.store.keyFile", ca: "ipam.store.caFile"}
+	return tlsSettings{cert: "etcd_cert_file", key: "etcd_key_file", ca: "etcd_ca_cert_file"}
 }
