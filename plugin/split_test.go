@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
 // The CNI binary runs on every pod start and stop, and pays every linked
@@ -42,6 +44,13 @@ func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {
 		cmd.Env = append(os.Environ(), "CNI_COMMAND=")
 		out, _ := cmd.CombinedOutput()
 		return cmd.ProcessState.ExitCode(), string(out)
+	}
+	// install and doctor must recognise the CNI build, which does not link
+	// package install, on a node.
+	for _, name := range []string{"safe-ipam", "safe-ipam-admin"} {
+		if ok, err := install.IsSafeIPAM(filepath.Join(dir, name)); !ok || err != nil {
+			t.Errorf("%s is not recognised as safe-ipam (%v)", name, err)
+		}
 	}
 	if code, out := run("version"); code != 0 || !strings.Contains(out, "safe-ipam") {
 		t.Fatalf("version: exit %d, %s", code, out)

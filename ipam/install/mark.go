@@ -3,20 +3,29 @@ package install
 import (
 	"bufio"
 	"bytes"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 )
 
-// Mark is in every safe-ipam binary, because this package is linked into
-// it: it tells safe-ipam from Calico's binary when both are named
-// calico-ipam, whatever their versions.
+// Mark is in every binary that links this package (safe-ipam-admin): it
+// tells safe-ipam from Calico's binary when both are named calico-ipam,
+// whatever their versions. Test doubles carry it too.
 const Mark = "safe-ipam:binary-mark:6c1f0a2e-94d3-4b8e-a5f7-0e3d2c9b8a41"
 
-// IsSafeIPAM says whether the file at path is a safe-ipam binary. A
-// missing file is not, and not an error.
+// mainPackage is what Go's build info names as the main package of both
+// builds of safe-ipam; the CNI build does not link this package, so its
+// build info, not Mark, tells it apart.
+const mainPackage = "github.com/safe-ipam/safe-ipam/plugin"
+
+// IsSafeIPAM says whether the file at path is a safe-ipam binary: by its
+// Go build info, or by Mark. A missing file is not, and not an error.
 func IsSafeIPAM(path string) (bool, error) {
+	if info, err := buildinfo.ReadFile(path); err == nil && info.Path == mainPackage {
+		return true, nil
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
