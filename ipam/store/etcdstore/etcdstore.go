@@ -102,6 +102,13 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 			return nil, err
 		}
 		ops, out = []clientv3.Op{clientv3.OpPut(key, data)}, &copied
+		if next.State == record.Releasing {
+			// A quarantine tied to the record since the caller read it
+			// (Quarantine compares the record's revision but does not
+			// change it) must be released with it: read them in the same
+			// Txn, as MarkReleasing does.
+			ops = append(ops, clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix()))
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -118,6 +125,9 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	}
 	if out != nil {
 		out.Revision = resp.Header.Revision
+		if len(resp.Responses) > 1 {
+			out.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
+		}
 	}
 	return out, nil
 }

@@ -20,6 +20,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a releasing or deleted holder gives its addresses up", releasedHolder},
 		{"a quarantine lives and goes with its holder", quarantine},
 		{"a quarantine needs the holder unchanged", staleQuarantine},
+		{"a mark carries quarantines tied after the read", quarantineAfterRead},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -149,5 +150,31 @@ func staleQuarantine(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Swap(ctx, holder.Attachment, m, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A releasing mark written by compare-and-swap (GC's) carries the
+// quarantines tied to the record when it is written, also those tied
+// after the caller read the record.
+func quarantineAfterRead(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	listed, err := s.List(ctx, "net1")
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list = %v, %v", listed, err)
+	}
+	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("commit = %v; want held", err)
+	}
+	if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
+		t.Fatal(err)
+	}
+	marked, err := s.Swap(ctx, holder.Attachment, listed[0], store.Releasing(listed[0], listed[0].Updated))
+	if errors.Is(err, store.ErrConflict) {
+		return // the store saw the change: the caller judges the record again
+	}
+	if err != nil || len(marked.Quarantined) != 1 || marked.Quarantined[0].Attachment != p.Attachment {
+		t.Fatalf("mark over the listed record = %+v, %v; want the quarantine tied since", marked, err)
 	}
 }
