@@ -56,7 +56,7 @@ func (c CRI) Read(ctx context.Context) (*View, error) {
 		return nil, fmt.Errorf("CRI runtime %s: %w", c.Endpoint, err)
 	}
 	defer conn.Close()
-	atts, err := readySandboxes(ctx, runtimeapi.NewRuntimeServiceClient(conn))
+	atts, err := sandboxes(ctx, runtimeapi.NewRuntimeServiceClient(conn))
 	if err != nil {
 		return nil, fmt.Errorf("CRI runtime %s: %w", c.Endpoint, err)
 	}
@@ -82,10 +82,14 @@ func criTarget(endpoint string) (string, error) {
 	return "", fmt.Errorf("CRI runtime %s: want unix:///path/to/socket or an absolute socket path", endpoint)
 }
 
-// readySandboxes lists every sandbox and asks the status of the READY ones
-// for their IPs. Any failed call fails the read; a sandbox removed between
-// the list and its status is gone, and not listed.
-func readySandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]Attachment, error) {
+// sandboxes lists every sandbox the runtime has, and asks the READY ones
+// for their IPs. A NOTREADY sandbox counts as running too: containerd
+// reports a sandbox whose state it cannot tell (after a restart, with a
+// hung shim) as NOTREADY, and its pod may still run; only a sandbox the
+// runtime no longer lists is gone (the kubelet removes stopped ones).
+// Any failed call fails the read; a sandbox removed between the list and
+// its status is gone, and not listed.
+func sandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]Attachment, error) {
 	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("ListPodSandbox: %w", err)
@@ -93,13 +97,15 @@ func readySandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]
 	var atts []Attachment
 	for _, sb := range list.GetItems() {
 		if sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+			md := sb.GetMetadata()
+			atts = append(atts, Attachment{ContainerID: sb.GetId(), PodNamespace: md.GetNamespace(), PodName: md.GetName(), PodUID: md.GetUid()})
 			continue
 		}
-		a, ready, err := sandboxAttachment(ctx, rt, sb.GetId())
+		a, found, err := sandboxAttachment(ctx, rt, sb.GetId())
 		if err != nil {
 			return nil, err
 		}
-		if ready {
+		if found {
 			atts = append(atts, a)
 		}
 	}
@@ -115,9 +121,6 @@ func sandboxAttachment(ctx context.Context, rt runtimeapi.RuntimeServiceClient, 
 		return Attachment{}, false, fmt.Errorf("PodSandboxStatus %s: %w", id, err)
 	}
 	st := resp.GetStatus()
-	if st.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return Attachment{}, false, nil // stopped since the list
-	}
 	md := st.GetMetadata()
 	if md.GetNamespace() == "" || md.GetName() == "" {
 		return Attachment{}, false, fmt.Errorf("PodSandboxStatus %s: no pod namespace or name in its metadata", id)
