@@ -148,6 +148,8 @@ func TestAdoptUnreadableIsExit2(t *testing.T) {
 	down := strings.Replace(w.confJSON, w.etcd.Endpoint(), "http://127.0.0.1:1", 1)
 	downConf := filepath.Join(t.TempDir(), "down.conflist")
 	w.write(downConf, `{"name":"`+network+`","cniVersion":"1.0.0","plugins":[`+down+`]}`)
+	everyNode := filepath.Join(t.TempDir(), "live.json")
+	w.write(everyNode, `[{"containerID":"c1","ifname":"eth0","podNamespace":"default","podName":"app-0"}]`)
 	noPerm := filepath.Join(t.TempDir(), "unreadable")
 	if err := os.Mkdir(noPerm, 0o000); err != nil {
 		t.Fatal(err)
@@ -162,6 +164,8 @@ func TestAdoptUnreadableIsExit2(t *testing.T) {
 		{"no source", []string{"--conf", w.conf, "--cni-cache="}, "no liveness source"},
 		{"calico etcd down", []string{"--conf", downConf, "--cni-cache", w.cache, "--timeout", "3s"}, "127.0.0.1:1"},
 		{"no conf", []string{"--cni-cache", w.cache}, "--conf is required"},
+		// A --live file of every node would give this node other nodes' records.
+		{"every node", []string{"--conf", w.conf, "--live", everyNode, "--node", ""}, "does not name one node"},
 	}
 	if os.Geteuid() != 0 { // root reads a 0000 directory anyway
 		tests = append(tests, struct {

@@ -13,6 +13,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 const usage = `Usage: safe-ipam adopt --conf FILE [--cni-cache DIR | --live FILE | --cri-endpoint URL] [--apply]
@@ -78,6 +79,10 @@ func (c *cli) config() (*config.Config, error) {
 		return nil, fmt.Errorf("--network %q: --conf %s is network %q", c.calico.Network, f.Path, f.Network)
 	case c.calico.NodeErr != nil:
 		return nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", c.calico.NodeErr)
+	case record.ValidateNode(c.calico.Node) != nil:
+		// Records belong to one node; every node's list (--live with
+		// --node "") would give this node records of pods it does not run.
+		return nil, fmt.Errorf("adopt writes this node's records: --node %q does not name one node", c.calico.Node)
 	}
 	return f.SafeIPAM, nil
 }

@@ -66,7 +66,12 @@ func (c CNICache) Read(context.Context) (*View, error) {
 		}
 		atts = append(atts, a)
 	}
-	return NewView("cni-cache "+c.Dir, c.Node, atts), nil
+	v := NewView("cni-cache "+c.Dir, c.Node, atts)
+	// The cache lists the interfaces the runtime set up itself; a
+	// meta-plugin (Multus) keeps its delegates' results elsewhere, so an
+	// unlisted interface of a listed container is no proof it is gone.
+	v.ContainersOnly = true
+	return v, nil
 }
 
 // Skipped is a cache entry a lenient read left out, and why.

@@ -154,3 +154,17 @@ func TestNeedContainers(t *testing.T) {
 		t.Fatalf("a pods-only view: %v; want it refused", err)
 	}
 }
+
+// Under a meta-plugin (Multus) the runtime's cache holds only the
+// meta-plugin's own entry; a record of the pod's net1 must not look gone.
+func TestCNICacheNamesContainersNotInterfaces(t *testing.T) {
+	b := newCacheBackend(t)
+	a := b.Start(t, "default", "web-0")
+	v, err := b.Source().Read(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.ListsAttachment(a.ContainerID, "net1") {
+		t.Fatalf("an interface of a listed container looks gone: %+v", v.Attachments)
+	}
+}
