@@ -58,19 +58,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
 	}
-	w.reassert(time.Now(), "start")
 	return w.loop(ctx, fw)
 }
+
+// maxRetry bounds the wait between attempts while a re-install fails.
+const maxRetry = 30 * time.Second
 
 func (w *Watcher) loop(ctx context.Context, fw *fsnotify.Watcher) error {
 	settle := w.Settle
 	if settle <= 0 {
 		settle = DefaultSettle
 	}
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	var first time.Time
-	var trigger string
+	// The first attempt is the start; a failed one is tried again, with a
+	// growing wait, until it works: the node is unprotected meanwhile, and
+	// no further change may come to wake the watch.
+	timer := time.NewTimer(0)
+	first, trigger, retry := time.Now(), "start", settle
 	for {
 		select {
 		case <-ctx.Done():
@@ -97,8 +100,12 @@ func (w *Watcher) loop(ctx context.Context, fw *fsnotify.Watcher) error {
 			}
 			timer.Reset(settle)
 		case <-timer.C:
-			w.reassert(first, trigger)
-			first = time.Time{}
+			if w.reassert(first, trigger, retry) {
+				first, retry = time.Time{}, settle
+				continue
+			}
+			timer.Reset(retry)
+			retry = min(2*retry, maxRetry)
 		}
 	}
 }
@@ -120,15 +127,16 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 	return name == CalicoIPAM || name == CalicoBinary || name == SafeIPAM
 }
 
-func (w *Watcher) reassert(seen time.Time, trigger string) {
+// reassert installs again and says whether the node is protected.
+func (w *Watcher) reassert(seen time.Time, trigger string, retry time.Duration) bool {
 	r, err := Install(w.Node, w.Mode, w.Self, false)
 	if err != nil {
-		w.Log.Error("node not protected: install failed; retrying on the next change", "mode", w.Mode.Name(), "trigger", trigger, "error", err)
-		return
+		w.Log.Error("node not protected: install failed", "mode", w.Mode.Name(), "trigger", trigger, "retry_in", retry, "error", err)
+		return false
 	}
 	if !r.Applied {
 		w.Log.Debug("still protected", "mode", w.Mode.Name(), "trigger", trigger)
-		return
+		return true
 	}
 	re := Reassertion{Trigger: trigger, Seen: seen, Done: time.Now(), Steps: r.Plan.Describe()}
 	w.Log.Info("re-asserted safe-ipam", "mode", w.Mode.Name(), "trigger", trigger,
@@ -136,4 +144,5 @@ func (w *Watcher) reassert(seen time.Time, trigger string) {
 	if w.Reasserted != nil {
 		w.Reasserted(re)
 	}
+	return true
 }

@@ -56,3 +56,35 @@ func waitFor(t *testing.T, got <-chan Reassertion, what string) Reassertion {
 	}
 	return Reassertion{}
 }
+
+// A re-install that fails (here: another install holds the node's lock)
+// is tried again until it works, without waiting for another change: the
+// node is unprotected meanwhile.
+func TestWatchRetriesAFailedReinstall(t *testing.T) {
+	mc := modes[0]
+	f := newFixture(t)
+	got := make(chan Reassertion, 4)
+	w := &Watcher{Node: f.node, Mode: mc.mode, Self: f.self, Settle: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Reasserted: func(r Reassertion) { got <- r }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, got, "the first install")
+	unlock, err := f.node.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.calicoRestarts(t, "v2")
+	time.Sleep(200 * time.Millisecond) // let attempts fail on the lock
+	unlock()
+	waitFor(t, got, "a re-assertion once the lock is free")
+	if err := mc.protected(t, f); err != nil {
+		t.Fatal(err)
+	}
+}
