@@ -89,7 +89,7 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 		if !sameRevision(cur, pending) {
 			return s.withQuarantines(ctx, decodeFirst(att, cur), key), store.ErrConflict
 		}
-		if err := s.judgeHolders(ctx, key, committed.IPs, resp.Responses[1:], takeover); err != nil {
+		if err := s.judgeHolders(ctx, key, att.Network, committed.IPs, resp.Responses[1:], takeover); err != nil {
 			return nil, err
 		}
 	}
@@ -100,10 +100,12 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 // commit. A committed holder is a *HeldError. An entry whose holder record
 // is gone, is being released, or is the committing record itself may be
 // taken over, if the entry and the holder do not change meanwhile.
-func (s *Store) judgeHolders(ctx context.Context, key string, ips []string, gets []*etcdserverpb.ResponseOp, takeover map[string][]clientv3.Cmp) error {
+func (s *Store) judgeHolders(ctx context.Context, key, network string, ips []string, gets []*etcdserverpb.ResponseOp, takeover map[string][]clientv3.Cmp) error {
 	for i, g := range gets {
 		kvs := g.GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
+			// Gone since: claim it as absent again, not as it was.
+			delete(takeover, AddressKey(s.prefix, network, ips[i]))
 			continue
 		}
 		ik, holderKey := string(kvs[0].Key), string(kvs[0].Value)
