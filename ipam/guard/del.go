@@ -30,7 +30,11 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	prev := g.delPrevResult()
 	g.at(DelStart)
 	now := g.now().UTC()
-	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner}
+	// The marker carries what the DEL itself knows (the pod, and the
+	// addresses its prevResult names): the etcd store writes it without
+	// reading the record, so a retried DEL finds them only there.
+	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner,
+		PodNamespace: args.Get(cniargs.PodNamespace), PodName: args.Get(cniargs.PodName), PodUID: args.Get(cniargs.PodUID), IPs: g.ipsOf(prev)}
 	marked, err := g.store.MarkReleasing(ctx, marker)
 	if errors.Is(err, store.ErrQuarantined) {
 		// Its allocation holds an address a running attachment uses; the
@@ -59,6 +63,20 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	g.at(DelForgotten)
 	g.log.Info("DEL", "attachment", att.String())
 	return nil
+}
+
+// ipsOf lists the addresses of a prevResult in the delegate's version, or
+// none when there is none or it does not parse.
+func (g *Guard) ipsOf(prev []byte) []string {
+	if prev == nil {
+		return nil
+	}
+	res, err := parseResult(g.version, prev)
+	if err != nil {
+		return nil
+	}
+	ips, _ := resultIPs(res)
+	return ips
 }
 
 // Check verifies that the attachment's committed record holds exactly the

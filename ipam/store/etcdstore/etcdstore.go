@@ -182,15 +182,28 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 	}
 	marker.Revision = resp.Header.Revision
 	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-		if old, err := Decode(prev.Value, prev.ModRevision); err == nil && old.State != record.Releasing {
-			// What only the old record knew, for this DEL: its addresses (so
-			// that forgetting drops their index entries), its handle and pod.
-			marker.IPs, marker.Handle = old.IPs, old.Handle
-			marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
+		if old, err := Decode(prev.Value, prev.ModRevision); err == nil {
+			keepKnown(marker, old)
 		}
 	}
 	marker.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
 	return marker, nil
+}
+
+// keepKnown carries into this DEL's marker what the record it replaced
+// knew: its addresses (so that forgetting drops their index entries), its
+// handle and its pod. The record may be an earlier DEL's marker, which
+// knows only what that DEL knew.
+func keepKnown(marker, old *record.Record) {
+	if len(old.IPs) > 0 {
+		marker.IPs = old.IPs
+	}
+	if old.Handle != "" {
+		marker.Handle = old.Handle
+	}
+	if old.PodName != "" {
+		marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
+	}
 }
 
 // List implements store.Store: this node's records (every node's when

@@ -21,6 +21,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a quarantine lives and goes with its holder", quarantine},
 		{"a quarantine needs the holder unchanged", staleQuarantine},
 		{"a mark carries quarantines tied after the read", quarantineAfterRead},
+		{"a retried mark knows the addresses", retriedMark},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -176,5 +177,24 @@ func quarantineAfterRead(t *testing.T, s store.Store) {
 	}
 	if err != nil || len(marked.Quarantined) != 1 || marked.Quarantined[0].Attachment != p.Attachment {
 		t.Fatalf("mark over the listed record = %+v, %v; want the quarantine tied since", marked, err)
+	}
+}
+
+// A DEL retried after its delegate failed marks again: the second mark
+// must still know the record's addresses (so that forgetting drops their
+// index entries), which the first DEL's marker carried.
+func retriedMark(t *testing.T, s store.Store) {
+	c := mustCommit(t, s, "holder", "10.0.0.1/26")
+	first := marker(c.Attachment)
+	first.IPs = c.IPs // a DEL's prevResult names them
+	if _, err := s.MarkReleasing(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.MarkReleasing(ctx, marker(c.Attachment)) // the retry, without a prevResult
+	if err != nil || m == nil || len(m.IPs) != 1 || m.IPs[0] != "10.0.0.1/26" {
+		t.Fatalf("second mark = %+v, %v; want it to know 10.0.0.1/26", m, err)
+	}
+	if _, err := s.Swap(ctx, c.Attachment, m, nil); err != nil {
+		t.Fatal(err)
 	}
 }
