@@ -76,6 +76,11 @@ func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env 
 	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
 		return nil, err
 	}
+	// A DEL that stopped after its mark had not released the quarantines
+	// tied to the record yet; taking the record over drops them.
+	if err := g.releaseQuarantines(ctx, stale, env); err != nil {
+		return nil, err
+	}
 	g.at(AddRecovered)
 	return g.store.Swap(ctx, stale.Attachment, stale, pending)
 }

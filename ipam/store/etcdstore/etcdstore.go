@@ -102,6 +102,12 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 			return nil, err
 		}
 		ops, out = []clientv3.Op{clientv3.OpPut(key, data)}, &copied
+		if prev != nil && prev.State != record.Committed && next.State == record.Pending {
+			// An ADD taking over a stale record (after a crash) drops what
+			// it owned; its delegate allocation was released first. A mark
+			// over a releasing record keeps it: its DEL releases it yet.
+			ops = append(ops, s.releaseOps(key, prev)...)
+		}
 		if next.State == record.Releasing {
 			// A quarantine tied to the record since the caller read it
 			// (Quarantine compares the record's revision but does not

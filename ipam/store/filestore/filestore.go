@@ -172,6 +172,14 @@ func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*
 		}
 		return nil, s.remove(att)
 	}
+	if cur != nil && cur.State != record.Committed && next.State == record.Pending {
+		// An ADD taking over a stale record (after a crash) drops what it
+		// owned; its delegate allocation was released first. A mark over a
+		// releasing record keeps it: its DEL releases it yet.
+		if err := s.unclaim(cur); err != nil {
+			return nil, err
+		}
+	}
 	out := *next
 	out.Attachment = att
 	out.Revision = time.Now().UnixNano()

@@ -22,6 +22,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a quarantine needs the holder unchanged", staleQuarantine},
 		{"a mark carries quarantines tied after the read", quarantineAfterRead},
 		{"a retried mark knows the addresses", retriedMark},
+		{"an ADD's takeover drops the quarantines, a retried mark keeps them", takeoverDropsQuarantines},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -196,5 +197,36 @@ func retriedMark(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Swap(ctx, c.Attachment, m, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An ADD that takes over the releasing record a crashed DEL left (after
+// releasing its allocation and quarantines) drops the quarantines with
+// it; a second mark of that record (the DEL retried) keeps them.
+func takeoverDropsQuarantines(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("commit = %v; want held", err)
+	}
+	if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkReleasing(ctx, marker(holder.Attachment)); err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.MarkReleasing(ctx, marker(holder.Attachment))
+	if err != nil || len(again.Quarantined) != 1 {
+		t.Fatalf("second mark = %+v, %v; want the quarantine kept", again, err)
+	}
+	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("after a second mark: %v; want still quarantined", err)
+	}
+	if _, err := s.Swap(ctx, holder.Attachment, again, pending(holder.Attachment)); err != nil {
+		t.Fatalf("taking over the releasing record: %v", err)
+	}
+	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); err != nil {
+		t.Fatalf("the quarantine outlived its holder's takeover: %v", err)
 	}
 }
