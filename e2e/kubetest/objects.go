@@ -156,6 +156,9 @@ func (s *Server) RunPod(namespace, name, node string, ips ...string) (*corev1.Po
 	if err := s.Namespace(namespace); err != nil {
 		return nil, err
 	}
+	if err := s.ensureNode(node); err != nil {
+		return nil, err
+	}
 	c, cancel := ctx()
 	defer cancel()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
@@ -176,6 +179,42 @@ func (s *Server) RunPod(namespace, name, node string, ips ...string) (*corev1.Po
 		return nil, fmt.Errorf("kubetest: pod %s/%s status: %w", namespace, name, err)
 	}
 	return pod, nil
+}
+
+// ensureNode registers node, Ready, unless it exists, as its kubelet
+// would: the pods source speaks only for a Ready node.
+func (s *Server) ensureNode(node string) error {
+	c, cancel := ctx()
+	defer cancel()
+	if _, err := s.admin.CoreV1().Nodes().Get(c, node, metav1.GetOptions{}); err == nil {
+		return nil
+	}
+	return s.SetNodeReady(node, true)
+}
+
+// SetNodeReady registers node (when it does not exist) with its Ready
+// condition true or false, as its kubelet, or the node controller after a
+// partition, reports it.
+func (s *Server) SetNodeReady(node string, ready bool) error {
+	c, cancel := ctx()
+	defer cancel()
+	nodes := s.admin.CoreV1().Nodes()
+	n, err := nodes.Get(c, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		n, err = nodes.Create(c, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("kubetest: node %s: %w", node, err)
+	}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := nodes.UpdateStatus(c, n, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("kubetest: node %s status: %w", node, err)
+	}
+	return nil
 }
 
 // DeletePod removes the pod for good: finalizers cleared and no grace

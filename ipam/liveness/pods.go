@@ -33,8 +33,9 @@ const DefaultPodsPage = 500
 // address yet may be in its ADD, one being deleted (deletionTimestamp)
 // may be in its DEL, and both may hold an address Calico has handed out.
 // A finished pod (Succeeded, Failed) is listed by name, without the
-// addresses its status may still show. A force-deleted pod leaves the API before its containers
-// stop; --min-age and --settle cover that window.
+// addresses its status may still show. The API speaks for a node only
+// while the node is Ready: the pods of a partitioned node are force-deleted
+// from the API while they still run there.
 type Pods struct {
 	// Kubeconfig is the kubeconfig file to reach the API server with.
 	Kubeconfig string
@@ -72,6 +73,9 @@ func (p Pods) Read(ctx context.Context) (*View, error) {
 	page := p.PageSize
 	if page <= 0 {
 		page = DefaultPodsPage
+	}
+	if err := nodeReady(ctx, client, p.Node); err != nil {
+		return nil, fmt.Errorf("pods API %s (kubeconfig %s): %w", cfg.Host, p.Kubeconfig, err)
 	}
 	atts, err := nodePods(ctx, client, p.Node, page)
 	if err != nil {
@@ -132,4 +136,24 @@ func podAttachment(pod *corev1.Pod, node string) (Attachment, error) {
 		a.IPs = []string{pod.Status.PodIP}
 	}
 	return a, nil
+}
+
+// nodeReady refuses a node that is not Ready: when a node is cut off, its
+// pods are deleted from the API (force-deleted, or by the taint manager)
+// while their containers go on running there, so the API's list of its
+// pods is not what runs.
+func nodeReady(ctx context.Context, client kubernetes.Interface, node string) error {
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", node, err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			if c.Status == corev1.ConditionTrue {
+				return nil
+			}
+			return fmt.Errorf("node %s is not Ready (%s since %s): pods deleted from the API may still run there, so it cannot say what runs", node, c.Status, c.LastTransitionTime)
+		}
+	}
+	return fmt.Errorf("node %s reports no Ready condition: the API cannot say what runs there", node)
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,7 +68,11 @@ type podsBackend struct {
 
 func newPodsBackend(t *testing.T) livenesstest.Backend {
 	srv := kube.Get(t)
-	return &podsBackend{srv: srv, node: newNode(t), kubeconfig: user(t, srv, "safe-ipam")}
+	node := newNode(t)
+	if err := srv.SetNodeReady(node, true); err != nil { // its kubelet registered it
+		t.Fatal(err)
+	}
+	return &podsBackend{srv: srv, node: node, kubeconfig: user(t, srv, "safe-ipam")}
 }
 
 func (b *podsBackend) Source() liveness.Source {
@@ -233,4 +238,30 @@ func hangingServer(t *testing.T, good string) string {
 		}
 	}()
 	return kubetest.Repoint(t, good, "https://"+ln.Addr().String())
+}
+
+// A partitioned node's pods are deleted from the API while they still run
+// there: the API speaks only for a Ready node.
+func TestPodsSourceSpeaksOnlyForAReadyNode(t *testing.T) {
+	srv := kube.Get(t)
+	good := user(t, srv, "safe-ipam")
+	cut, unregistered := newNode(t), newNode(t)
+	if _, err := srv.RunPod("partitioned-"+cut, "web-0", cut, "10.244.3.9"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetNodeReady(cut, false); err != nil {
+		t.Fatal(err)
+	}
+	for node, says := range map[string]string{cut: "is not Ready", unregistered: "not found"} {
+		v, err := liveness.Pods{Kubeconfig: good, Node: node, Timeout: 5 * time.Second}.Read(t.Context())
+		if err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("node %s: read %+v, %v; want an error saying %q", node, v, err, says)
+		}
+	}
+	if err := srv.SetNodeReady(cut, true); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := (liveness.Pods{Kubeconfig: good, Node: cut, Timeout: 5 * time.Second}).Read(t.Context()); err != nil || !v.ListsPod("partitioned-"+cut+".web-0") {
+		t.Fatalf("Ready again: %+v, %v", v, err)
+	}
 }
