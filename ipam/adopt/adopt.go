@@ -105,6 +105,9 @@ type Planner struct {
 func (p *Planner) Plan(ctx context.Context, source string, entries []Entry, skipped []Skip) (*Plan, error) {
 	plan := &Plan{Network: p.Cfg.Network, Node: p.Node, Source: source, Skipped: skipped}
 	for _, e := range entries {
+		if e.IfName == "lo" {
+			continue // the runtime's own loopback (containerd's cni-loopback): no pod address, no warning
+		}
 		act, skip, err := p.plan(ctx, e)
 		switch {
 		case err != nil:
