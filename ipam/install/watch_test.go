@@ -17,19 +17,7 @@ func TestWatchReassertsAfterCalicoRestarts(t *testing.T) {
 	for _, mc := range modes {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
 			f := newFixture(t)
-			got := make(chan Reassertion, restarts+1)
-			w := &Watcher{Node: f.node, Mode: mc.mode, Self: f.self, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Reasserted: func(r Reassertion) { got <- r }}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- w.Run(ctx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Error(err)
-				}
-			}()
-			waitFor(t, got, "the first install")
+			got := startWatch(t, f, mc.mode, 0)
 			var windows []time.Duration
 			for i := range restarts {
 				f.calicoRestarts(t, "v"+string(rune('2'+i)))
@@ -44,6 +32,26 @@ func TestWatchReassertsAfterCalicoRestarts(t *testing.T) {
 				mc.mode.Name(), restarts, windows[0], windows[len(windows)/2], windows[len(windows)-1], DefaultSettle)
 		})
 	}
+}
+
+// startWatch runs a watch on f's node until the test ends, waits for its
+// first install, and returns its re-assertions.
+func startWatch(t *testing.T, f *fixture, mode Mode, settle time.Duration) <-chan Reassertion {
+	t.Helper()
+	got := make(chan Reassertion, 16)
+	w := &Watcher{Node: f.node, Mode: mode, Self: f.self, Settle: settle, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Reasserted: func(r Reassertion) { got <- r }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	waitFor(t, got, "the first install")
+	return got
 }
 
 func waitFor(t *testing.T, got <-chan Reassertion, what string) Reassertion {
@@ -63,19 +71,7 @@ func waitFor(t *testing.T, got <-chan Reassertion, what string) Reassertion {
 func TestWatchRetriesAFailedReinstall(t *testing.T) {
 	mc := modes[0]
 	f := newFixture(t)
-	got := make(chan Reassertion, 4)
-	w := &Watcher{Node: f.node, Mode: mc.mode, Self: f.self, Settle: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Reasserted: func(r Reassertion) { got <- r }}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	waitFor(t, got, "the first install")
+	got := startWatch(t, f, mc.mode, 10*time.Millisecond)
 	unlock, err := f.node.lock()
 	if err != nil {
 		t.Fatal(err)
