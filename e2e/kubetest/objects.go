@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,6 +45,9 @@ func (s *Server) User(name, clusterRole string) (string, error) {
 		if _, err := s.admin.RbacV1().ClusterRoleBindings().Create(c, crb, metav1.CreateOptions{}); err != nil {
 			return "", fmt.Errorf("kubetest: bind %s to %s: %w", name, clusterRole, err)
 		}
+		if err := s.waitBound(c, name, clusterRole); err != nil {
+			return "", err
+		}
 	}
 	expiry := int64(time.Hour / time.Second)
 	tr, err := s.admin.CoreV1().ServiceAccounts(userNamespace).CreateToken(c, name,
@@ -55,6 +59,39 @@ func (s *Server) User(name, clusterRole string) (string, error) {
 		return "", errNoToken
 	}
 	return s.writeKubeconfig(name, tr.Status.Token)
+}
+
+// waitBound waits until the authorizer grants the user what its role
+// allows: RBAC's cache learns of a new binding a moment after it is made,
+// and a test that asks before then is refused.
+func (s *Server) waitBound(c context.Context, user, clusterRole string) error {
+	role, err := s.admin.RbacV1().ClusterRoles().Get(c, clusterRole, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("kubetest: role %s: %w", clusterRole, err)
+	}
+	subject := "system:serviceaccount:" + userNamespace + ":" + user
+	for _, rule := range role.Rules {
+		if len(rule.Verbs) == 0 || len(rule.Resources) == 0 || len(rule.APIGroups) == 0 {
+			continue // non-resource URLs and the like
+		}
+		attrs := &authorizationv1.ResourceAttributes{Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0]}
+		for {
+			review, err := s.admin.AuthorizationV1().SubjectAccessReviews().Create(c, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: subject, ResourceAttributes: attrs}}, metav1.CreateOptions{})
+			if err != nil {
+				return fmt.Errorf("kubetest: access review for %s: %w", user, err)
+			}
+			if review.Status.Allowed {
+				break
+			}
+			select {
+			case <-c.Done():
+				return fmt.Errorf("kubetest: %s not granted %s %s/%s by %s: %w", user, attrs.Verb, attrs.Group, attrs.Resource, clusterRole, c.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // Apply creates every object of a multi-document YAML file (CRDs such as
