@@ -271,9 +271,15 @@ func MarshalKeeping(raw []byte, b *Block) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return keepUnknownKeys(raw, out), nil
+}
+
+// keepUnknownKeys appends to the JSON object out, in sorted order, every
+// key of the JSON object raw that out lacks.
+func keepUnknownKeys(raw, out []byte) []byte {
 	var read, known map[string]json.RawMessage
 	if json.Unmarshal(raw, &read) != nil || json.Unmarshal(out, &known) != nil {
-		return out, nil // nothing readable to keep
+		return out // nothing readable to keep
 	}
 	var extra []string
 	for k := range read {
@@ -282,17 +288,19 @@ func MarshalKeeping(raw []byte, b *Block) ([]byte, error) {
 		}
 	}
 	if len(extra) == 0 {
-		return out, nil
+		return out
 	}
 	sort.Strings(extra)
 	buf := bytes.NewBuffer(out[:len(out)-1])
 	for _, k := range extra {
 		name, _ := json.Marshal(k)
-		buf.WriteByte(',')
+		if buf.Len() > 1 { // not right after "{"
+			buf.WriteByte(',')
+		}
 		buf.Write(name)
 		buf.WriteByte(':')
 		buf.Write(read[k])
 	}
 	buf.WriteByte('}')
-	return buf.Bytes(), nil
+	return buf.Bytes()
 }
