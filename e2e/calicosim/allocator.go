@@ -2,7 +2,6 @@ package calicosim
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
@@ -23,12 +23,17 @@ var ErrNoFreeIPs = errors.New("no more free IPs")
 
 const defaultMaxAttempts = 100
 
-// Allocator assigns and releases addresses for one node in Calico's etcd
-// layout. It is safe for concurrent use, also across processes: every
-// write is a transaction guarded by the revisions of the keys it changes.
+// Allocator assigns and releases addresses for one node in Calico's
+// layout, in etcd (Client) or, when Kube is set, in the Kubernetes
+// datastore. It is safe for concurrent use, also across processes: every
+// write is guarded by the versions of what it read (etcd revisions or
+// resourceVersions), and a lost race starts the attempt over.
 type Allocator struct {
 	Client *clientv3.Client
-	Node   string
+	// Kube, when set, selects the Kubernetes datastore (KDD) instead of
+	// etcd.
+	Kube dynamic.Interface
+	Node string
 	// Now is the clock for claim times and sequence numbers; nil means
 	// time.Now.
 	Now func() time.Time
@@ -60,6 +65,14 @@ func (a *Allocator) log() *slog.Logger {
 		return a.Log
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// store is the datastore the allocator works on.
+func (a *Allocator) store() store {
+	if a.Kube != nil {
+		return &kubeStore{dyn: a.Kube, log: a.log()}
+	}
+	return etcdStore{cli: a.Client, log: a.log()}
 }
 
 func (a *Allocator) maxAttempts() int {
@@ -97,8 +110,9 @@ func (a *Allocator) Assign(ctx context.Context, pools []calico.IPPool, handle st
 	if err != nil {
 		return Assignment{}, err
 	}
+	st := a.store()
 	asg, err := retry(ctx, a.maxAttempts(), func() (Assignment, error) {
-		return a.tryAssign(ctx, fam, pools, handle, secondary)
+		return a.tryAssign(ctx, st, fam, pools, handle, secondary)
 	})
 	if err != nil {
 		return Assignment{}, fmt.Errorf("assigning an %s address to handle %s: %w", fam, handle, err)
@@ -108,17 +122,28 @@ func (a *Allocator) Assign(ctx context.Context, pools []calico.IPPool, handle st
 }
 
 // tryAssign makes one attempt; errConflict means re-read and retry.
-func (a *Allocator) tryAssign(ctx context.Context, fam calico.Family, pools []calico.IPPool, handle string, secondary map[string]string) (Assignment, error) {
-	blk, rev, err := a.affineBlockWithRoom(ctx, fam, pools)
+func (a *Allocator) tryAssign(ctx context.Context, st store, fam calico.Family, pools []calico.IPPool, handle string, secondary map[string]string) (Assignment, error) {
+	ref, err := a.affineBlockWithRoom(ctx, st, fam, pools)
 	if err != nil {
 		return Assignment{}, err
 	}
-	if blk == nil {
-		if blk, rev, err = a.claimBlock(ctx, fam, pools); err != nil {
+	if ref == nil {
+		if ref, err = a.claimBlock(ctx, st, fam, pools); err != nil {
 			return Assignment{}, err
 		}
 	}
-	return a.allocateIn(ctx, blk, rev, handle, secondary)
+	ords, err := ref.block.Allocate(1, handle, secondary)
+	if err != nil {
+		return Assignment{}, err
+	}
+	if err := st.commitAllocation(ctx, ref, handle); err != nil {
+		return Assignment{}, err
+	}
+	ip, err := ref.block.IP(ords[0])
+	if err != nil {
+		return Assignment{}, err
+	}
+	return Assignment{IP: ip, Block: ref.block.CIDR, Handle: handle}, nil
 }
 
 func poolsFamily(pools []calico.IPPool) (calico.Family, error) {
@@ -156,101 +181,54 @@ func inPools(block netip.Prefix, pools []calico.IPPool) bool {
 
 // affineBlockWithRoom returns the lowest block in pools that the node
 // holds with a confirmed affinity and that has a free address, or nil.
-func (a *Allocator) affineBlockWithRoom(ctx context.Context, fam calico.Family, pools []calico.IPPool) (*calico.Block, int64, error) {
-	cidrs, err := a.affineBlocks(ctx, fam)
+func (a *Allocator) affineBlockWithRoom(ctx context.Context, st store, fam calico.Family, pools []calico.IPPool) (*blockRef, error) {
+	cidrs, err := st.affineBlocks(ctx, a.Node, fam)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	for _, cidr := range cidrs {
 		if !inPools(cidr, pools) {
 			continue
 		}
-		var blk calico.Block
-		rev, err := calico.ReadJSON(ctx, a.Client, calico.BlockKey(cidr), &blk)
+		ref, err := st.readBlock(ctx, cidr)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
-		if node, ok := blk.AffinityNode(); rev == 0 || !ok || node != a.Node || blk.FreeCount() == 0 {
+		if ref == nil {
 			continue
 		}
-		return &blk, rev, nil
+		if node, ok := ref.block.AffinityNode(); !ok || node != a.Node || ref.block.FreeCount() == 0 {
+			continue
+		}
+		return ref, nil
 	}
-	return nil, 0, nil
+	return nil, nil
 }
 
-// affineBlocks lists the blocks the node holds confirmed, ascending.
-func (a *Allocator) affineBlocks(ctx context.Context, fam calico.Family) ([]netip.Prefix, error) {
-	resp, err := a.Client.Get(ctx, calico.HostAffinityPrefix(a.Node, fam), clientv3.WithPrefix())
+// claimBlock claims for the node the first block of the pools that does
+// not exist yet. Calico picks a pseudo-random one, seeded by the host
+// name; the first free one is as good for tests and easier to predict.
+func (a *Allocator) claimBlock(ctx context.Context, st store, fam calico.Family, pools []calico.IPPool) (*blockRef, error) {
+	existing, err := st.blocks(ctx, fam)
 	if err != nil {
-		return nil, fmt.Errorf("listing affinities of %s: %w", a.Node, err)
-	}
-	var cidrs []netip.Prefix
-	for _, kv := range resp.Kvs {
-		_, cidr, err := calico.ParseAffinityKey(string(kv.Key))
-		if err != nil {
-			a.log().Warn("skipping affinity", "key", string(kv.Key), "error", err)
-			continue
-		}
-		var aff calico.Affinity
-		if err := json.Unmarshal(kv.Value, &aff); err != nil || aff.State != calico.AffinityConfirmed || aff.Deleted {
-			continue
-		}
-		cidrs = append(cidrs, cidr)
-	}
-	slices.SortFunc(cidrs, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
-	return cidrs, nil
-}
-
-// claimBlock creates the first block of the pools that does not exist yet
-// and the node's confirmed affinity to it, in one transaction.
-func (a *Allocator) claimBlock(ctx context.Context, fam calico.Family, pools []calico.IPPool) (*calico.Block, int64, error) {
-	existing, err := a.existingBlocks(ctx, fam)
-	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	cidr, ok := firstFreeBlock(pools, existing)
 	if !ok {
-		return nil, 0, fmt.Errorf("%w in pools %v for node %s", ErrNoFreeIPs, poolCIDRs(pools), a.Node)
+		return nil, fmt.Errorf("%w in pools %v for node %s", ErrNoFreeIPs, poolCIDRs(pools), a.Node)
 	}
 	now := a.now()
 	blk, err := calico.NewBlock(cidr, uint64(now.UnixNano()))
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	blk.ClaimFor(a.Node, now)
-	affKey := calico.AffinityKey(a.Node, cidr)
-	// A stale affinity of ours may exist without its block; overwrite it.
-	var stale calico.Affinity
-	affRev, err := calico.ReadJSON(ctx, a.Client, affKey, &stale)
+	ref, err := st.claim(ctx, a.Node, blk)
 	if err != nil {
-		return nil, 0, err
-	}
-	var t txn
-	t.guard(calico.BlockKey(cidr), 0)
-	t.guard(affKey, affRev)
-	t.put(affKey, calico.ConfirmedAffinity())
-	t.put(calico.BlockKey(cidr), blk)
-	rev, err := t.commitRev(ctx, a.Client)
-	if err != nil {
-		return nil, 0, fmt.Errorf("claiming block %s: %w", cidr, err)
+		return nil, fmt.Errorf("claiming block %s: %w", cidr, err)
 	}
 	a.log().Debug("claimed block", "block", cidr, "node", a.Node)
-	return blk, rev, nil
-}
-
-// existingBlocks lists every block of the family, whoever holds it.
-func (a *Allocator) existingBlocks(ctx context.Context, fam calico.Family) ([]netip.Prefix, error) {
-	resp, err := a.Client.Get(ctx, calico.BlockFamilyPrefix(fam), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return nil, fmt.Errorf("listing %s blocks: %w", fam, err)
-	}
-	out := make([]netip.Prefix, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		if cidr, err := calico.ParseBlockKey(string(kv.Key)); err == nil {
-			out = append(out, cidr)
-		}
-	}
-	return out, nil
+	return ref, nil
 }
 
 // firstFreeBlock walks each pool's blocks from its start and returns the
@@ -294,33 +272,4 @@ func nextPrefix(p netip.Prefix) (netip.Prefix, bool) {
 	}
 	addr, _ := netip.AddrFromSlice(b)
 	return netip.PrefixFrom(addr, p.Bits()), true
-}
-
-// allocateIn takes one address of blk (read at rev) for handle and counts
-// it in the handle, block and handle in one transaction.
-func (a *Allocator) allocateIn(ctx context.Context, blk *calico.Block, rev int64, handle string, secondary map[string]string) (Assignment, error) {
-	h := calico.NewHandle()
-	hKey := calico.HandleKey(handle)
-	hRev, err := calico.ReadJSON(ctx, a.Client, hKey, h)
-	if err != nil {
-		return Assignment{}, err
-	}
-	ords, err := blk.Allocate(1, handle, secondary)
-	if err != nil {
-		return Assignment{}, err
-	}
-	h.Add(blk.CIDR, 1)
-	var t txn
-	t.guard(calico.BlockKey(blk.CIDR), rev)
-	t.guard(hKey, hRev)
-	t.put(calico.BlockKey(blk.CIDR), blk)
-	t.put(hKey, h)
-	if err := t.commit(ctx, a.Client); err != nil {
-		return Assignment{}, err
-	}
-	ip, err := blk.IP(ords[0])
-	if err != nil {
-		return Assignment{}, err
-	}
-	return Assignment{IP: ip, Block: blk.CIDR, Handle: handle}, nil
 }

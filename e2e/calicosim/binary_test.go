@@ -151,11 +151,11 @@ func TestBinaryWireBehaviour(t *testing.T) {
 		{"missing Node", invocation{"ADD", pod{container: "c4"}, s.conf(map[string]any{"nodename": "node9"}), lockEnv}, 1, func(t *testing.T, o outcome) {
 			wantError(t, o, 999, "resource does not exist: Node(node9)")
 		}},
-		{"kubernetes datastore", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": "kubernetes"}), lockEnv}, 1, func(t *testing.T, o outcome) {
-			wantError(t, o, 999, `datastore_type "kubernetes" is not supported by the simulator yet: only etcdv3`)
+		{"kubernetes datastore without a kubeconfig, outside a pod", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": "kubernetes"}), lockEnv}, 1, func(t *testing.T, o outcome) {
+			wantError(t, o, 999, `kubernetes datastore: loading kubeconfig "": unable to load in-cluster configuration`)
 		}},
-		{"inferred kubernetes datastore", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": nil, "etcd_endpoints": nil}), lockEnv}, 1, func(t *testing.T, o outcome) {
-			wantError(t, o, 999, `which means datastore_type "kubernetes": the simulator does not support it yet`)
+		{"inferred kubernetes datastore", invocation{"ADD", pod{container: "c5"}, s.conf(map[string]any{"datastore_type": nil, "etcd_endpoints": nil, "kubernetes": map[string]any{"kubeconfig": "/nonexistent/kubeconfig"}}), lockEnv}, 1, func(t *testing.T, o outcome) {
+			wantError(t, o, 999, `kubernetes datastore: loading kubeconfig "/nonexistent/kubeconfig"`)
 		}},
 		{"ADD refuses unknown CNI_ARGS without IgnoreUnknown", invocation{"ADD", pod{container: "c8"}, v("1.0.0"), append([]string{"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-8"}, lockEnv...)}, 1, func(t *testing.T, o outcome) {
 			wantError(t, o, 999, `ARGS: unknown args ["K8S_POD_NAMESPACE=default" "K8S_POD_NAME=web-8"]`)

@@ -28,7 +28,21 @@ type NetConf struct {
 	Hostname       string   `json:"hostname"` // deprecated spelling of nodename, still read
 	LogLevel       string   `json:"log_level"`
 	LogFilePath    string   `json:"log_file_path"`
+	Kubernetes     KubeConf `json:"kubernetes"`
 	IPAM           IPAMConf `json:"ipam"`
+}
+
+// Datastore types calico-ipam knows.
+const (
+	DatastoreEtcd       = "etcdv3"
+	DatastoreKubernetes = "kubernetes"
+)
+
+// KubeConf is the kubernetes section: how to reach the apiserver of the
+// Kubernetes datastore. Without a kubeconfig, calico-ipam uses the pod's
+// service account (in-cluster config).
+type KubeConf struct {
+	Kubeconfig string `json:"kubeconfig"`
 }
 
 // IPAMConf is the ipam section. assign_ipv4/assign_ipv6 are strings in
@@ -66,20 +80,34 @@ func ParseNetConf(stdin []byte, defaultNodenameFile string) (*NetConf, error) {
 
 // inferDatastore fills in datastore_type as Calico does when it is unset:
 // etcdv3 when etcd_endpoints is set, else kubernetes (Calico's own
-// calico-etcd.yaml sets no datastore_type). Only etcdv3 is simulated.
+// calico-etcd.yaml sets no datastore_type).
 func (c *NetConf) inferDatastore() error {
 	hasEndpoints := len(c.Endpoints()) > 0
 	switch {
 	case c.DatastoreType == "" && hasEndpoints:
-		c.DatastoreType = "etcdv3"
+		c.DatastoreType = DatastoreEtcd
 	case c.DatastoreType == "":
-		return errors.New(`datastore_type is unset and etcd_endpoints is empty, which means datastore_type "kubernetes": the simulator does not support it yet (set etcd_endpoints for etcdv3)`)
-	case c.DatastoreType != "etcdv3":
-		return fmt.Errorf("datastore_type %q is not supported by the simulator yet: only etcdv3", c.DatastoreType)
+		c.DatastoreType = DatastoreKubernetes
+	case c.DatastoreType == DatastoreKubernetes:
+	case c.DatastoreType != DatastoreEtcd:
+		return fmt.Errorf("datastore_type %q is not supported by the simulator: only %s and %s", c.DatastoreType, DatastoreEtcd, DatastoreKubernetes)
 	case !hasEndpoints:
 		return errors.New("etcd_endpoints is required with datastore_type etcdv3")
 	}
 	return nil
+}
+
+// DatastoreOf returns the datastore a network config makes calico-ipam
+// use, etcdv3 or kubernetes, as the simulator infers it.
+func DatastoreOf(stdin []byte) (string, error) {
+	var c NetConf
+	if err := json.Unmarshal(stdin, &c); err != nil {
+		return "", fmt.Errorf("parsing network config: %w", err)
+	}
+	if err := c.inferDatastore(); err != nil {
+		return "", err
+	}
+	return c.DatastoreType, nil
 }
 
 // resolveNodename picks the node name in Calico's order: nodename, the

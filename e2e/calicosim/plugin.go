@@ -14,12 +14,13 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
 // About is printed when the binary runs without CNI_COMMAND.
-const About = "calico-ipam simulator (safe-ipam e2e): Calico IPAM in etcdv3, for tests"
+const About = "calico-ipam simulator (safe-ipam e2e): Calico IPAM in etcdv3 or the Kubernetes datastore, for tests"
 
 // Environment variables the simulator reads besides the CNI ones.
 const (
@@ -92,7 +93,8 @@ type call struct {
 	mode   HandleMode
 	pod    PodArgs
 	log    *slog.Logger
-	cli    *clientv3.Client
+	cli    *clientv3.Client  // etcdv3
+	kube   dynamic.Interface // kubernetes
 	lock   hostLock
 	alloc  *Allocator
 	ctx    context.Context
@@ -134,13 +136,17 @@ func (p *Plugin) open(args *skel.CmdArgs, checkArgs func(string) error) (*call, 
 		c.close()
 		return nil, err
 	}
-	c.alloc = &Allocator{Client: c.cli, Node: conf.Nodename, Now: p.Now, Log: c.log}
+	c.alloc = &Allocator{Client: c.cli, Kube: c.kube, Node: conf.Nodename, Now: p.Now, Log: c.log}
 	return c, nil
 }
 
 func (c *call) connect(lockPath string) error {
 	var err error
 	if c.lock, err = lockHost(c.ctx, lockPath); err != nil {
+		return err
+	}
+	if c.conf.DatastoreType == DatastoreKubernetes {
+		c.kube, err = NewKubeClient(c.conf.Kubernetes.Kubeconfig)
 		return err
 	}
 	c.cli, err = NewClient(c.conf)
@@ -189,10 +195,11 @@ func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
 	}
 	// Calico looks the node up before allocating; its error text is part
 	// of what a wrapper observes, so it is returned unwrapped.
-	if err := CheckNode(c.ctx, c.cli, c.conf.Nodename); err != nil {
+	st := c.alloc.store()
+	if err := st.checkNode(c.ctx, c.conf.Nodename, c.pod.Namespace); err != nil {
 		return nil, err
 	}
-	all, err := ReadIPPools(c.ctx, c.cli)
+	all, err := st.ipPools(c.ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -257,9 +264,11 @@ func (c *call) undo(done []Assignment) error {
 
 // attributes are the secondary attributes of an allocation. Calico 3.x
 // records node, timestamp and, when known, namespace and pod; Calico 2.x
-// recorded none.
+// recorded none. Calico 2.x had no IPAM on the Kubernetes datastore, so
+// there legacy handles mean a 3.x build with pod-name handles, which
+// records the attributes (kdd-samples.json, steps 3 and 4).
 func (c *call) attributes(now time.Time) map[string]string {
-	if c.mode == LegacyHandles {
+	if c.mode == LegacyHandles && c.kube == nil {
 		return nil
 	}
 	attrs := map[string]string{

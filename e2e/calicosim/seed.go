@@ -37,7 +37,13 @@ func SeedNode(ctx context.Context, cli *clientv3.Client, name string) error {
 // any enabled pool, with no secondary attributes. It leaves the state an
 // upgraded cluster carries over.
 func SeedLegacyHandle(ctx context.Context, cli *clientv3.Client, node, handle string) (netip.Addr, error) {
-	pools, err := ReadIPPools(ctx, cli)
+	return seedLegacy(ctx, &Allocator{Client: cli, Node: node}, handle)
+}
+
+// seedLegacy allocates with a, on its datastore, as SeedLegacyHandle
+// describes.
+func seedLegacy(ctx context.Context, a *Allocator, handle string) (netip.Addr, error) {
+	pools, err := a.store().ipPools(ctx)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -45,7 +51,6 @@ func SeedLegacyHandle(ctx context.Context, cli *clientv3.Client, node, handle st
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("seeding handle %s: %w", handle, err)
 	}
-	a := &Allocator{Client: cli, Node: node}
 	asg, err := a.Assign(ctx, v4, handle, nil)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("seeding handle %s: %w", handle, err)

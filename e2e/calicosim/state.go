@@ -13,7 +13,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
-// Snapshot is Calico's IPAM state at one etcd revision, for tests to
+// Snapshot is Calico's IPAM state at one etcd revision (State) or read
+// from the Kubernetes datastore (KubeState, Revision 0), for tests to
 // check what calico-ipam would see.
 type Snapshot struct {
 	Revision   int64
@@ -57,8 +58,13 @@ func State(ctx context.Context, cli *clientv3.Client) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	slices.SortFunc(s.Blocks, func(x, y BlockState) int { return x.Block.CIDR.Addr().Compare(y.Block.CIDR.Addr()) })
+	sortBlocks(s.Blocks)
 	return s, nil
+}
+
+// sortBlocks orders blocks by address, IPv4 first.
+func sortBlocks(blocks []BlockState) {
+	slices.SortFunc(blocks, func(x, y BlockState) int { return x.Block.CIDR.Addr().Compare(y.Block.CIDR.Addr()) })
 }
 
 func (s *Snapshot) add(key string, value []byte) error {
