@@ -53,7 +53,9 @@ func TestParseNetConf(t *testing.T) {
 		{name: "blank etcd_endpoints count as none", conf: `{"name":"n","nodename":"node1","etcd_endpoints":" , "}`,
 			check: func(c *NetConf) bool { return c.DatastoreType == DatastoreKubernetes }},
 		{name: "kubernetes datastore with its kubeconfig", conf: `{"name":"n","nodename":"node1","datastore_type":"kubernetes","kubernetes":{"kubeconfig":"/k"}}`,
-			check: func(c *NetConf) bool { return c.DatastoreType == DatastoreKubernetes && c.Kubernetes.Kubeconfig == "/k" }},
+			check: func(c *NetConf) bool {
+				return c.DatastoreType == DatastoreKubernetes && c.Kubernetes.Kubeconfig == "/k"
+			}},
 		{name: "unknown datastore", conf: `{"name":"n","datastore_type":"consul"}`, wantError: `datastore_type "consul" is not supported by the simulator: only etcdv3 and kubernetes`},
 		{name: "no endpoints", conf: `{"name":"n","datastore_type":"etcdv3"}`, wantError: "etcd_endpoints is required"},
 		{name: "assign flag not a string", conf: `{"name":"n","etcd_endpoints":"e","ipam":{"assign_ipv4":true}}`, wantError: "parsing network config"},
