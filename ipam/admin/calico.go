@@ -2,27 +2,46 @@ package admin
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 )
 
 // Calico is where Calico's data and safe-ipam's records are, and which
 // node this is: from the node's CNI config (--conf) the way calico-ipam
 // reads it, with explicit flags winning.
+//
+// One rule for --kubeconfig: it names the API server. With the kubernetes
+// datastore that server holds Calico's data (Kubeconfig, else --conf's
+// kubernetes.kubeconfig, else $KUBECONFIG), and for audit and repair it
+// is also the liveness source unless --live, --cni-cache or
+// --cri-endpoint names another. With etcd it is only the pods liveness
+// source, as before.
 type Calico struct {
-	Conf                      string
-	File                      *config.File // nil without --conf
+	Conf string
+	File *config.File // nil without --conf
+	// Datastore is Calico's: datastore.Etcd or datastore.Kubernetes.
+	Datastore                 string
 	Endpoints                 string
 	CertFile, KeyFile, CAFile string
-	Network, RecordsPrefix    string
-	Node                      string
+	// KubeconfigFlag is --kubeconfig as given; Kubeconfig is the API
+	// server of the kubernetes datastore, resolved as calico-ipam does.
+	KubeconfigFlag, Kubeconfig string
+	Network, RecordsPrefix     string
+	// StoreDir is the file store the records are in ("" when they are in
+	// etcd): --store-dir, --conf's ipam.store, or with the kubernetes
+	// datastore the plugin's default.
+	StoreDir string
+	Node     string
 	// NodeErr is why the node name could not be resolved; a command that
 	// needs the node reports it.
 	NodeErr error
@@ -30,9 +49,13 @@ type Calico struct {
 	cmd *Command
 }
 
-// Register adds --conf, the etcd flags, --network, --records-prefix and --node.
+// Register adds --conf, --datastore, the etcd flags, --kubeconfig,
+// --network, --records-prefix, --store-dir and --node.
 func (c *Calico) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's etcd endpoints and TLS files, the node name and safe-ipam's records prefix from it (flags given explicitly win)")
+	fs.StringVar(&c.Conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's datastore (etcd endpoints and TLS files, or kubeconfig), the node name and where safe-ipam keeps its records from it (flags given explicitly win)")
+	fs.StringVar(&c.Datastore, "datastore", datastore.Etcd, "Calico's datastore: etcdv3 or kubernetes (default: as calico-ipam infers it from --conf, else etcdv3)")
+	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless --live, --cni-cache or --cri-endpoint is given. With etcd: the liveness source: the pods bound to this node are what should run (names pods and addresses, not containers). Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
+	fs.StringVar(&c.StoreDir, "store-dir", "", "safe-ipam's file store (default: --conf's ipam.store; with the kubernetes datastore and no --conf, "+config.DefaultStoreDir+"); it holds this node's records only")
 	fs.StringVar(&c.Endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
 	fs.StringVar(&c.CertFile, "etcd-cert", "", "etcd client certificate")
 	fs.StringVar(&c.KeyFile, "etcd-key", "", "etcd client key")
@@ -52,18 +75,17 @@ func (c *Calico) Resolve(cmd *Command) error {
 		if err != nil {
 			return err
 		}
-		if ds := file.Calico.Datastore(); ds != config.DatastoreEtcd {
-			return fmt.Errorf("--conf %s: Calico's datastore there is %q; only Calico's etcd can be read", c.Conf, ds)
-		}
 		c.File, calico = file, file.Calico
+		c.fill("datastore", &c.Datastore, file.Calico.Datastore())
 		c.fill("etcd-endpoints", &c.Endpoints, file.Calico.EtcdEndpoints)
 		c.fill("etcd-cert", &c.CertFile, file.Calico.EtcdCertFile)
 		c.fill("etcd-key", &c.KeyFile, file.Calico.EtcdKeyFile)
 		c.fill("etcd-ca", &c.CAFile, file.Calico.EtcdCACertFile)
 		c.fill("network", &c.Network, file.Network)
-		if s := file.SafeIPAM; s != nil && s.Store.Type == config.StoreEtcd {
-			c.fill("records-prefix", &c.RecordsPrefix, s.Store.Prefix)
-		}
+		c.fillStore(file.SafeIPAM)
+	}
+	if err := c.resolveDatastore(calico); err != nil {
+		return err
 	}
 	c.RecordsPrefix = strings.TrimRight(c.RecordsPrefix, "/")
 	if !cmd.Set("node") {
@@ -72,10 +94,66 @@ func (c *Calico) Resolve(cmd *Command) error {
 	return nil
 }
 
+// fillStore learns where the plugin keeps its records from ipam.store.
+func (c *Calico) fillStore(s *config.Config) {
+	switch {
+	case s == nil:
+	case s.Store.Type == config.StoreEtcd:
+		c.fill("records-prefix", &c.RecordsPrefix, s.Store.Prefix)
+	case s.Store.Type == config.StoreFile:
+		c.fill("store-dir", &c.StoreDir, s.Store.Dir)
+	}
+}
+
+// resolveDatastore checks --datastore and finds the kubernetes
+// datastore's API server as calico-ipam does: kubernetes.kubeconfig, else
+// the KUBECONFIG environment variable.
+func (c *Calico) resolveDatastore(calico config.Calico) error {
+	switch c.Datastore {
+	case datastore.Etcd:
+		return nil
+	case datastore.Kubernetes:
+	default:
+		return fmt.Errorf("--datastore %q: Calico's datastore is %q or %q", c.Datastore, datastore.Etcd, datastore.Kubernetes)
+	}
+	c.Kubeconfig = c.KubeconfigFlag
+	for _, v := range []string{calico.Kubeconfig, os.Getenv("KUBECONFIG")} {
+		if c.Kubeconfig == "" {
+			c.Kubeconfig = v
+		}
+	}
+	if c.Kubeconfig == "" {
+		return errors.New("the kubernetes datastore needs the API server: --kubeconfig, --conf's kubernetes.kubeconfig or KUBECONFIG")
+	}
+	// The plugin keeps its records in the file store unless ipam.store
+	// says etcd; without --conf that is its default directory.
+	if c.StoreDir == "" && (c.File == nil || c.File.SafeIPAM == nil) {
+		if c.cmd.Set("records-prefix") {
+			return errors.New("--records-prefix: with the kubernetes datastore, records in etcd are found through --conf's ipam.store")
+		}
+		c.StoreDir = config.DefaultStoreDir
+	}
+	return nil
+}
+
 func (c *Calico) fill(name string, dst *string, v string) {
 	if !c.cmd.Set(name) {
 		*dst = v
 	}
+}
+
+// OpenDatastore opens Calico's datastore. With etcd it also returns the
+// client, which safe-ipam's etcd records share; the caller closes both.
+func (c *Calico) OpenDatastore(ctx context.Context, timeout time.Duration) (datastore.Datastore, *clientv3.Client, error) {
+	if c.Datastore == datastore.Kubernetes {
+		ds, err := datastore.NewKube(c.Kubeconfig, timeout)
+		return ds, nil, err
+	}
+	cli, err := c.Connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return datastore.NewEtcd(cli), cli, nil
 }
 
 // Connect connects to Calico's etcd; a TLS fault names the file and the

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -19,8 +20,13 @@ type Liveness struct {
 	CRIEndpoint string
 	// Kubeconfig reaches the Kubernetes API: the pods bound to the node
 	// are what should run. It names pods and addresses, not containers,
-	// so only pod-name handles and addresses are judged from it.
+	// so only pod-name handles and addresses are judged from it. It is
+	// --kubeconfig (Calico's group registers it; see Calico for the rule).
 	Kubeconfig string
+	// PodsByDefault: with the kubernetes datastore, its API server is the
+	// source unless another is named (audit, repair; not adopt or gc,
+	// which need containers).
+	PodsByDefault bool
 
 	node     *Calico
 	explicit bool
@@ -29,12 +35,12 @@ type Liveness struct {
 // NewLiveness is the liveness group, on the node that node resolves.
 func NewLiveness(node *Calico) *Liveness { return &Liveness{node: node} }
 
-// Register adds --live, --cni-cache, --cri-endpoint and --kubeconfig.
+// Register adds --live, --cni-cache and --cri-endpoint; --kubeconfig is
+// Calico's, since it may name the datastore too.
 func (l *Liveness) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.File, "live", "", `JSON list of {"containerID","ifname"} known to be running (optionally with "network", "podNamespace", "podName", "ips")`)
 	fs.StringVar(&l.CNICache, "cni-cache", liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
 	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its READY pod sandboxes are what runs on this node")
-	fs.StringVar(&l.Kubeconfig, "kubeconfig", "", "kubeconfig file for the Kubernetes API: the pods bound to this node (spec.nodeName) are what should run; it names pods and addresses, not containers (needs deploy/safe-ipam-rbac.yaml's ClusterRole)")
 }
 
 // Resolve checks that one source is named and that its node is known: a
@@ -42,6 +48,7 @@ func (l *Liveness) Register(fs *flag.FlagSet) {
 // claim to list every node (--node "").
 func (l *Liveness) Resolve(cmd *Command) error {
 	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
+	l.Kubeconfig = l.kubeconfig(l.File != "" || explicitCache || l.CRIEndpoint != "")
 	named := 0
 	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != "", l.Kubeconfig != ""} {
 		if given {
@@ -65,6 +72,19 @@ func (l *Liveness) Resolve(cmd *Command) error {
 		return errors.New(`--node "" (every node) needs --live; a CNI cache, a runtime or the pods API lists one node's attachments`)
 	}
 	return nil
+}
+
+// kubeconfig is the pods source's kubeconfig, or "": with etcd,
+// --kubeconfig; with the kubernetes datastore, its API server when the
+// command takes it by default and no other source is named.
+func (l *Liveness) kubeconfig(otherNamed bool) string {
+	if l.node.Datastore != datastore.Kubernetes {
+		return l.node.KubeconfigFlag
+	}
+	if l.PodsByDefault && !otherNamed {
+		return l.node.Kubeconfig
+	}
+	return ""
 }
 
 // Explicit says whether the operator named a source (one that must be

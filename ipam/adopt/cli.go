@@ -116,12 +116,17 @@ func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 }
 
 func (c *cli) holders(ctx context.Context, network string) (Holders, error) {
-	cli, err := c.calico.Connect(ctx)
+	ds, cli, err := c.calico.OpenDatastore(ctx, 0)
 	if err != nil {
 		return Holders{}, err
 	}
-	defer cli.Close()
-	snap, err := audit.Load(ctx, cli, c.calico.RecordsPrefix, network)
+	defer ds.Close()
+	if cli != nil {
+		defer cli.Close()
+	}
+	// Only Calico's data: the records are read (and written) through the
+	// store the plugin uses.
+	snap, err := audit.Load(ctx, ds, nil, network)
 	if err != nil {
 		return Holders{}, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -213,7 +214,9 @@ func TestRepairLosesRaceAndRetries(t *testing.T) {
 	pools := []calico.IPPool{calico.NewIPPool("p", mustPrefix("10.244.0.0/24"), 26)}
 	alloc := &calicosim.Allocator{Client: w.cli(), Node: "node1"}
 
-	snap, err := Load(context.Background(), w.cli(), recordsPrefix, "")
+	ds := datastore.NewEtcd(w.cli())
+	recs := &EtcdRecords{Client: w.cli(), Prefix: recordsPrefix}
+	snap, err := Load(context.Background(), ds, recs, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +226,7 @@ func TestRepairLosesRaceAndRetries(t *testing.T) {
 		t.Fatalf("plan %+v", actions)
 	}
 	var racer atomic.Value
-	r := &Repairer{Client: w.cli(), Snap: snap, Live: live, RecordsPrefix: recordsPrefix, BeforeCommit: func(a Action, attempt int) {
+	r := &Repairer{Data: ds, Records: recs, Snap: snap, Live: live, BeforeCommit: func(a Action, attempt int) {
 		if attempt == 1 { // a concurrent calico-ipam ADD lands first
 			asg, err := alloc.Assign(context.Background(), pools, "net1.racer", podAttrs("racer"))
 			if err != nil {

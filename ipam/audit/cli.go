@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
 // Exit codes of audit and repair: admin's, named for what they mean here.
@@ -41,16 +44,19 @@ func usageText(repair bool) string {
 Plans (and with --apply makes) only proven fixes: releases leaked and
 pod-name-handle addresses whose owner a readable liveness source does not
 list, re-claims free addresses that a running record still holds, and
-rewrites handle counts from the blocks. Every write compares the revisions
-it read. Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
+rewrites handle counts from the blocks. Every write is guarded by the
+versions it read (etcd: one Txn; Kubernetes: each object's resourceVersion,
+in calico-ipam's order). Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
 
 `
 	}
 	return `Usage: safe-ipam audit [flags]
 
-Reads Calico's IPAM blocks, handles and affinities and safe-ipam's records
-from etcd and reports pod-name handles, early releases, duplicates, leaks,
-orphan records and inconsistencies. Exit 0: clean; 1: findings; 2: error.
+Reads Calico's IPAM blocks, handles and affinities (from Calico's etcd, or
+with --datastore kubernetes from the Kubernetes API) and safe-ipam's records
+(from etcd, or from the node's file store) and reports pod-name handles,
+early releases, duplicates, leaks, orphan records and inconsistencies.
+Exit 0: clean; 1: findings; 2: error.
 
 `
 }
@@ -63,6 +69,7 @@ func Run(args []string, stdout, stderr io.Writer, repair bool) int {
 	}
 	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), repair: repair}
 	c.live = admin.NewLiveness(c.calico)
+	c.live.PodsByDefault = true
 	c.cmd = admin.NewCommand(name, usageText(repair), stderr, c.calico, c.live, c.out)
 	fs := c.cmd.Flags()
 	fs.DurationVar(&c.minAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
@@ -86,12 +93,20 @@ func Run(args []string, stdout, stderr io.Writer, repair bool) int {
 }
 
 func (c *cli) run(ctx context.Context, stdout io.Writer) (int, error) {
-	cli, err := c.calico.Connect(ctx)
+	ds, cli, err := c.calico.OpenDatastore(ctx, 0)
 	if err != nil {
 		return ExitError, err
 	}
-	defer cli.Close()
-	snap, err := Load(ctx, cli, c.calico.RecordsPrefix, c.calico.Network)
+	defer ds.Close()
+	if cli != nil {
+		defer cli.Close()
+	}
+	recs, closeRecs, err := c.records(ctx, cli)
+	if err != nil {
+		return ExitError, err
+	}
+	defer closeRecs()
+	snap, err := Load(ctx, ds, recs, c.calico.Network)
 	if err != nil {
 		return ExitError, err
 	}
@@ -109,12 +124,13 @@ func (c *cli) run(ctx context.Context, stdout io.Writer) (int, error) {
 		code = ExitFindings
 	}
 	if c.repair {
-		code = c.repairAll(ctx, cli, snap, report, live)
+		code = c.repairAll(ctx, &Repairer{Data: ds, Records: recs, Snap: snap}, report, live)
 	}
 	return code, c.out.Print(stdout, report, report.WriteText)
 }
 
-func (c *cli) repairAll(ctx context.Context, cli *clientv3.Client, snap *Snapshot, report *Report, live *liveness.View) int {
+func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *liveness.View) int {
+	snap := r.Snap
 	report.Repair = true
 	report.Actions, report.Refused = Plan(snap, report.Findings, live)
 	code := ExitClean
@@ -124,7 +140,7 @@ func (c *cli) repairAll(ctx context.Context, cli *clientv3.Client, snap *Snapsho
 	if c.apply {
 		applied := true
 		live = c.settleLiveness(ctx, snap, report, live)
-		r := &Repairer{Client: cli, Snap: snap, Live: live, RecordsPrefix: c.calico.RecordsPrefix}
+		r.Live = live
 		if err := r.Apply(ctx, report.Actions); err != nil {
 			applied, code = false, ExitFindings
 		}
@@ -205,4 +221,42 @@ func HeldOn(snap *Snapshot, live *liveness.View) int {
 		}
 	}
 	return n
+}
+
+// records opens where this node's plugin keeps its records: the file
+// store, else safe-ipam's etcd store in Calico's etcd (cli), else (with
+// the kubernetes datastore) the etcd store --conf's ipam.store names.
+func (c *cli) records(ctx context.Context, cli *clientv3.Client) (Records, func(), error) {
+	node := c.calico.Node
+	switch {
+	case c.calico.StoreDir != "":
+		return openFileRecords(c.calico.StoreDir, node)
+	case cli != nil:
+		return &EtcdRecords{Client: cli, Prefix: c.calico.RecordsPrefix}, func() {}, nil
+	}
+	if c.calico.NodeErr != nil {
+		return nil, nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", c.calico.NodeErr)
+	}
+	st, err := guard.OpenStore(ctx, c.calico.File.SafeIPAM, node)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--conf %s: record store: %w", c.calico.Conf, err)
+	}
+	return &StoreRecords{Store: st, Of: node, Where: "etcd store of --conf " + c.calico.Conf}, func() { _ = st.Close() }, nil
+}
+
+// openFileRecords opens the node's file store for reading. A directory
+// that does not exist is an error, not "no records": opening would create
+// it, and a wrong path must not read as an empty store.
+func openFileRecords(dir, node string) (Records, func(), error) {
+	if node == "" {
+		return nil, nil, fmt.Errorf("--store-dir %s holds one node's records: --node must name that node", dir)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
+	}
+	st, err := filestore.Open(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
+	}
+	return &StoreRecords{Store: st, Of: node, Where: "file store " + dir}, func() { _ = st.Close() }, nil
 }

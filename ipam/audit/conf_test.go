@@ -55,10 +55,12 @@ func TestConfRefusals(t *testing.T) {
 	tests := []struct {
 		name, conf, why string
 	}{
-		{"kubernetes datastore", write("kdd.conflist", `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}}]}`), `datastore there is "kubernetes"`},
+		{"kubernetes datastore without an API server", write("kdd.conflist", `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"calico","ipam":{"type":"calico-ipam"}}]}`), "the kubernetes datastore needs the API server"},
+		{"kubernetes datastore with an unreadable kubeconfig", write("kddkc.conflist", `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"calico","nodename":"node1","kubernetes":{"kubeconfig":"/nonexistent/kc"},"ipam":{"type":"calico-ipam"}}]}`), "/nonexistent/kc"},
 		{"missing file", filepath.Join(dir, "none.conflist"), "none.conflist"},
 		{"not JSON", write("bad.conflist", `{"name":`), "bad.conflist"},
 	}
+	t.Setenv("KUBECONFIG", "") // calico-ipam's fallback must not reach a real cluster here
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -286,6 +286,13 @@ func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string
 	if !named {
 		return "the handle names no container of a known network (pass --network), so liveness cannot speak for it"
 	}
+	if of := a.snap.RecordsNode; of != "" && !podName {
+		for _, al := range allocs {
+			if al.Node != of {
+				return fmt.Sprintf("safe-ipam's records of node %s are not read here (the store read holds node %s's only)", al.Node, of)
+			}
+		}
+	}
 	for _, al := range allocs {
 		if !l.Covers(al.Node) {
 			return "no liveness source covers its node: cannot tell a leak from a pod not behind safe-ipam"

@@ -2,18 +2,15 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // Action kinds.
@@ -114,14 +111,14 @@ func recordsByName(snap *Snapshot) map[string]*record.Record {
 	return m
 }
 
-// Repairer applies actions with compare-and-swap Txns.
+// Repairer applies actions with writes guarded by the versions read.
 type Repairer struct {
-	Client *clientv3.Client
-	Snap   *Snapshot
-	Live   *liveness.View
-	// RecordsPrefix locates the records a reclaim compares.
-	RecordsPrefix string
-	// BeforeCommit, when set, runs before every Txn (tests race it).
+	Data datastore.Datastore
+	// Records holds the records a re-claim is for; it re-checks them.
+	Records Records
+	Snap    *Snapshot
+	Live    *liveness.View
+	// BeforeCommit, when set, runs before every write (tests race it).
 	BeforeCommit func(a Action, attempt int)
 	Now          func() time.Time
 }
@@ -149,7 +146,7 @@ func (r *Repairer) Apply(ctx context.Context, actions []Action) error {
 
 func (r *Repairer) applyOne(ctx context.Context, a Action) string {
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		txn, err := r.prepare(ctx, a)
+		w, err := r.prepare(ctx, a)
 		if errors.Is(err, errStale) {
 			return "skipped: " + err.Error()
 		}
@@ -159,18 +156,50 @@ func (r *Repairer) applyOne(ctx context.Context, a Action) string {
 		if r.BeforeCommit != nil {
 			r.BeforeCommit(a, attempt)
 		}
-		resp, err := txn.Commit()
-		if err != nil {
-			return "failed: " + err.Error()
-		}
-		if resp.Succeeded {
+		err = r.commit(ctx, w)
+		switch {
+		case err == nil:
 			return "done"
+		case errors.Is(err, errStale):
+			return "skipped: " + err.Error()
+		case !errors.Is(err, datastore.ErrConflict):
+			return "failed: " + err.Error()
 		}
 	}
 	return fmt.Sprintf("failed: lost the race %d times", maxAttempts)
 }
 
-func (r *Repairer) prepare(ctx context.Context, a Action) (clientv3.Txn, error) {
+// write is one prepared change, and the record a re-claim is for.
+type write struct {
+	change datastore.Change
+	rec    *record.Record
+}
+
+// commit writes w. A re-claim's record must still be the committed one
+// the audit read: in the same etcd as Calico's data that is one more
+// comparison in the Txn. Elsewhere it is re-checked just before the
+// write; a DEL landing between that check and the write can at worst
+// leave the address allocated for a gone pod, which a later audit reports
+// as a leak (the fail-closed direction), never hand it out twice.
+func (r *Repairer) commit(ctx context.Context, w write) error {
+	if w.rec == nil {
+		return r.Data.Write(ctx, w.change)
+	}
+	if r.Records == nil {
+		return errNoRecords
+	}
+	if es, ok := r.Data.(*datastore.EtcdStore); ok {
+		if er, ok := r.Records.(*EtcdRecords); ok && er.Client == es.Client {
+			return es.WriteComparing(ctx, w.change, er.compare(w.rec))
+		}
+	}
+	if err := r.Records.Recheck(ctx, w.rec); err != nil {
+		return err
+	}
+	return r.Data.Write(ctx, w.change)
+}
+
+func (r *Repairer) prepare(ctx context.Context, a Action) (write, error) {
 	switch a.Kind {
 	case ReleaseHandle:
 		return r.prepareRelease(ctx, a)
@@ -179,34 +208,30 @@ func (r *Repairer) prepare(ctx context.Context, a Action) (clientv3.Txn, error) 
 	case FixHandleCount:
 		return r.prepareFixCount(ctx, a)
 	}
-	return nil, fmt.Errorf("unknown action %q", a.Kind)
+	return write{}, fmt.Errorf("unknown action %q", a.Kind)
 }
 
-// freshDocs re-reads the handle document and every block that holds the
-// handle now (all blocks are scanned via the snapshot's block list plus
-// the blocks the handle document names).
+// freshDocs are the handle document and every block that holds the
+// handle now, as just read: the blocks the snapshot saw it in, the blocks
+// its document names, and any the action adds.
 type freshDocs struct {
-	handle    *calico.Handle
-	handleRev int64 // 0: absent
-	blocks    map[netip.Prefix]*freshBlock
+	handle *datastore.Handle // nil: absent
+	blocks map[netip.Prefix]*datastore.Block
 }
 
 func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip.Prefix) (*freshDocs, error) {
-	d := &freshDocs{blocks: map[netip.Prefix]*freshBlock{}}
-	var h calico.Handle
-	rev, err := calico.ReadJSON(ctx, r.Client, calico.HandleKey(handle), &h)
+	d := &freshDocs{blocks: map[netip.Prefix]*datastore.Block{}}
+	h, err := r.Data.Handle(ctx, handle)
 	if err != nil {
 		return nil, err
 	}
-	if rev != 0 {
-		d.handle, d.handleRev = &h, rev
-	}
+	d.handle = h
 	cidrs := append([]netip.Prefix(nil), extra...)
 	for cidr := range r.Snap.heldBy(handle) {
 		cidrs = append(cidrs, cidr)
 	}
-	if d.handle != nil {
-		for k := range d.handle.Block {
+	if h != nil {
+		for k := range h.Handle.Block {
 			if p, err := netip.ParsePrefix(k); err == nil {
 				cidrs = append(cidrs, p)
 			}
@@ -216,71 +241,50 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 		if _, done := d.blocks[cidr]; done {
 			continue
 		}
-		doc, err := readBlock(ctx, r.Client, cidr)
+		b, err := r.Data.Block(ctx, cidr)
 		if err != nil {
 			return nil, err
 		}
-		if doc != nil {
-			d.blocks[cidr] = doc
+		if b != nil {
+			d.blocks[cidr] = b
 		}
 	}
 	return d, nil
 }
 
-func readBlock(ctx context.Context, cli *clientv3.Client, cidr netip.Prefix) (*freshBlock, error) {
-	key := calico.BlockKey(cidr)
-	var raw json.RawMessage
-	rev, err := calico.ReadJSON(ctx, cli, key, &raw)
-	if err != nil || rev == 0 {
-		return nil, err
+// change writes the changed blocks and the handle with new counts (nil:
+// delete), each guarded by the version it was read at; the blocks read
+// and not changed must still be at theirs too.
+func (d *freshDocs) change(handle string, counts *calico.Handle, changed map[netip.Prefix]bool, handleFirst bool) datastore.Change {
+	c := datastore.Change{Handle: &datastore.Handle{ID: handle, Handle: counts}, HandleFirst: handleFirst}
+	if d.handle != nil {
+		h := *d.handle
+		h.Handle = counts
+		c.Handle = &h
 	}
-	var b calico.Block
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, fmt.Errorf("decoding block %s: %w", cidr, err)
-	}
-	return &freshBlock{Key: key, ModRevision: rev, Block: &b, raw: raw}, nil
-}
-
-// txn compares every document read with its revision, then writes.
-func (d *freshDocs) txn(ctx context.Context, cli *clientv3.Client, handle string, changed map[netip.Prefix]bool, extra ...clientv3.Cmp) (clientv3.Txn, error) {
-	hkey := calico.HandleKey(handle)
-	cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(hkey), "=", d.handleRev)}, extra...)
-	var ops []clientv3.Op
-	for cidr, doc := range d.blocks {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(doc.Key), "=", doc.ModRevision))
+	for cidr, b := range d.blocks {
 		if changed[cidr] {
-			data, err := calico.MarshalKeeping(doc.raw, doc.Block)
-			if err != nil {
-				return nil, err
-			}
-			ops = append(ops, clientv3.OpPut(doc.Key, string(data)))
+			c.Blocks = append(c.Blocks, b)
+		} else {
+			c.Compared = append(c.Compared, b)
 		}
 	}
-	if d.handle == nil || d.handle.Empty() {
-		ops = append(ops, clientv3.OpDelete(hkey))
-	} else {
-		data, err := json.Marshal(d.handle)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, clientv3.OpPut(hkey, string(data)))
-	}
-	return cli.Txn(ctx).If(cmps...).Then(ops...), nil
+	return c
 }
 
-func (r *Repairer) prepareRelease(ctx context.Context, a Action) (clientv3.Txn, error) {
+func (r *Repairer) prepareRelease(ctx context.Context, a Action) (write, error) {
 	d, err := r.readHandle(ctx, a.Handle)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
-		return nil, err
+		return write{}, err
 	}
 	changed := map[netip.Prefix]bool{}
 	for cidr, doc := range d.blocks {
 		for _, ord := range doc.Block.OrdinalsOf(a.Handle) {
 			if ip, err := doc.Block.IP(ord); err == nil && r.Live != nil && r.Live.ListsAddr(ip) {
-				return nil, fmt.Errorf("%w: %s is now held by a live attachment", errStale, ip)
+				return write{}, fmt.Errorf("%w: %s is now held by a live attachment", errStale, ip)
 			}
 		}
 		if len(doc.Block.ReleaseHandle(a.Handle)) > 0 {
@@ -288,61 +292,62 @@ func (r *Repairer) prepareRelease(ctx context.Context, a Action) (clientv3.Txn, 
 		}
 	}
 	if len(changed) == 0 {
-		return nil, fmt.Errorf("%w: handle %s holds nothing", errStale, a.Handle)
+		return write{}, fmt.Errorf("%w: handle %s holds nothing", errStale, a.Handle)
 	}
-	d.handle = nil
-	return d.txn(ctx, r.Client, a.Handle, changed)
+	// A release frees the blocks first, then drops the handle, as
+	// calico-ipam does.
+	return write{change: d.change(a.Handle, nil, changed, false)}, nil
 }
 
-func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (clientv3.Txn, error) {
+func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) {
 	addr, err := netip.ParseAddr(a.Address)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	cidr, ok := r.blockOf(addr)
 	if !ok {
-		return nil, fmt.Errorf("%w: no block holds %s", errStale, addr)
+		return write{}, fmt.Errorf("%w: no block holds %s", errStale, addr)
 	}
 	d, err := r.readHandle(ctx, a.Handle, cidr)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	doc := d.blocks[cidr]
 	if doc == nil {
-		return nil, fmt.Errorf("%w: block %s is gone", errStale, cidr)
+		return write{}, fmt.Errorf("%w: block %s is gone", errStale, cidr)
 	}
 	ord, err := doc.Block.Ordinal(addr)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	if _, taken := doc.Block.Attribute(ord); taken {
-		return nil, fmt.Errorf("%w: %s is no longer free", errStale, addr)
-	}
-	recKey := etcdstore.Key(r.RecordsPrefix, a.rec.Node, a.rec.Attachment)
-	if rev, err := calico.ReadJSON(ctx, r.Client, recKey, &struct{}{}); err != nil || rev != a.rec.Revision {
-		return nil, fmt.Errorf("%w: record %s changed since the audit (%v)", errStale, a.rec.Attachment, err)
+		return write{}, fmt.Errorf("%w: %s is no longer free", errStale, addr)
 	}
 	if err := doc.Block.AllocateOrdinal(ord, a.Handle, r.secondary(a.rec)); err != nil {
-		return nil, fmt.Errorf("%w: %v", errStale, err)
+		return write{}, fmt.Errorf("%w: %v", errStale, err)
 	}
-	if d.handle == nil {
-		d.handle = calico.NewHandle()
+	counts := calico.NewHandle()
+	if d.handle != nil {
+		counts = d.handle.Handle
 	}
-	d.handle.Add(cidr, 1)
-	// The record must still be the committed one the audit read: a DEL
-	// marks it first, and re-claiming for a pod being deleted would leak.
-	return d.txn(ctx, r.Client, a.Handle, map[netip.Prefix]bool{cidr: true},
-		clientv3.Compare(clientv3.ModRevision(recKey), "=", a.rec.Revision))
+	counts.Add(cidr, 1)
+	// A re-claim counts the handle first, then allocates in the block, as
+	// calico-ipam does.
+	return write{change: d.change(a.Handle, counts, map[netip.Prefix]bool{cidr: true}, true), rec: a.rec}, nil
 }
 
 // unchangedSinceAudit: calico-ipam writes a handle and its block in two
 // steps (handle first on ADD, block first on release), so a document
 // pair caught between them looks like a leak or a miscount. Acting only
-// on a handle document no newer than the audit, whose addresses per block
-// are still those the audit saw (after the settle wait), leaves any
-// operation that was in flight alone.
+// on a handle document still at the version the audit saw, whose
+// addresses per block are still those the audit saw (after the settle
+// wait), leaves any operation that was in flight alone.
 func (r *Repairer) unchangedSinceAudit(handle string, d *freshDocs) error {
-	if d.handleRev > r.Snap.Revision {
+	var now datastore.Version
+	if d.handle != nil {
+		now = d.handle.Version
+	}
+	if now != r.Snap.handleVersions[handle] {
 		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", errStale, handle)
 	}
 	seen := r.Snap.heldBy(handle)
@@ -376,13 +381,13 @@ func (r *Repairer) blockOf(addr netip.Addr) (netip.Prefix, bool) {
 	return netip.Prefix{}, false
 }
 
-func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (clientv3.Txn, error) {
+func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (write, error) {
 	d, err := r.readHandle(ctx, a.Handle)
 	if err != nil {
-		return nil, err
+		return write{}, err
 	}
 	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
-		return nil, err
+		return write{}, err
 	}
 	counts := calico.NewHandle()
 	for cidr, doc := range d.blocks {
@@ -390,18 +395,8 @@ func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (clientv3.Txn,
 			counts.Add(cidr, n)
 		}
 	}
-	if d.handle != nil && sameCounts(d.handle.Block, counts.Block) {
-		return nil, fmt.Errorf("%w: counts already match", errStale)
+	if d.handle != nil && sameCounts(d.handle.Handle.Block, counts.Block) {
+		return write{}, fmt.Errorf("%w: counts already match", errStale)
 	}
-	d.handle = counts
-	return d.txn(ctx, r.Client, a.Handle, nil)
-}
-
-// freshBlock is a block as just read, with the revision its Txn compares
-// and the bytes it was read from, whose unmodelled fields a rewrite keeps.
-type freshBlock struct {
-	Key         string
-	ModRevision int64
-	Block       *calico.Block
-	raw         []byte
+	return write{change: d.change(a.Handle, counts, nil, false)}, nil
 }

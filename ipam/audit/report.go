@@ -13,13 +13,15 @@ import (
 
 // Report is the audit's output; its JSON form is stable (README).
 type Report struct {
-	Revision int64     `json:"revision"`
-	Liveness string    `json:"liveness"`
-	Summary  Summary   `json:"summary"`
-	Findings []Finding `json:"findings"`
-	Actions  []Action  `json:"actions,omitempty"`
-	Refused  []Refusal `json:"refused,omitempty"`
-	Applied  *bool     `json:"applied,omitempty"`
+	Revision int64 `json:"revision"`
+	// ResourceVersion is where the Kubernetes datastore was read.
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Liveness        string    `json:"liveness"`
+	Summary         Summary   `json:"summary"`
+	Findings        []Finding `json:"findings"`
+	Actions         []Action  `json:"actions,omitempty"`
+	Refused         []Refusal `json:"refused,omitempty"`
+	Applied         *bool     `json:"applied,omitempty"`
 	// Warnings are about settings, not data: they do not change the exit
 	// code.
 	Warnings []string `json:"warnings,omitempty"`
@@ -38,7 +40,7 @@ type Summary struct {
 
 // NewReport summarises a snapshot and its findings.
 func NewReport(snap *Snapshot, findings []Finding, live *liveness.View) *Report {
-	r := &Report{Revision: snap.Revision, Liveness: "none", Findings: findings,
+	r := &Report{Revision: snap.Revision, ResourceVersion: snap.ResourceVersion, Liveness: "none", Findings: findings,
 		Summary: Summary{Blocks: len(snap.Blocks), Handles: len(snap.Handles), Records: len(snap.Records), Findings: map[Kind]int{}}}
 	if live != nil {
 		r.Liveness = live.Source

@@ -1,8 +1,9 @@
-// Package audit reads Calico's IPAM data and safe-ipam's records from etcd
-// and finds what operators used to hunt for by hand: pod-name handles,
-// addresses freed under a live record, addresses held twice, leaks,
-// orphan records and inconsistent documents. Repair fixes only what the
-// audit proves, with compare-and-swap writes.
+// Package audit reads Calico's IPAM data (from etcd or the Kubernetes
+// API, through package datastore) and safe-ipam's records, and finds what
+// operators used to hunt for by hand: pod-name handles, addresses freed
+// under a live record, addresses held twice, leaks, orphan records and
+// inconsistent documents. Repair fixes only what the audit proves, with
+// writes guarded by the versions they read.
 package audit
 
 import (
@@ -13,33 +14,38 @@ import (
 	"strings"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
-// pageSize bounds how many keys one read holds in memory at once.
-const pageSize = 2000
-
 // Snapshot is what the audit needs of Calico's IPAM data and safe-ipam's
-// records, read at one etcd revision. It keeps summaries, not documents:
-// repair re-reads every document it changes, so only the facts the
-// findings need stay in memory.
+// records, read as one consistent view where the datastores allow it. It
+// keeps summaries, not documents: repair re-reads every document it
+// changes, so only the facts the findings need stay in memory.
 type Snapshot struct {
-	Revision    int64
-	Blocks      map[netip.Prefix]*BlockSummary
-	Allocations []Allocation
+	// Revision is the etcd revision of the scan (0 on Kubernetes).
+	Revision int64
+	// ResourceVersion is the Kubernetes lists' resourceVersion ("" on etcd).
+	ResourceVersion string
+	Blocks          map[netip.Prefix]*BlockSummary
+	Allocations     []Allocation
 	// Handles holds each handle document's per-block counts as stored.
 	Handles    map[string]json.RawMessage
 	Affinities []AffinityDoc
 	Records    []*record.Record
+	// RecordsNode, when set, is the only node whose records were read (a
+	// file store holds one node's): no judgment that needs records is made
+	// about another node's allocations.
+	RecordsNode string
 	// Undecodable lists Calico documents that did not decode, key: error.
 	// One damaged document must not blind the audit to the rest.
 	Undecodable map[string]string
 
-	byHandle map[string]map[netip.Prefix]int
+	// handleVersions is the version of each handle document as scanned:
+	// repair acts only on a handle still at it.
+	handleVersions map[string]datastore.Version
+	byHandle       map[string]map[netip.Prefix]int
 }
 
 // BlockSummary is one block: who claims it and what is wrong with its
@@ -71,119 +77,46 @@ type AffinityDoc struct {
 	CIDR netip.Prefix
 }
 
-// Load reads everything under Calico's IPAM prefix and the records of
-// network ("" for all) under recordsPrefix, at one revision.
-func Load(ctx context.Context, cli *clientv3.Client, recordsPrefix, network string) (*Snapshot, error) {
-	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, Handles: map[string]json.RawMessage{}}
-	if err := scan(ctx, cli, calico.IPAMPrefix, &s.Revision, s.addCalico); err != nil {
-		return nil, fmt.Errorf("reading Calico IPAM data: %w", err)
+// Load reads Calico's IPAM data from ds, then the records of network
+// ("" for all, where recs can list all) from recs, at the scan's point
+// when recs can read at it.
+func Load(ctx context.Context, ds datastore.Datastore, recs Records, network string) (*Snapshot, error) {
+	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, Handles: map[string]json.RawMessage{},
+		handleVersions: map[string]datastore.Version{}}
+	p, err := ds.Scan(ctx, s.visitor())
+	if err != nil {
+		return nil, err
 	}
-	prefix := recordsPrefix + "/attachments/"
-	if network != "" {
-		prefix = etcdstore.Prefix(recordsPrefix, network)
+	s.Revision, s.ResourceVersion = p.Revision, p.ResourceVersion
+	if recs == nil {
+		return s, nil
 	}
-	if err := scan(ctx, cli, prefix, &s.Revision, s.addRecord); err != nil {
-		return nil, fmt.Errorf("reading safe-ipam records: %w", err)
-	}
-	qs := quarantines{prefix: recordsPrefix + "/quarantine/", byHolder: map[string][]record.Quarantine{}}
-	if err := scan(ctx, cli, qs.prefix, &s.Revision, qs.add); err != nil {
-		return nil, fmt.Errorf("reading safe-ipam quarantines: %w", err)
+	if s.Records, err = recs.Load(ctx, network, p); err != nil {
+		return nil, err
 	}
 	for _, rec := range s.Records {
-		rec.Quarantined = qs.byHolder[rec.Network+"/"+rec.Node+"/"+rec.ContainerID+"/"+rec.IfName]
+		rec.Result = nil // the audit never replays; 100k results would dominate memory
 	}
+	s.RecordsNode = recs.Node()
 	return s, nil
 }
 
-// quarantines collects the quarantine entries by their holder,
-// <network>/<node>/<containerID>/<ifname>.
-type quarantines struct {
-	prefix   string
-	byHolder map[string][]record.Quarantine
-}
-
-func (q *quarantines) add(key string, value []byte, _ int64) error {
-	network, rest, _ := strings.Cut(strings.TrimPrefix(key, q.prefix), "/")
-	parts := strings.Split(strings.TrimPrefix(rest, "holder/"), "/")
-	if !strings.HasPrefix(rest, "holder/") || len(parts) != 6 {
-		return nil // the attachment-side key of the same quarantine
-	}
-	var entry record.Quarantine
-	if err := json.Unmarshal(value, &entry); err != nil {
-		return nil // a damaged entry names no address; the handle is judged on its own
-	}
-	holder := network + "/" + strings.Join(parts[:3], "/")
-	q.byHolder[holder] = append(q.byHolder[holder], entry)
-	return nil
-}
-
-// scan pages through a prefix at one revision (the first page's, shared
-// by later scans) so the snapshot is consistent.
-func scan(ctx context.Context, cli *clientv3.Client, prefix string, rev *int64, add func(key string, value []byte, modRev int64) error) error {
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	from := prefix
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(pageSize)}
-		if *rev != 0 {
-			opts = append(opts, clientv3.WithRev(*rev))
-		}
-		resp, err := cli.Get(ctx, from, opts...)
-		if err != nil {
-			return err
-		}
-		if *rev == 0 {
-			*rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			if err := add(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
-				return fmt.Errorf("%s: %w", kv.Key, err)
+func (s *Snapshot) visitor() datastore.Visitor {
+	return datastore.Visitor{
+		Block: s.addBlock,
+		Handle: func(id string, counts json.RawMessage, v datastore.Version) {
+			s.Handles[id], s.handleVersions[id] = counts, v
+		},
+		Affinity: func(node string, cidr netip.Prefix) {
+			s.Affinities = append(s.Affinities, AffinityDoc{Node: node, CIDR: cidr})
+		},
+		Undecodable: func(key string, err error) {
+			if s.Undecodable == nil {
+				s.Undecodable = map[string]string{}
 			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+			s.Undecodable[key] = err.Error()
+		},
 	}
-}
-
-func (s *Snapshot) addCalico(key string, value []byte, _ int64) error {
-	if err := s.addCalicoDoc(key, value); err != nil {
-		if s.Undecodable == nil {
-			s.Undecodable = map[string]string{}
-		}
-		s.Undecodable[key] = err.Error()
-	}
-	return nil
-}
-
-func (s *Snapshot) addCalicoDoc(key string, value []byte) error {
-	switch {
-	case strings.HasPrefix(key, calico.BlockPrefix):
-		var b calico.Block
-		if err := json.Unmarshal(value, &b); err != nil {
-			return err
-		}
-		s.addBlock(&b)
-	case strings.HasPrefix(key, calico.HandlePrefix):
-		id, err := calico.ParseHandleKey(key)
-		if err != nil {
-			return err
-		}
-		var h struct {
-			Block json.RawMessage `json:"block"`
-		}
-		if err := json.Unmarshal(value, &h); err != nil {
-			return err
-		}
-		s.Handles[id] = h.Block
-	case strings.HasPrefix(key, calico.HostPrefix):
-		node, cidr, err := calico.ParseAffinityKey(key)
-		if err != nil {
-			return err
-		}
-		s.Affinities = append(s.Affinities, AffinityDoc{Node: node, CIDR: cidr})
-	}
-	return nil
 }
 
 func (s *Snapshot) addBlock(b *calico.Block) {
@@ -249,14 +182,4 @@ func (s *Snapshot) heldBy(handle string) map[netip.Prefix]int {
 		}
 	}
 	return s.byHandle[handle]
-}
-
-func (s *Snapshot) addRecord(key string, value []byte, modRev int64) error {
-	rec, err := etcdstore.Decode(value, modRev) // repair compares it
-	if err != nil {
-		return err
-	}
-	rec.Result = nil // the audit never replays; 100k results would dominate memory
-	s.Records = append(s.Records, rec)
-	return nil
 }

@@ -35,6 +35,9 @@ type Calico struct {
 	Nodename       string `json:"nodename"`
 	NodenameFile   string `json:"nodename_file"`
 	Hostname       string `json:"hostname"` // deprecated by Calico, still read
+	// Kubeconfig is kubernetes.kubeconfig: the API server calico-ipam
+	// reaches with the kubernetes datastore.
+	Kubeconfig string `json:"-"`
 }
 
 // readCalico decodes the Calico keys of a plugin config, naming the key
@@ -50,7 +53,11 @@ func readCalico(top map[string]json.RawMessage) (Calico, error) {
 			return c, err
 		}
 	}
-	return c, nil
+	var k8s map[string]json.RawMessage
+	if err := field(top, "kubernetes", &k8s); err != nil {
+		return c, err
+	}
+	return c, field(k8s, "kubeconfig", &c.Kubeconfig)
 }
 
 // Datastore is the datastore calico-ipam uses: datastore_type when set;

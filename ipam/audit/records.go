@@ -1,0 +1,155 @@
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+)
+
+// Records is where the audit reads safe-ipam's records.
+type Records interface {
+	// Load returns the records of network ("" for every network, where
+	// the store can list them), read at p when the store can.
+	Load(ctx context.Context, network string, p datastore.Point) ([]*record.Record, error)
+	// Recheck fails unless rec is still the record the audit read: a DEL
+	// marks it first, and re-claiming for a pod being deleted would leak.
+	Recheck(ctx context.Context, rec *record.Record) error
+	// Node is the one node whose records this store holds ("" for all).
+	Node() string
+}
+
+// EtcdRecords are the records of safe-ipam's etcd store under Prefix.
+// When Client is also Calico's etcd, they are read at the scan's revision
+// and a re-claim compares its record in the same Txn.
+type EtcdRecords struct {
+	Client *clientv3.Client
+	Prefix string
+}
+
+// Node implements Records: the etcd store holds every node's records.
+func (e *EtcdRecords) Node() string { return "" }
+
+// Load implements Records, at p.Revision when it is set.
+func (e *EtcdRecords) Load(ctx context.Context, network string, p datastore.Point) ([]*record.Record, error) {
+	prefix := e.Prefix + "/attachments/"
+	if network != "" {
+		prefix = etcdstore.Prefix(e.Prefix, network)
+	}
+	rev := p.Revision
+	var recs []*record.Record
+	err := datastore.ScanPrefix(ctx, e.Client, prefix, 0, &rev, func(_ string, value []byte, modRev int64) error {
+		rec, err := etcdstore.Decode(value, modRev) // repair compares it
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rec)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading safe-ipam records: %w", err)
+	}
+	qs := quarantines{prefix: e.Prefix + "/quarantine/", byHolder: map[string][]record.Quarantine{}}
+	if err := datastore.ScanPrefix(ctx, e.Client, qs.prefix, 0, &rev, qs.add); err != nil {
+		return nil, fmt.Errorf("reading safe-ipam quarantines: %w", err)
+	}
+	for _, rec := range recs {
+		rec.Quarantined = qs.byHolder[rec.Network+"/"+rec.Node+"/"+rec.ContainerID+"/"+rec.IfName]
+	}
+	return recs, nil
+}
+
+// Recheck implements Records.
+func (e *EtcdRecords) Recheck(ctx context.Context, rec *record.Record) error {
+	resp, err := e.Client.Get(ctx, e.key(rec))
+	switch {
+	case err != nil:
+		return fmt.Errorf("re-reading record %s: %w", rec.Attachment, err)
+	case len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rec.Revision:
+		return fmt.Errorf("%w: record %s changed since the audit", errStale, rec.Attachment)
+	}
+	return nil
+}
+
+// compare is the Txn comparison that rec is unchanged, for a write in the
+// same etcd.
+func (e *EtcdRecords) compare(rec *record.Record) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(e.key(rec)), "=", rec.Revision)
+}
+
+func (e *EtcdRecords) key(rec *record.Record) string {
+	return etcdstore.Key(e.Prefix, rec.Node, rec.Attachment)
+}
+
+// quarantines collects the quarantine entries by their holder,
+// <network>/<node>/<containerID>/<ifname>.
+type quarantines struct {
+	prefix   string
+	byHolder map[string][]record.Quarantine
+}
+
+func (q *quarantines) add(key string, value []byte, _ int64) error {
+	network, rest, _ := strings.Cut(strings.TrimPrefix(key, q.prefix), "/")
+	parts := strings.Split(strings.TrimPrefix(rest, "holder/"), "/")
+	if !strings.HasPrefix(rest, "holder/") || len(parts) != 6 {
+		return nil // the attachment-side key of the same quarantine
+	}
+	var entry record.Quarantine
+	if err := json.Unmarshal(value, &entry); err != nil {
+		return nil // a damaged entry names no address; the handle is judged on its own
+	}
+	holder := network + "/" + strings.Join(parts[:3], "/")
+	q.byHolder[holder] = append(q.byHolder[holder], entry)
+	return nil
+}
+
+// StoreRecords are records read through a store.Store: the node's file
+// store, or an etcd store apart from Calico's datastore. It cannot be
+// read at the scan's point, so repair re-checks a record just before it
+// writes (Recheck).
+type StoreRecords struct {
+	Store store.Store
+	// Of is the one node whose records the store holds ("" for all).
+	Of string
+	// Where names the store in messages, e.g. "file store /var/lib/cni/safe-ipam".
+	Where string
+}
+
+// Node implements Records.
+func (s *StoreRecords) Node() string { return s.Of }
+
+// Load implements Records. A store.Store lists one network at a time.
+func (s *StoreRecords) Load(ctx context.Context, network string, _ datastore.Point) ([]*record.Record, error) {
+	if network == "" {
+		return nil, fmt.Errorf("reading safe-ipam records from the %s: it is listed one network at a time: pass --network (or --conf)", s.Where)
+	}
+	recs, err := s.Store.List(ctx, network)
+	if err != nil {
+		return nil, fmt.Errorf("reading safe-ipam records from the %s: %w", s.Where, err)
+	}
+	return recs, nil
+}
+
+// Recheck implements Records with Get: the record must still be the
+// committed one at the revision the audit read.
+func (s *StoreRecords) Recheck(ctx context.Context, rec *record.Record) error {
+	cur, err := s.Store.Get(ctx, rec.Attachment)
+	switch {
+	case err != nil:
+		return fmt.Errorf("re-reading record %s from the %s: %w", rec.Attachment, s.Where, err)
+	case cur == nil || cur.Revision != rec.Revision || cur.State != record.Committed:
+		return fmt.Errorf("%w: record %s changed since the audit", errStale, rec.Attachment)
+	}
+	return nil
+}
+
+// errNoRecords is why a repair that needs records cannot re-check one.
+var errNoRecords = errors.New("no record store to re-check the record in")

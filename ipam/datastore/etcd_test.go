@@ -1,0 +1,15 @@
+package datastore_test
+
+import (
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore/datastoretest"
+)
+
+// The etcd datastore passes the contract against a real etcd that
+// requires client certificates, as Calico's etcd clusters do.
+func TestEtcdContract(t *testing.T) {
+	srv := etcdtest.StartTLS(t)
+	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return datastoretest.Etcd(t, srv.Client()) })
+}

@@ -1,0 +1,25 @@
+package datastore_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore/datastoretest"
+)
+
+// kube is one real kube-apiserver for the package, with Calico's CRDs.
+var kube kubetest.Shared
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	kube.Close()
+	os.Exit(code)
+}
+
+// The Kubernetes datastore passes the same contract against a real
+// kube-apiserver serving Calico's CRDs.
+func TestKubeContract(t *testing.T) {
+	srv := datastoretest.KubeServer(t, &kube)
+	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return datastoretest.Kube(t, srv) })
+}
