@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,6 +43,16 @@ type outcome struct {
 
 func runBinary(t *testing.T, bin string, inv invocation) outcome {
 	t.Helper()
+	o, err := execBinary(bin, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// execBinary runs the simulator binary once; an error means it could not
+// run, not that it failed.
+func execBinary(bin string, inv invocation) (outcome, error) {
 	cmd := exec.Command(bin)
 	cmd.Env = append([]string{
 		"CNI_COMMAND=" + inv.command,
@@ -60,9 +71,9 @@ func runBinary(t *testing.T, bin string, inv invocation) outcome {
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		t.Fatalf("running %s: %v", bin, err)
+		return outcome{}, fmt.Errorf("running %s: %w", bin, err)
 	}
-	return outcome{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+	return outcome{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}, nil
 }
 
 // cniError is the error JSON a CNI plugin prints on failure.

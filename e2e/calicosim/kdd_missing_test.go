@@ -41,7 +41,9 @@ func TestKDDMissingParts(t *testing.T) {
 			func() error { return SeedKubeNode(ctx, k.cfg, node1) }},
 		{"ippools CRD", web, `cannot find a qualified ippool`, install("ippools")},
 		{"ippool", web, `cannot find a qualified ippool`,
-			func() error { return SeedKubeIPPool(ctx, k.cfg, replayPool.name, replayPool.cidr, replayPool.blockSize) }},
+			func() error {
+				return SeedKubeIPPool(ctx, k.cfg, replayPool.name, replayPool.cidr, replayPool.blockSize)
+			}},
 		{"blockaffinities CRD", web, `resource does not exist: BlockAffinity(node1-10-244-166-128-26) with error: the server could not find the requested resource (post BlockAffinities.crd.projectcalico.org)`, install("blockaffinities")},
 		{"ipamblocks CRD", web, `resource does not exist: IPAMBlock(10-244-166-128-26) with error: the server could not find the requested resource (post IPAMBlocks.crd.projectcalico.org)`, install("ipamblocks")},
 		{"ipamhandles CRD", web, `resource does not exist: IPAMHandle(k8s-pod-network.aaa111) with error: the server could not find the requested resource (post IPAMHandles.crd.projectcalico.org)`, install("ipamhandles")},

@@ -56,6 +56,40 @@ func TestKDDConcurrentAdds(t *testing.T) {
 	}
 }
 
+// TestKDDConcurrentProcesses runs the simulator binary in several
+// processes at once, each finding the Kubernetes datastore from its
+// config alone, without the host lock.
+func TestKDDConcurrentProcesses(t *testing.T) {
+	k := newKDD(t, poolSpec{"small", "10.61.0.0/24", 28})
+	bin := buildSimulator(t)
+	const procs = 12
+	outs := make(chan string, procs)
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := pod{fmt.Sprintf("proc%d", i), "default", fmt.Sprintf("proc-%d", i)}
+			o, err := execBinary(bin, invocation{"ADD", p, k.conf(nil), []string{EnvLockFile + "=" + NoLock}})
+			if err != nil || o.exit != 0 {
+				outs <- fmt.Sprintf("ADD %s: %v exit %d: %s%s", p.container, err, o.exit, o.stdout, o.stderr)
+			}
+		}()
+	}
+	wg.Wait()
+	close(outs)
+	for o := range outs {
+		t.Error(o)
+	}
+	s := k.state()
+	if n := len(s.Allocations()); n != procs {
+		t.Errorf("%d addresses allocated, want %d", n, procs)
+	}
+	if bad := s.Inconsistencies(); len(bad) > 0 {
+		t.Errorf("handles and blocks disagree: %v", bad)
+	}
+}
+
 // TestKDDDeletedMarkFinished leaves a handle marked deleted, as a deleter
 // that died between its two requests would: the next reader deletes it
 // for good and treats it as absent.

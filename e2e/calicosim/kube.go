@@ -242,28 +242,29 @@ func (c kubeClient) list(ctx context.Context, k kind, selector string) ([]*kubeO
 }
 
 func (c kubeClient) create(ctx context.Context, k kind, o *kubeObject) (*kubeObject, error) {
-	u, err := o.unstructured()
-	if err != nil {
-		return nil, err
-	}
-	made, err := c.dyn.Resource(k.gvr).Create(ctx, u, metav1.CreateOptions{})
-	if err := writeError(k, o.Metadata.Name, "create", err); err != nil {
-		return nil, err
-	}
-	return fromUnstructured(made)
+	return c.write(k, o, "create", func(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return c.dyn.Resource(k.gvr).Create(ctx, u, metav1.CreateOptions{})
+	})
 }
 
 // update writes o, guarded by its resourceVersion.
 func (c kubeClient) update(ctx context.Context, k kind, o *kubeObject) (*kubeObject, error) {
+	return c.write(k, o, "update", func(u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+		return c.dyn.Resource(k.gvr).Update(ctx, u, metav1.UpdateOptions{})
+	})
+}
+
+// write sends o with send and returns what the apiserver stored.
+func (c kubeClient) write(k kind, o *kubeObject, verb string, send func(*unstructured.Unstructured) (*unstructured.Unstructured, error)) (*kubeObject, error) {
 	u, err := o.unstructured()
 	if err != nil {
 		return nil, err
 	}
-	done, err := c.dyn.Resource(k.gvr).Update(ctx, u, metav1.UpdateOptions{})
-	if err := writeError(k, o.Metadata.Name, "update", err); err != nil {
+	stored, err := send(u)
+	if err := writeError(k, o.Metadata.Name, verb, err); err != nil {
 		return nil, err
 	}
-	return fromUnstructured(done)
+	return fromUnstructured(stored)
 }
 
 // remove deletes o the way Calico does, since Kubernetes has no

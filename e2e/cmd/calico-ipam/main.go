@@ -1,6 +1,7 @@
 // Command calico-ipam stands in for Calico's calico-ipam CNI plugin in
-// tests: same config keys, results, errors and etcd layout (see package
-// calicosim). Install it in CNI_PATH under the name calico-ipam.
+// tests: same config keys, results, errors and data, in etcdv3 or the
+// Kubernetes datastore as the config says (see package calicosim).
+// Install it in CNI_PATH under the name calico-ipam.
 //
 // Like Calico's one multi-call binary, it picks its role from the base of
 // argv[0]: calico-node's installer copies that binary as both "calico" and
