@@ -48,7 +48,9 @@ func (l *Liveness) Register(fs *flag.FlagSet) {
 // claim to list every node (--node "").
 func (l *Liveness) Resolve(cmd *Command) error {
 	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
-	l.Kubeconfig = l.kubeconfig(l.File != "" || explicitCache || l.CRIEndpoint != "")
+	// --cni-cache= given explicitly (no liveness) also sets the pods
+	// default aside.
+	l.Kubeconfig = l.kubeconfig(l.File != "" || cmd.Set("cni-cache") || l.CRIEndpoint != "")
 	named := 0
 	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != "", l.Kubeconfig != ""} {
 		if given {

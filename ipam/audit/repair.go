@@ -312,6 +312,12 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) 
 	if err != nil {
 		return write{}, err
 	}
+	// A handle changed since the audit may be calico-ipam at work, or on
+	// Kubernetes the first half of this very re-claim, written before a
+	// lost race on the block: counting it again would over-count.
+	if err := r.handleUnchanged(a.Handle, d); err != nil {
+		return write{}, err
+	}
 	doc := d.blocks[cidr]
 	if doc == nil {
 		return write{}, fmt.Errorf("%w: block %s is gone", errStale, cidr)
@@ -343,18 +349,27 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) 
 // addresses per block are still those the audit saw (after the settle
 // wait), leaves any operation that was in flight alone.
 func (r *Repairer) unchangedSinceAudit(handle string, d *freshDocs) error {
-	var now datastore.Version
-	if d.handle != nil {
-		now = d.handle.Version
-	}
-	if now != r.Snap.handleVersions[handle] {
-		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", errStale, handle)
+	if err := r.handleUnchanged(handle, d); err != nil {
+		return err
 	}
 	seen := r.Snap.heldBy(handle)
 	for cidr, doc := range d.blocks {
 		if n := len(doc.Block.OrdinalsOf(handle)); n != seen[cidr] {
 			return fmt.Errorf("%w: handle %s holds %d addresses in %s, the audit saw %d; re-run", errStale, handle, n, cidr, seen[cidr])
 		}
+	}
+	return nil
+}
+
+// handleUnchanged: the handle document is still at the version the
+// audit saw (both absent counts as unchanged).
+func (r *Repairer) handleUnchanged(handle string, d *freshDocs) error {
+	var now datastore.Version
+	if d.handle != nil {
+		now = d.handle.Version
+	}
+	if now != r.Snap.handleVersions[handle] {
+		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", errStale, handle)
 	}
 	return nil
 }
