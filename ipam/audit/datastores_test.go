@@ -422,3 +422,43 @@ func TestKubeRepairLosesTheRace(t *testing.T) {
 		})
 	}
 }
+
+// The Kubernetes datastore fails closed: an identity without RBAC, an API
+// server that is down, or a cluster without Calico's CRDs is exit 2 with
+// a message that says which, never "no Calico data".
+func TestKubeDatastoreFailsClosed(t *testing.T) {
+	w := kubeWorld(t)
+	w.allocate("10.244.0.0/26", "node1", "default.web-0", recent("web-0"))
+	srv := kube.Get(t)
+	if err := srv.Apply(filepath.Join("..", "..", "deploy", "safe-ipam-rbac.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	withRole, err := srv.User("audit-rbac", "safe-ipam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noRole, err := srv.User("audit-norole", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := kubetest.Start(t) // no Calico CRDs
+	tests := []struct {
+		name, kubeconfig, says string
+		code                   int
+	}{
+		{"deploy's ClusterRole suffices", withRole, "", ExitFindings},
+		{"no RBAC", noRole, "forbidden", ExitError},
+		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), "127.0.0.1:1", ExitError},
+		{"no Calico CRDs", bare.Kubeconfig, "not served", ExitError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := Run([]string{"--datastore", "kubernetes", "--kubeconfig", tt.kubeconfig, "--store-dir", t.TempDir(),
+				"--node", "node1", "--network", dsNetwork, "--cni-cache=", "--timeout", "20s"}, &stdout, &stderr, true)
+			if code != tt.code || !strings.Contains(stderr.String(), tt.says) {
+				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr.String(), tt.code, tt.says)
+			}
+		})
+	}
+}
