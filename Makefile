@@ -57,7 +57,7 @@ kube-apiserver:
 # TestPodsSource*). CALICO_IPAM=path runs them against a
 # real calico-ipam where they run one.
 e2e-kubernetes: kube-apiserver
-	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|PodsSource)' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/... ./ipam/datastore/...
+	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|PodsSource)' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/... ./ipam/datastore/... ./ipam/adopt/...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
