@@ -52,12 +52,14 @@ e2e-runtime:
 kube-apiserver:
 	@bash scripts/kube-apiserver.sh >/dev/null
 
-# The tests against a real kube-apiserver: the harness, pods as liveness,
-# --kubeconfig in audit and repair (tests named TestKube* or
-# TestPodsSource*). CALICO_IPAM=path runs them against a
-# real calico-ipam where they run one.
+# The tests against a real kube-apiserver (named TestKube*, TestKDD*,
+# TestPodsSource*): the harness, pods as liveness, Calico's Kubernetes
+# datastore (the simulator's KDD mode, the datastore contract, audit,
+# repair and adopt on KDD) and the e2e scenarios on KDD, control and
+# safe-ipam (root). CALICO_IPAM=path runs the scenarios against a real
+# calico-ipam.
 e2e-kubernetes: kube-apiserver
-	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|PodsSource)' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/... ./ipam/datastore/... ./ipam/adopt/...
+	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|KDD|PodsSource|RekeyToPodHandle)' ./e2e/kubetest/... ./ipam/liveness/... ./ipam/audit/... ./ipam/datastore/... ./ipam/adopt/... ./e2e/calicosim/... ./e2e/testbed/... ./e2e/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

@@ -16,9 +16,14 @@ const cni11 = "1.1.0"
 
 // Scenario 5, control: calico-ipam declares CNI versions up to 1.0.0, so
 // a cniVersion 1.1.0 network cannot use it at all.
-func TestCNI11CalicoAlone(t *testing.T) {
+func TestCNI11CalicoAlone(t *testing.T) { cni11CalicoAlone(t, false) }
+
+// Scenario 5, control, with Calico's Kubernetes datastore.
+func TestKubeCNI11CalicoAlone(t *testing.T) { cni11CalicoAlone(t, true) }
+
+func cni11CalicoAlone(t *testing.T, kube bool) {
 	ctx := testContext(t)
-	c := newCluster(t, "s5c")
+	c := clusterOn(t, kube, "s5c")
 	n := newCNI11(ctx, t, c, false)
 	sb := n.sandbox(ctx, t, "pod-a")
 	_, err := n.node.Add(ctx, n.net.Name, sb)
@@ -40,9 +45,15 @@ func TestCNI11CalicoAlone(t *testing.T) {
 // exactly the attachments not in the list: first those libcni still has
 // cached (it DELs them through ptp), then, with libcni's cache lost,
 // those only safe-ipam knows, through safe-ipam's own GC.
-func TestCNI11SafeIPAM(t *testing.T) {
+func TestCNI11SafeIPAM(t *testing.T) { cni11SafeIPAM(t, false) }
+
+// Scenario 5 with safe-ipam and Calico's Kubernetes datastore: the records
+// stay in safe-ipam's file store, GC included.
+func TestKubeCNI11SafeIPAM(t *testing.T) { cni11SafeIPAM(t, true) }
+
+func cni11SafeIPAM(t *testing.T, kube bool) {
 	ctx := testContext(t)
-	c := newCluster(t, "s5s")
+	c := clusterOn(t, kube, "s5s")
 	n := newCNI11(ctx, t, c, true)
 	keep, cached, deleted, lost := n.sandbox(ctx, t, "keep"), n.sandbox(ctx, t, "cached"), n.sandbox(ctx, t, "deleted"), n.sandbox(ctx, t, "lost")
 	addrs := map[string]netip.Addr{}

@@ -20,28 +20,35 @@ type lateDelCase struct {
 // Scenario 1: one node, Calico 2.x handles. Container A of default/web-0
 // is replaced by container B; A's DEL arrives late; a block's worth of
 // other pods follows.
-func TestStatefulSetLateDel(t *testing.T) {
-	runLateDel(t, []lateDelCase{
-		{name: "calico-ipam alone", tag: "s1c", opt: statefulset.Options{}},
-		{name: "safe-ipam", tag: "s1s", opt: statefulset.Options{Safe: true}},
-	})
+func TestStatefulSetLateDel(t *testing.T) { runLateDel(t, false, lateDelOneNode) }
+
+// Scenario 1 with Calico's data in its Kubernetes datastore.
+func TestKubeStatefulSetLateDel(t *testing.T) { runLateDel(t, true, lateDelOneNode) }
+
+var lateDelOneNode = []lateDelCase{
+	{name: "calico-ipam alone", tag: "s1c", opt: statefulset.Options{}},
+	{name: "safe-ipam", tag: "s1s", opt: statefulset.Options{Safe: true}},
 }
 
 // Scenario 3: two nodes share Calico's etcd. web-0 moves from node1 to
 // node2, A's DEL arrives late on node1, and node2's block cycles.
-func TestStatefulSetMovedNodeLateDel(t *testing.T) {
-	runLateDel(t, []lateDelCase{
-		{name: "calico-ipam alone", tag: "s3c", opt: statefulset.Options{Move: true}},
-		{name: "safe-ipam with a file store per node", tag: "s3f", opt: statefulset.Options{Move: true, Safe: true}},
-		{name: "safe-ipam with the etcd store", tag: "s3e", opt: statefulset.Options{Move: true, Safe: true}, etcdStore: true},
-	})
+func TestStatefulSetMovedNodeLateDel(t *testing.T) { runLateDel(t, false, lateDelMoved) }
+
+// Scenario 3 with Calico's data in its Kubernetes datastore: the nodes
+// share the API server instead of etcd.
+func TestKubeStatefulSetMovedNodeLateDel(t *testing.T) { runLateDel(t, true, lateDelMoved) }
+
+var lateDelMoved = []lateDelCase{
+	{name: "calico-ipam alone", tag: "s3c", opt: statefulset.Options{Move: true}},
+	{name: "safe-ipam with a file store per node", tag: "s3f", opt: statefulset.Options{Move: true, Safe: true}},
+	{name: "safe-ipam with the etcd store", tag: "s3e", opt: statefulset.Options{Move: true, Safe: true}, etcdStore: true},
 }
 
-func runLateDel(t *testing.T, cases []lateDelCase) {
+func runLateDel(t *testing.T, kube bool, cases []lateDelCase) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
-			c := newCluster(t, tc.tag)
+			c := clusterOn(t, kube, tc.tag)
 			dumpOnFailure(t, c)
 			opt := tc.opt
 			if tc.etcdStore {

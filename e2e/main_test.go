@@ -1,10 +1,12 @@
 // Package e2e proves safe-ipam's claim end to end, on real parts: cnitool
 // runs ptp and loopback in network namespaces made with `ip netns`, and
 // calico-ipam (the simulator, or the binary named by CALICO_IPAM) keeps
-// its data in a real etcd. Every scenario runs twice: with calico-ipam
-// alone, the control, which must show the failure where there is one, and
-// with safe-ipam in front. Invariants are read from Calico's data in etcd
-// and from inside the netns, never from safe-ipam's own records.
+// its data in a real etcd, or, in the TestKube* scenarios, in Calico's
+// Kubernetes datastore on a real kube-apiserver. Every scenario runs
+// twice: with calico-ipam alone, the control, which must show the failure
+// where there is one, and with safe-ipam in front. Invariants are read
+// from Calico's data and from inside the netns, never from safe-ipam's
+// own records.
 //
 // The tests need root and a working `ip netns`. Without them they skip,
 // unless CI=true, where they fail.
@@ -17,8 +19,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
 	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
 // netnsPrefix marks every netns this suite makes, so that a run can clear
@@ -102,6 +108,59 @@ func newCluster(t *testing.T, tag string) *testbed.Cluster {
 		}
 	})
 	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Client(), EtcdEndpoint: srv.Endpoint(), Dir: t.TempDir(), Netns: set}
+}
+
+// newKubeCluster is newCluster with Calico's data in the Kubernetes
+// datastore: a kube-apiserver of the test's own (on an etcd that also
+// holds safe-ipam's etcd store, when a test uses one), with Calico's IPAM
+// CRDs applied. calico-ipam gets the admin kubeconfig.
+func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
+	t.Helper()
+	requireHost(t)
+	crds, err := testbed.SharedPath(testbed.CalicoCRDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := kubetest.Start(t)
+	if err := srv.Apply(crds); err != nil {
+		t.Fatal(err)
+	}
+	// calico-ipam looks up the pod's namespace; the server creates
+	// "default" itself a moment after it is ready.
+	if err := srv.Namespace("default"); err != nil {
+		t.Fatal(err)
+	}
+	set := testbed.NewNetnsSet(netnsPrefix + tag + "-")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := set.RemoveAll(ctx); err != nil {
+			t.Errorf("cleaning up netns: %v", err)
+		}
+		assertNoCalicoInEtcd(ctx, t, srv.Etcd().Client())
+	})
+	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Etcd().Client(), EtcdEndpoint: srv.Etcd().Endpoint(),
+		Datastore: testbed.KubeDatastore{Config: srv.Config(), Kubeconfig: srv.Kubeconfig},
+		Dir:       t.TempDir(), Netns: set}
+}
+
+// assertNoCalicoInEtcd fails a Kubernetes-datastore test whose Calico
+// data went to etcd: the scenario would then prove nothing about KDD.
+func assertNoCalicoInEtcd(ctx context.Context, t *testing.T, cli *clientv3.Client) {
+	resp, err := cli.Get(ctx, calico.IPAMPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Errorf("reading etcd: %v", err)
+	} else if resp.Count > 0 {
+		t.Errorf("Calico's datastore is Kubernetes, yet etcd holds %d keys under %s", resp.Count, calico.IPAMPrefix)
+	}
+}
+
+// clusterOn is newCluster (etcd) or newKubeCluster (kube true).
+func clusterOn(t *testing.T, kube bool, tag string) *testbed.Cluster {
+	if kube {
+		return newKubeCluster(t, "k"+tag)
+	}
+	return newCluster(t, tag)
 }
 
 // testContext bounds one test, so a hung plugin fails it rather than the

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/statefulset"
 	"github.com/safe-ipam/safe-ipam/e2e/testbed"
 )
@@ -18,7 +17,12 @@ import (
 // gets ADD and DEL: replaced (ADD works), or failed (ptp breaks after IPAM
 // allocated, rolls back with an IPAM DEL, and kubelet DELs too). Calico
 // 3.x's DEL also releases the pod-name handle.
-func TestUpgradedClusterSandboxDel(t *testing.T) {
+func TestUpgradedClusterSandboxDel(t *testing.T) { runUpgraded(t, false) }
+
+// Scenario 2 with Calico's data in its Kubernetes datastore.
+func TestKubeUpgradedClusterSandboxDel(t *testing.T) { runUpgraded(t, true) }
+
+func runUpgraded(t *testing.T, kube bool) {
 	for _, tc := range []struct {
 		name   string
 		tag    string
@@ -32,7 +36,7 @@ func TestUpgradedClusterSandboxDel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
-			c := newCluster(t, tc.tag)
+			c := clusterOn(t, kube, tc.tag)
 			dumpOnFailure(t, c)
 			u := newUpgraded(ctx, t, c, tc.safe)
 			sb := u.sandbox(ctx, t, "web-0-retry")
@@ -74,7 +78,7 @@ func newUpgraded(ctx context.Context, t *testing.T, c *testbed.Cluster, safe boo
 	if err := u.net.WriteConflist(u.node.ConfDir); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := calicosim.SeedLegacyHandle(ctx, c.Etcd, "node1", legacyWeb0Handle)
+	addr, err := c.SeedLegacyHandle(ctx, "node1", legacyWeb0Handle)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,20 +16,27 @@ import (
 // beside the repository (never copied into it).
 const CalicoManifest = "../shared/calico/calico-etcd.yaml"
 
-// ErrNoManifest means the shared Calico manifest is not beside the
-// repository. Under CI=true tests treat it as a failure, never a skip.
-var ErrNoManifest = errors.New("Calico's manifest is not beside the repository")
+// CalicoCRDs are Calico's IPAM custom resource definitions, which its
+// Kubernetes datastore needs, kept beside the repository too.
+const CalicoCRDs = "../shared/calico/crds-ipam.yaml"
 
-// ManifestPath finds CalicoManifest from the current directory, by
-// walking up to the module root (go test runs in the package's dir).
-func ManifestPath() (string, error) {
+// ErrNoManifest means the shared Calico files are not beside the
+// repository. Under CI=true tests treat it as a failure, never a skip.
+var ErrNoManifest = errors.New("Calico's shared files are not beside the repository")
+
+// ManifestPath finds CalicoManifest; see SharedPath.
+func ManifestPath() (string, error) { return SharedPath(CalicoManifest) }
+
+// SharedPath finds rel, relative to the module root, from the current
+// directory by walking up to the root (go test runs in the package's dir).
+func SharedPath(rel string) (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			path := filepath.Join(dir, CalicoManifest)
+			path := filepath.Join(dir, rel)
 			if _, err := os.Stat(path); err != nil {
 				return "", fmt.Errorf("%w: %v", ErrNoManifest, err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,28 +29,24 @@ const (
 	BlockAddrs = 1 << (32 - BlockSize)
 )
 
-// Cluster is one isolated run: Calico's datastore in an etcd of its own,
-// a scratch directory, the binaries and every netns the run makes.
+// Cluster is one isolated run: an etcd of its own, Calico's datastore
+// (that etcd, or a kube-apiserver), a scratch directory, the binaries and
+// every netns the run makes.
 type Cluster struct {
-	Bin          Binaries
+	Bin Binaries
+	// Etcd holds safe-ipam's etcd store and, without Datastore, Calico's data.
 	Etcd         *clientv3.Client
 	EtcdEndpoint string
-	Dir          string
-	Netns        *NetnsSet
+	// Datastore is Calico's datastore; nil means Etcd.
+	Datastore Datastore
+	Dir       string
+	Netns     *NetnsSet
 }
 
 // Seed writes the IPPool and the Node resources, as a real cluster has
 // them; calico-ipam refuses to allocate without them.
 func (c *Cluster) Seed(ctx context.Context, nodes ...string) error {
-	if err := calicosim.SeedIPPool(ctx, c.Etcd, PoolName, PoolCIDR, BlockSize); err != nil {
-		return fmt.Errorf("seeding IPPool: %w", err)
-	}
-	for _, n := range nodes {
-		if err := calicosim.SeedNode(ctx, c.Etcd, n); err != nil {
-			return fmt.Errorf("seeding Node %s: %w", n, err)
-		}
-	}
-	return nil
+	return seedAll(ctx, c.datastore(), nodes)
 }
 
 // Node returns a node with its own config directory under the cluster's
@@ -60,7 +57,7 @@ func (c *Cluster) Node(name string, gen Generation) *Node {
 		Bin:        c.Bin,
 		ConfDir:    filepath.Join(c.Dir, name, "net.d"),
 		Generation: gen,
-		Calico:     c.Etcd,
+		Calico:     c.datastore(),
 		// Every node of a test gets its own lock: nodes are separate hosts.
 		Env: []string{"CALICO_IPAM_LOCK_FILE=" + filepath.Join(c.Dir, name, "ipam.lock")},
 	}
@@ -70,7 +67,7 @@ func (c *Cluster) Node(name string, gen Generation) *Node {
 // Safe nil gives the control: calico-ipam alone.
 func (c *Cluster) Network(name, cniVersion string, node *Node, safe *SafeConfig) Network {
 	return Network{
-		Name: name, CNIVersion: cniVersion, Node: node.Name, Etcd: c.EtcdEndpoint, Pools: []string{PoolCIDR}, Safe: safe,
+		Name: name, CNIVersion: cniVersion, Node: node.Name, Datastore: c.datastore(), Pools: []string{PoolCIDR}, Safe: safe,
 		CalicoLog: filepath.Join(c.Dir, node.Name, "calico-ipam.log"),
 	}
 }
@@ -86,11 +83,17 @@ func (c *Cluster) SafeConfig(node *Node, handles string, st *Store) *SafeConfig 
 	return &SafeConfig{DelegateHandles: handles, Store: s, StateDir: dir}
 }
 
-// Calico reads Calico's IPAM data from etcd.
+// Calico reads Calico's IPAM data from its datastore.
 func (c *Cluster) Calico(ctx context.Context) (*calicosim.Snapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, stateTimeout)
 	defer cancel()
-	return calicosim.State(ctx, c.Etcd)
+	return c.datastore().State(ctx)
+}
+
+// SeedLegacyHandle allocates one IPv4 address for node under a Calico
+// 2.x handle, in the cluster's datastore.
+func (c *Cluster) SeedLegacyHandle(ctx context.Context, node, handle string) (netip.Addr, error) {
+	return c.datastore().SeedLegacyHandle(ctx, node, handle)
 }
 
 // Records lists safe-ipam's records of a network, to check it keeps

@@ -14,8 +14,8 @@ type Network struct {
 	CNIVersion string
 	// Node is Calico's nodename; it decides which blocks the node claims.
 	Node string
-	// Etcd is the endpoint of Calico's datastore.
-	Etcd string
+	// Datastore is Calico's datastore, which calico-ipam is pointed at.
+	Datastore Datastore
 	// Pools restricts calico-ipam to these IPPool CIDRs (ipam.ipv4_pools).
 	Pools []string
 	// Safe puts safe-ipam in front of calico-ipam; nil runs calico-ipam
@@ -62,12 +62,11 @@ func (n Network) Label() string {
 // whole of it, so Calico's datastore keys sit at the top level.
 func (n Network) PluginConfig() map[string]any {
 	conf := map[string]any{
-		"type":           PTP,
-		"datastore_type": "etcdv3",
-		"etcd_endpoints": n.Etcd,
-		"nodename":       n.Node,
-		"ipam":           n.ipam(),
+		"type":     PTP,
+		"nodename": n.Node,
+		"ipam":     n.ipam(),
 	}
+	n.Datastore.netConf(conf)
 	if n.CalicoLog != "" {
 		conf["log_file_path"] = n.CalicoLog
 	}

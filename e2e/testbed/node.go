@@ -16,7 +16,6 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // IfName is the interface every sandbox gets, as kubelet asks for.
@@ -77,7 +76,7 @@ type Node struct {
 	Generation Generation
 	// Calico is Calico's datastore; with a real calico-ipam the legacy
 	// generation is produced by rewriting handles there.
-	Calico *clientv3.Client
+	Calico Datastore
 	// Env is added to the environment of cnitool and, through it, of
 	// every plugin, for example CALICO_SIM_HANDLES=legacy.
 	Env []string
@@ -94,7 +93,7 @@ func (n *Node) Add(ctx context.Context, network string, sb Sandbox) (*current.Re
 		return nil, fmt.Errorf("cnitool add %s %s: decoding result %q: %w", network, sb.Netns.Name, out, err)
 	}
 	if n.Generation == Legacy && n.Bin.RealCalico {
-		if err := RekeyToPodHandle(ctx, n.Calico, network, sb.ContainerID(), sb.Pod); err != nil {
+		if err := n.Calico.Rekey(ctx, network, sb.ContainerID(), sb.Pod); err != nil {
 			return nil, err
 		}
 	}
