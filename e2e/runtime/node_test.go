@@ -188,7 +188,7 @@ func (n *node) run(ctx context.Context, pod Pod) string {
 	if n.opt.gen == testbed.Legacy && prepared.bin.RealCalico {
 		// A real calico-ipam keys by container, as Calico 3.x does; an
 		// upgraded cluster's pods carry Calico 2.x handles.
-		if err := testbed.RekeyToPodHandle(ctx, n.tb.Calico, networkName, id, testbed.Pod{Namespace: pod.Namespace, Name: pod.Name}); err != nil {
+		if err := n.tb.Calico.Rekey(ctx, networkName, id, testbed.Pod{Namespace: pod.Namespace, Name: pod.Name}); err != nil {
 			n.t.Fatal(err)
 		}
 	}
