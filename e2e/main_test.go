@@ -21,6 +21,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
 	"github.com/safe-ipam/safe-ipam/e2e/testbed"
@@ -117,10 +118,7 @@ func newCluster(t *testing.T, tag string) *testbed.Cluster {
 func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
 	requireHost(t)
-	crds, err := testbed.SharedPath(testbed.CalicoCRDs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := kubetest.Start(t)
 	if err := srv.Apply(crds); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
 )
 
@@ -33,30 +33,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// sharedCalicoFile finds a file of ../shared/calico beside the module
-// root; without it the test is skipped, except under CI=true.
-func sharedCalicoFile(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil; _, err = os.Stat(filepath.Join(dir, "go.mod")) {
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = filepath.Dir(dir)
-	}
-	path := filepath.Join(dir, "..", "shared", "calico", name)
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is needed under CI: %v", name, err)
-		}
-		t.Skipf("%s not found: %v", name, err)
-	}
-	return path
-}
-
 // kdd is the simulator on the Kubernetes datastore of a real apiserver.
 type kdd struct {
 	t          *testing.T
@@ -72,7 +48,7 @@ type kdd struct {
 func newKDD(t *testing.T, pools ...poolSpec) *kdd {
 	t.Helper()
 	srv := kube.Get(t)
-	crdsPath := sharedCalicoFile(t, "crds-ipam.yaml")
+	crdsPath := calicodata.Require(t, calicodata.CRDs)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	crdsOnce.Do(func() { crdsErr = InstallKubeCRDs(ctx, srv.Config(), crdsPath) })

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
@@ -17,7 +18,7 @@ import (
 // an apiserver of its own (CRDs are cluster-wide), and checks each ADD
 // fails with calico-ipam's error until the next part is there (KDD.md).
 func TestKDDMissingParts(t *testing.T) {
-	crds := sharedCalicoFile(t, "crds-ipam.yaml")
+	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := kubetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

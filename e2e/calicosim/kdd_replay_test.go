@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 )
 
 // The run kdd-samples.json records: its pool starts with the block real
@@ -59,7 +61,7 @@ func TestKDDReplayMatchesSamples(t *testing.T) {
 // exact numbers.
 func loadKDDSamples(t *testing.T) []map[string]map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(sharedCalicoFile(t, "kdd-samples.json"))
+	data, err := os.ReadFile(calicodata.Require(t, calicodata.KDDSamples))
 	if err != nil {
 		t.Fatal(err)
 	}

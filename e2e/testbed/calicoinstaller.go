@@ -2,7 +2,6 @@ package testbed
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,45 +9,17 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 )
 
-// CalicoManifest is Calico's own manifest for an etcd datastore, kept
-// beside the repository (never copied into it).
-const CalicoManifest = "../shared/calico/calico-etcd.yaml"
+// ErrNoManifest means Calico's manifest is not beside the repository.
+var ErrNoManifest = calicodata.ErrMissing
 
-// CalicoCRDs are Calico's IPAM custom resource definitions, which its
-// Kubernetes datastore needs, kept beside the repository too.
-const CalicoCRDs = "../shared/calico/crds-ipam.yaml"
-
-// ErrNoManifest means the shared Calico files are not beside the
-// repository. Under CI=true tests treat it as a failure, never a skip.
-var ErrNoManifest = errors.New("Calico's shared files are not beside the repository")
-
-// ManifestPath finds CalicoManifest; see SharedPath.
-func ManifestPath() (string, error) { return SharedPath(CalicoManifest) }
-
-// SharedPath finds rel, relative to the module root, from the current
-// directory by walking up to the root (go test runs in the package's dir).
-func SharedPath(rel string) (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			path := filepath.Join(dir, rel)
-			if _, err := os.Stat(path); err != nil {
-				return "", fmt.Errorf("%w: %v", ErrNoManifest, err)
-			}
-			return path, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no go.mod above the working directory", ErrNoManifest)
-		}
-		dir = parent
-	}
-}
+// ManifestPath finds Calico's own manifest for an etcd datastore, kept
+// beside the repository (never copied into it); calicodata.ErrMissing
+// when it is not there.
+func ManifestPath() (string, error) { return calicodata.Path(calicodata.Manifest) }
 
 // CalicoNetworkTemplate is the cni_network_config of the calico-config
 // ConfigMap in Calico's manifest, as calico-node's installer gets it.

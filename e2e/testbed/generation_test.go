@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
@@ -26,10 +27,7 @@ var datastores = []calicoOn{
 		return EtcdDatastore{Client: srv.Client(), Endpoint: srv.Endpoint()}, &calicosim.Allocator{Client: srv.Client(), Node: "node1"}
 	}},
 	{"kubernetes", func(t *testing.T) (Datastore, *calicosim.Allocator) {
-		crds, err := SharedPath(CalicoCRDs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		crds := calicodata.Require(t, calicodata.CRDs)
 		srv := kubetest.Start(t)
 		if err := srv.Apply(crds); err != nil {
 			t.Fatal(err)

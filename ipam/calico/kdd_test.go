@@ -6,42 +6,12 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 )
-
-// kddSamples is written by a real calico-ipam in KDD mode and kept beside
-// the repository, never copied into it.
-const kddSamples = "../shared/calico/kdd-samples.json"
-
-// sharedFile finds rel (relative to the module root). Without it the test
-// is skipped, except under CI=true, where it fails.
-func sharedFile(t *testing.T, rel string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = filepath.Dir(dir)
-	}
-	path := filepath.Join(dir, rel)
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("shared file missing under CI: %v", err)
-		}
-		t.Skipf("shared file missing: %v", err)
-	}
-	return path
-}
 
 type sampleObject struct {
 	APIVersion string `json:"apiVersion"`
@@ -61,7 +31,7 @@ type sampleStep struct {
 
 func loadSamples(t *testing.T) []sampleStep {
 	t.Helper()
-	data, err := os.ReadFile(sharedFile(t, kddSamples))
+	data, err := os.ReadFile(calicodata.Require(t, calicodata.KDDSamples))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,10 +39,10 @@ func loadSamples(t *testing.T) []sampleStep {
 		Steps []sampleStep `json:"steps"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("decoding %s: %v", kddSamples, err)
+		t.Fatalf("decoding %s: %v", calicodata.KDDSamples, err)
 	}
 	if len(doc.Steps) != 2 {
-		t.Fatalf("%s has %d steps, want 2", kddSamples, len(doc.Steps))
+		t.Fatalf("%s has %d steps, want 2", calicodata.KDDSamples, len(doc.Steps))
 	}
 	return doc.Steps
 }

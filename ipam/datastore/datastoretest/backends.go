@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,41 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 )
-
-// CRDs is the file of Calico's IPAM CRDs, kept beside the repository
-// (../shared relative to its root), never copied into it.
-const CRDs = "../shared/calico/crds-ipam.yaml"
-
-// SharedFile finds rel relative to the module root. Without it the test
-// is skipped, except under CI=true, where it fails.
-func SharedFile(t testing.TB, rel string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no go.mod above the working directory")
-		}
-		dir = filepath.Dir(dir)
-	}
-	path := filepath.Join(dir, rel)
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("shared file missing under CI: %v", err)
-		}
-		t.Skipf("shared file missing: %v", err)
-	}
-	return path
-}
 
 // Etcd is a backend over Calico's data in cli's etcd, emptied first.
 func Etcd(t *testing.T, cli *clientv3.Client) *Backend {
@@ -79,7 +47,7 @@ func Etcd(t *testing.T, cli *clientv3.Client) *Backend {
 // KubeServer is srv with Calico's IPAM CRDs applied.
 func KubeServer(t *testing.T, shared *kubetest.Shared) *kubetest.Server {
 	t.Helper()
-	crds := SharedFile(t, CRDs)
+	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := shared.Get(t)
 	if err := srv.Apply(crds); err != nil {
 		t.Fatal(err)
