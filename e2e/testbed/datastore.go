@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 )
 
 // Datastore is where a test cluster's calico-ipam keeps Calico's IPAM
@@ -64,7 +65,7 @@ func (d EtcdDatastore) State(ctx context.Context) (*calicosim.Snapshot, error) {
 }
 
 func (d EtcdDatastore) Rekey(ctx context.Context, network, containerID string, pod Pod) error {
-	return RekeyToPodHandle(ctx, d.Client, network, containerID, pod)
+	return RekeyToPodHandle(ctx, datastore.NewEtcd(d.Client), network, containerID, pod)
 }
 
 // KubeDatastore is Calico's Kubernetes datastore (KDD): its IPAM
@@ -99,7 +100,11 @@ func (d KubeDatastore) State(ctx context.Context) (*calicosim.Snapshot, error) {
 }
 
 func (d KubeDatastore) Rekey(ctx context.Context, network, containerID string, pod Pod) error {
-	return RekeyKubeToPodHandle(ctx, d.Config, network, containerID, pod)
+	ds, err := datastore.NewKubeForConfig(d.Config)
+	if err != nil {
+		return err
+	}
+	return RekeyToPodHandle(ctx, ds, network, containerID, pod)
 }
 
 // datastore is the cluster's Calico datastore: etcd unless set.

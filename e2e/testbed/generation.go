@@ -2,14 +2,12 @@ package testbed
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/datastore"
 )
 
 // Generation is the handle naming of a Calico release.
@@ -37,130 +35,89 @@ func (g Generation) simulatorEnv(bin Binaries) []string {
 }
 
 // RekeyToPodHandle gives a real (modern) calico-ipam's allocation for a
-// pod's container
-// the handle Calico 2.x would have used: it moves the addresses of
-// <network>.<containerID> to namespace.podname, in Calico's format, as an
-// upgraded cluster carries them. It does so only for addresses whose
-// attributes name the pod, that is when calico-ipam itself saw the pod's
-// identity on ADD; without it Calico 2.x keyed by container ID, which
-// changes nothing a DEL does.
-func RekeyToPodHandle(ctx context.Context, cli *clientv3.Client, network, containerID string, pod Pod) error {
+// pod's container the handle Calico 2.x would have used: it moves the
+// addresses of <network>.<containerID> to namespace.podname, in Calico's
+// format, as an upgraded cluster carries them. It does so only for
+// addresses whose attributes name the pod, that is when calico-ipam itself
+// saw the pod's identity on ADD; without it Calico 2.x keyed by container
+// ID, which changes nothing a DEL does.
+//
+// It writes through ds as calico-ipam would: the new handle and the
+// renamed attributes first, then the old handle, each guarded by the
+// versions read. Tests run one command at a time, so a conflict means
+// something else writes.
+func RekeyToPodHandle(ctx context.Context, ds datastore.Datastore, network, containerID string, pod Pod) error {
 	if pod.Name == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	from, to := network+"."+containerID, pod.Namespace+"."+pod.Name
-	r := rekey{from: from, to: to, pod: pod}
-	if err := r.plan(ctx, cli); err != nil {
-		return fmt.Errorf("moving %s to legacy handle %s: %w", from, to, err)
-	}
-	if err := r.commit(ctx, cli); err != nil {
+	if err := rekey(ctx, ds, from, to, pod); err != nil {
 		return fmt.Errorf("moving %s to legacy handle %s: %w", from, to, err)
 	}
 	return nil
 }
 
-// rekey is one handle move, planned against the revisions it read.
-type rekey struct {
-	from, to string
-	pod      Pod
-	cmps     []clientv3.Cmp
-	ops      []clientv3.Op
-}
-
-func (r *rekey) plan(ctx context.Context, cli *clientv3.Client) error {
-	var src, dst calico.Handle
-	srcRev, err := calico.ReadJSON(ctx, cli, calico.HandleKey(r.from), &src)
-	if err != nil || srcRev == 0 {
+func rekey(ctx context.Context, ds datastore.Datastore, from, to string, pod Pod) error {
+	src, err := ds.Handle(ctx, from)
+	if err != nil || src == nil {
 		return err // no handle: nothing was allocated
 	}
-	dstRev, err := calico.ReadJSON(ctx, cli, calico.HandleKey(r.to), &dst)
-	if err != nil {
-		return err
-	}
-	moved := 0
-	for cidr := range src.Block {
-		n, err := r.planBlock(ctx, cli, cidr)
+	var blocks []*datastore.Block
+	moved := calico.NewHandle()
+	for cidr := range src.Handle.Block {
+		prefix, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			return fmt.Errorf("handle %s names block %q: %w", from, cidr, err)
+		}
+		b, err := ds.Block(ctx, prefix)
 		if err != nil {
 			return err
 		}
-		if n > 0 {
-			src.Remove(netip.MustParsePrefix(cidr), n)
-			dst.Add(netip.MustParsePrefix(cidr), n)
-			moved += n
+		if n := renameAttributes(b, from, to, pod); n > 0 {
+			blocks = append(blocks, b)
+			moved.Add(prefix, n)
 		}
 	}
-	if moved == 0 {
-		r.ops = nil // calico-ipam did not know the pod: nothing to move
-		return nil
+	if moved.Empty() {
+		return nil // calico-ipam did not know the pod: nothing to move
 	}
-	r.guard(calico.HandleKey(r.from), srcRev)
-	r.guard(calico.HandleKey(r.to), dstRev)
-	if src.Empty() {
-		r.ops = append(r.ops, clientv3.OpDelete(calico.HandleKey(r.from)))
-	} else if err := r.put(calico.HandleKey(r.from), src); err != nil {
+	dst, err := ds.Handle(ctx, to)
+	if err != nil {
 		return err
 	}
-	return r.put(calico.HandleKey(r.to), dst)
+	if dst == nil {
+		dst = &datastore.Handle{ID: to, Handle: calico.NewHandle()}
+	}
+	for cidr, n := range moved.Block {
+		dst.Handle.Add(netip.MustParsePrefix(cidr), n)
+		src.Handle.Remove(netip.MustParsePrefix(cidr), n)
+	}
+	if err := ds.Write(ctx, datastore.Change{Blocks: blocks, Handle: dst, HandleFirst: true}); err != nil {
+		return err
+	}
+	return ds.Write(ctx, datastore.Change{Handle: src})
 }
 
-// planBlock renames the handle of the pod's attributes in one block and
-// returns how many addresses moved.
-func (r *rekey) planBlock(ctx context.Context, cli *clientv3.Client, cidr string) (int, error) {
-	prefix, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		return 0, fmt.Errorf("handle %s names block %q: %w", r.from, cidr, err)
-	}
-	var b calico.Block
-	rev, err := calico.ReadJSON(ctx, cli, calico.BlockKey(prefix), &b)
-	if err != nil || rev == 0 {
-		return 0, err
+// renameAttributes gives the pod's attributes of handle from in b (nil:
+// absent) the handle to, and returns how many addresses moved.
+func renameAttributes(b *datastore.Block, from, to string, pod Pod) int {
+	if b == nil {
+		return 0
 	}
 	renamed := map[int]bool{}
-	for i, a := range b.Attributes {
-		if a.Handle() == r.from && a.Secondary["namespace"] == r.pod.Namespace && a.Secondary["pod"] == r.pod.Name {
-			to := r.to
-			b.Attributes[i].HandleID = &to
+	for i, a := range b.Block.Attributes {
+		if a.Handle() == from && a.Secondary["namespace"] == pod.Namespace && a.Secondary["pod"] == pod.Name {
+			b.Block.Attributes[i].HandleID = &to
 			renamed[i] = true
 		}
 	}
 	n := 0
-	for _, idx := range b.Allocations {
+	for _, idx := range b.Block.Allocations {
 		if idx != nil && renamed[*idx] {
 			n++
 		}
 	}
-	if n == 0 {
-		return 0, nil
-	}
-	r.guard(calico.BlockKey(prefix), rev)
-	return n, r.put(calico.BlockKey(prefix), b)
-}
-
-func (r *rekey) guard(key string, rev int64) {
-	r.cmps = append(r.cmps, clientv3.Compare(clientv3.ModRevision(key), "=", rev))
-}
-
-func (r *rekey) put(key string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encoding %s: %w", key, err)
-	}
-	r.ops = append(r.ops, clientv3.OpPut(key, string(b)))
-	return nil
-}
-
-func (r *rekey) commit(ctx context.Context, cli *clientv3.Client) error {
-	if len(r.ops) == 0 {
-		return nil
-	}
-	resp, err := cli.Txn(ctx).If(r.cmps...).Then(r.ops...).Commit()
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		return fmt.Errorf("Calico's data changed while rewriting it; tests run one command at a time, so something else writes")
-	}
-	return nil
+	return n
 }
