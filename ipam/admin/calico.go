@@ -53,7 +53,7 @@ type Calico struct {
 // --network, --records-prefix, --store-dir and --node.
 func (c *Calico) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's datastore (etcd endpoints and TLS files, or kubeconfig), the node name and where safe-ipam keeps its records from it (flags given explicitly win)")
-	fs.StringVar(&c.Datastore, "datastore", datastore.Etcd, "Calico's datastore: etcdv3 or kubernetes (default: as calico-ipam infers it from --conf, else etcdv3)")
+	fs.StringVar(&c.Datastore, "datastore", datastore.Etcd, "Calico's datastore, etcdv3 or kubernetes; learned from --conf as calico-ipam infers it when not given")
 	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless --live, --cni-cache or --cri-endpoint is given. With etcd: the liveness source: the pods bound to this node are what should run (names pods and addresses, not containers). Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
 	fs.StringVar(&c.StoreDir, "store-dir", "", "safe-ipam's file store (default: --conf's ipam.store; with the kubernetes datastore and no --conf, "+config.DefaultStoreDir+"); it holds this node's records only")
 	fs.StringVar(&c.Endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
