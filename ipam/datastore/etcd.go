@@ -155,7 +155,7 @@ func (e *EtcdStore) Block(ctx context.Context, cidr netip.Prefix) (*Block, error
 		return nil, fmt.Errorf("decoding block %s: %w", cidr, err)
 	}
 	if b.Deleted {
-		return nil, nil
+		return nil, e.finishDelete(ctx, calico.BlockKey(cidr), rev)
 	}
 	return &Block{Block: &b, Version: etcdVersion(rev), doc: raw}, nil
 }
@@ -164,10 +164,24 @@ func (e *EtcdStore) Block(ctx context.Context, cidr netip.Prefix) (*Block, error
 func (e *EtcdStore) Handle(ctx context.Context, id string) (*Handle, error) {
 	h := calico.NewHandle()
 	rev, err := calico.ReadJSON(ctx, e.Client, calico.HandleKey(id), h)
-	if err != nil || rev == 0 || h.Deleted {
+	if err != nil || rev == 0 {
 		return nil, err
 	}
+	if h.Deleted {
+		return nil, e.finishDelete(ctx, calico.HandleKey(id), rev)
+	}
 	return &Handle{ID: id, Handle: h, Version: etcdVersion(rev)}, nil
+}
+
+// finishDelete removes a document marked deleted, if it is still the one
+// read at rev, so that it reads as absent and can be created anew (a
+// Write of an absent document compares a missing key).
+func (e *EtcdStore) finishDelete(ctx context.Context, key string, rev int64) error {
+	_, err := e.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return fmt.Errorf("removing %s, marked deleted: %w", key, err)
+	}
+	return nil
 }
 
 // Write implements Datastore in one Txn.

@@ -234,7 +234,7 @@ func (k *KubeStore) Block(ctx context.Context, cidr netip.Prefix) (*Block, error
 		return nil, fmt.Errorf("decoding block %s: %w", cidr, err)
 	}
 	if b.Deleted {
-		return nil, nil
+		return nil, k.finishDelete(ctx, blocksGVR, obj)
 	}
 	doc, err := obj.MarshalJSON()
 	if err != nil {
@@ -255,7 +255,7 @@ func (k *KubeStore) Handle(ctx context.Context, id string) (*Handle, error) {
 		return nil, fmt.Errorf("decoding handle %s: %w", id, err)
 	}
 	if s.Deleted {
-		return nil, nil
+		return nil, k.finishDelete(ctx, handlesGVR, obj)
 	}
 	doc, err := obj.MarshalJSON()
 	if err != nil {

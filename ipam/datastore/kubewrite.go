@@ -109,19 +109,27 @@ func (k *KubeStore) deleteHandle(ctx context.Context, obj *unstructured.Unstruct
 	if err != nil {
 		return err
 	}
+	return k.finishDelete(ctx, handlesGVR, marked)
+}
+
+// finishDelete removes an object marked deleted, as every reader of
+// Calico's does: a mark whose DELETE was cut short would otherwise stand
+// for ever, and each Create of that name would fail as a lost race. The
+// preconditions name the marked object, so a newer one is never removed.
+func (k *KubeStore) finishDelete(ctx context.Context, gvr schema.GroupVersionResource, marked *unstructured.Unstructured) error {
 	uid, rv := marked.GetUID(), marked.GetResourceVersion()
-	err = k.Client.Resource(handlesGVR).Delete(ctx, marked.GetName(), metav1.DeleteOptions{
+	err := k.Client.Resource(gvr).Delete(ctx, marked.GetName(), metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil
 	case apierrors.IsConflict(err):
-		// Someone wrote the marked object after us (a calico-ipam that
-		// finished the delete and made it anew): theirs stands, and ours
-		// took effect at the mark.
+		// Someone wrote the marked object after it was read (a calico-ipam
+		// that finished the delete and made it anew): theirs stands, and
+		// the delete took effect at the mark.
 		return nil
 	}
-	return k.explain("deleting "+marked.GetName()+" of", handlesGVR, err)
+	return k.explain("deleting "+marked.GetName()+" of", gvr, err)
 }
 
 // put creates obj (version "") or updates it at version; a lost race is

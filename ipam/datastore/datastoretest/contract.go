@@ -260,6 +260,14 @@ func deletedAbsent(t *testing.T, b *Backend) {
 	if h, err := ds.Handle(ctx(t), "net1.c1"); err != nil || h != nil {
 		t.Errorf("handle marked deleted read alone: %+v, %v", h, err)
 	}
+	// The reader finished the delete, as Calico's readers do: the handle
+	// can be created anew (a mark left for ever would make every Create
+	// of that name a lost race).
+	counts := calico.NewHandle()
+	counts.Add(netip.MustParsePrefix("10.244.0.0/26"), 1)
+	if err := ds.Write(ctx(t), datastore.Change{Handle: &datastore.Handle{ID: "net1.c1", Handle: counts}}); err != nil {
+		t.Errorf("creating a handle whose marked predecessor was read: %v", err)
+	}
 }
 
 func undecodable(t *testing.T, b *Backend) {
