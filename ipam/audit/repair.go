@@ -96,7 +96,11 @@ func planReclaim(f Finding, recs map[string]*record.Record, live *liveness.View)
 	if rec == nil {
 		return nil, "record not found"
 	}
-	if !live.Covers(rec.Node) || !live.ListsAttachment(rec.ContainerID, rec.IfName) {
+	addr, ok := liveness.ParseAddr(f.Address)
+	if !ok {
+		return nil, "the finding names no address"
+	}
+	if !live.Covers(rec.Node) || !live.ProvesRunning(rec, addr) {
 		return nil, "no liveness source lists the record's attachment as running; re-claiming for a gone pod would leak the address"
 	}
 	return &Action{Kind: Reclaim, Handle: rec.Handle, Address: f.Address, Record: rec.Attachment.String(), rec: rec,

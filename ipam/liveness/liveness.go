@@ -102,6 +102,33 @@ func (v *View) ListsAttachment(containerID, ifname string) bool {
 	return v.attach[[2]string{containerID, ifname}]
 }
 
+// ProvesRunning says whether the view positively shows that the record's
+// attachment runs and holds addr, as a re-claim needs: ListsAttachment
+// answers yes for every attachment of a view that names no containers,
+// which keeps records from looking gone but proves nothing. From the pods
+// API it takes the record's pod, with the same UID (a recreated
+// StatefulSet pod keeps its name, not its UID), reporting addr in its
+// status.
+func (v *View) ProvesRunning(rec *record.Record, addr netip.Addr) bool {
+	if !v.PodsOnly {
+		return v.ListsAttachment(rec.ContainerID, rec.IfName)
+	}
+	if rec.PodUID == "" {
+		return false
+	}
+	for _, a := range v.Attachments {
+		if a.PodUID != rec.PodUID || a.PodNamespace != rec.PodNamespace || a.PodName != rec.PodName {
+			continue
+		}
+		for _, ip := range a.IPs {
+			if got, ok := ParseAddr(ip); ok && got == addr {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // ListsContainer says whether any interface of the container runs. A
 // view that names no containers says so of every container.
 func (v *View) ListsContainer(containerID string) bool {
