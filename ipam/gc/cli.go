@@ -35,7 +35,9 @@ Exit 0: nothing left to release; 1: a dry run would release; 2: error.
 // and this node's name as the plugin resolves it.
 type node struct {
 	conf, name, cniPath string
-	file                *config.File
+	// kubeconfig is accepted only to refuse it with the reason.
+	kubeconfig string
+	file       *config.File
 	// calico carries the node to the liveness group.
 	calico *admin.Calico
 }
@@ -44,11 +46,15 @@ func (n *node) Register(fs *flag.FlagSet) {
 	fs.StringVar(&n.conf, "conf", "", "the node's CNI config or conflist whose IPAM is safe-ipam (required)")
 	fs.StringVar(&n.name, "node", "", "this node's name (default: as safe-ipam names it from --conf: nodename, nodename_file, "+config.CalicoNodenameFile+", the host name)")
 	fs.StringVar(&n.cniPath, "cni-path", DefaultCNIPath, "CNI_PATH in which to find the delegate (calico-ipam) for its DELs")
+	fs.StringVar(&n.kubeconfig, "kubeconfig", "", "refused: the pods API names pods, not containers, so every record would look running")
 }
 
 func (n *node) Resolve(cmd *admin.Command) error {
 	if n.conf == "" {
 		return errors.New("--conf is required: the CNI config whose network to collect")
+	}
+	if n.kubeconfig != "" {
+		return errors.New("--kubeconfig: the pods API names pods and their addresses, not containers: gc needs --cri-endpoint, --cni-cache or --live")
 	}
 	file, err := config.ReadFile(n.conf)
 	if err != nil {

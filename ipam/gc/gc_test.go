@@ -214,6 +214,7 @@ func TestRefusals(t *testing.T) {
 		{"empty source while records exist", []string{"--live", empty}, "lists nothing running"},
 		{"unreadable cache", []string{"--cni-cache", filepath.Join(n.dir, "absent")}, "CNI result cache"},
 		{"two sources", []string{"--live", empty, "--cri-endpoint", "/run/c.sock"}, "give one"},
+		{"the pods API", []string{"--kubeconfig", filepath.Join(n.dir, "kubeconfig")}, "not containers"},
 		{"IPAM not safe-ipam", []string{"--conf", other, "--live", empty}, "not safe-ipam"},
 	}
 	for _, tt := range tests {
