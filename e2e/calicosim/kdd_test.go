@@ -53,9 +53,10 @@ func TestKDDConcurrentAdds(t *testing.T) {
 	}
 	// A claim on KDD takes three writes (affinity pending, block,
 	// affinity confirmed), and a worker that lists the node's blocks in
-	// between sees none with room and claims another, as calico-ipam
-	// does. So a race may claim one block more per other worker, but a
-	// worker that lost a claim must not go on claiming block after block.
+	// between sees none with room and claims another. calico-ipam's host
+	// lock keeps one node's ADDs apart; without it (as here) a race may
+	// claim one block more per other worker, but a worker that lost a
+	// claim must not go on claiming block after block.
 	if least := (workers*each + 15) / 16; len(s.Blocks) < least || len(s.Blocks) > least+workers-1 {
 		t.Errorf("%d blocks claimed, want %d to %d", len(s.Blocks), least, least+workers-1)
 	}

@@ -23,6 +23,14 @@ import (
 // not answer is unreadable, never empty.
 const DefaultKubeTimeout = 30 * time.Second
 
+// A repair reads and writes a few objects per action; client-go's default
+// of 5 requests a second would make a large one run into the command's
+// time limit. These match what a calico-ipam per node may use.
+const (
+	kubeQPS   = float32(50)
+	kubeBurst = 100
+)
+
 // Calico's KDD IPAM resources.
 var (
 	blocksGVR     = calicoGVR(calico.PluralIPAMBlocks)
@@ -58,6 +66,7 @@ func NewKube(kubeconfig string, timeout time.Duration) (*KubeStore, error) {
 		timeout = DefaultKubeTimeout
 	}
 	cfg.Timeout = timeout
+	cfg.QPS, cfg.Burst = kubeQPS, kubeBurst
 	return NewKubeForConfig(cfg)
 }
 
