@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +38,60 @@ type Block struct {
 type Attribute struct {
 	HandleID  *string           `json:"handle_id"`
 	Secondary map[string]string `json:"secondary"`
+	// extra holds the attribute's keys this type does not model, such as
+	// Calico's releasedAt (IP cooldown) and alternateOwnerAttrs, as read.
+	// They travel with the attribute when released attributes are dropped
+	// and the rest renumbered, and are written back after the known keys.
+	extra map[string]json.RawMessage
+}
+
+// attributeFields is Attribute's known keys, encoded as encoding/json
+// would encode them (no methods, so no recursion).
+type attributeFields struct {
+	HandleID  *string           `json:"handle_id"`
+	Secondary map[string]string `json:"secondary"`
+}
+
+// MarshalJSON writes handle_id and secondary as before (null when empty,
+// as etcd holds them), then the unknown keys read with the attribute, in
+// sorted order.
+func (a Attribute) MarshalJSON() ([]byte, error) {
+	return encodeAttribute(attributeFields{HandleID: a.HandleID, Secondary: a.Secondary}, a.extra)
+}
+
+// encodeAttribute is MarshalJSON of Attribute and KDDAttribute: fields,
+// the known keys, then extra.
+func encodeAttribute(fields any, extra map[string]json.RawMessage) ([]byte, error) {
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	return appendMembers(out, extra), nil
+}
+
+// UnmarshalJSON reads the known keys as encoding/json does and keeps
+// every other key for MarshalJSON.
+func (a *Attribute) UnmarshalJSON(data []byte) error {
+	return decodeAttribute(data, &a.HandleID, &a.Secondary, &a.extra)
+}
+
+// decodeAttribute is UnmarshalJSON of Attribute and KDDAttribute: the known
+// keys into handle and secondary, all others into extra. null changes
+// nothing, as for any struct.
+func decodeAttribute(data []byte, handle **string, secondary *map[string]string, extra *map[string]json.RawMessage) error {
+	if string(data) == "null" {
+		return nil
+	}
+	f := attributeFields{HandleID: *handle, Secondary: *secondary}
+	if err := json.Unmarshal(data, &f); err != nil {
+		return err
+	}
+	unknown, err := unknownMembers(data, "handle_id", "secondary")
+	if err != nil {
+		return err
+	}
+	*handle, *secondary, *extra = f.HandleID, f.Secondary, unknown
+	return nil
 }
 
 // Handle returns the handle ID, "" when it is null.
@@ -49,9 +102,15 @@ func (a Attribute) Handle() string {
 	return *a.HandleID
 }
 
+// equal compares the unknown keys too, byte for byte as read. A new
+// allocation has none, so it never shares an attribute that carries any:
+// one with Calico's releasedAt belongs to an address in cooldown, and an
+// allocation merged into it would look released, and inherit its
+// alternateOwnerAttrs.
 func (a Attribute) equal(o Attribute) bool {
 	return a.Handle() == o.Handle() && (a.HandleID == nil) == (o.HandleID == nil) &&
-		(a.Secondary == nil) == (o.Secondary == nil) && maps.Equal(a.Secondary, o.Secondary)
+		(a.Secondary == nil) == (o.Secondary == nil) && maps.Equal(a.Secondary, o.Secondary) &&
+		maps.EqualFunc(a.extra, o.extra, func(x, y json.RawMessage) bool { return bytes.Equal(x, y) })
 }
 
 // ErrBlockFull means a block has fewer free addresses than asked for.
@@ -265,7 +324,8 @@ func (b *Block) Held() []Held {
 
 // MarshalKeeping encodes b like json.Marshal, and keeps any key of raw (the
 // block as it was read) that Block does not model, so that rewriting a
-// block written by another Calico version never drops its fields.
+// block written by another Calico version never drops its fields. The
+// unknown keys of each attribute are kept by Attribute itself.
 func MarshalKeeping(raw []byte, b *Block) ([]byte, error) {
 	out, err := json.Marshal(b)
 	if err != nil {
@@ -281,26 +341,47 @@ func keepUnknownKeys(raw, out []byte) []byte {
 	if json.Unmarshal(raw, &read) != nil || json.Unmarshal(out, &known) != nil {
 		return out // nothing readable to keep
 	}
-	var extra []string
-	for k := range read {
-		if _, ok := known[k]; !ok {
-			extra = append(extra, k)
-		}
+	for k := range known {
+		delete(read, k)
 	}
+	return appendMembers(out, read)
+}
+
+// appendMembers appends the members of extra, in sorted key order, to the
+// JSON object out.
+func appendMembers(out []byte, extra map[string]json.RawMessage) []byte {
 	if len(extra) == 0 {
 		return out
 	}
-	sort.Strings(extra)
-	buf := bytes.NewBuffer(out[:len(out)-1])
-	for _, k := range extra {
+	keys := slices.Sorted(maps.Keys(extra))
+	buf := bytes.NewBuffer(out[: len(out)-1 : len(out)-1])
+	for _, k := range keys {
 		name, _ := json.Marshal(k)
 		if buf.Len() > 1 { // not right after "{"
 			buf.WriteByte(',')
 		}
 		buf.Write(name)
 		buf.WriteByte(':')
-		buf.Write(read[k])
+		buf.Write(extra[k])
 	}
 	buf.WriteByte('}')
 	return buf.Bytes()
+}
+
+// unknownMembers returns the members of the JSON object data whose keys
+// are none of known, nil if there are none. A key that differs from a
+// known one only in case is known: encoding/json decodes it into that
+// field. null has no members.
+func unknownMembers(data []byte, known ...string) (map[string]json.RawMessage, error) {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(data, &all); err != nil {
+		return nil, err
+	}
+	maps.DeleteFunc(all, func(k string, _ json.RawMessage) bool {
+		return slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(k, n) })
+	})
+	if len(all) == 0 {
+		return nil, nil
+	}
+	return all, nil
 }

@@ -31,6 +31,26 @@ type IPAMBlockSpec struct {
 type KDDAttribute struct {
 	HandleID  *string           `json:"handle_id,omitempty"`
 	Secondary map[string]string `json:"secondary,omitempty"`
+	// extra is Attribute's extra: the keys this type does not model.
+	extra map[string]json.RawMessage
+}
+
+// kddAttributeFields is KDDAttribute's known keys, without its methods.
+type kddAttributeFields struct {
+	HandleID  *string           `json:"handle_id,omitempty"`
+	Secondary map[string]string `json:"secondary,omitempty"`
+}
+
+// MarshalJSON writes the known keys as before, then the unknown keys read
+// with the attribute, in sorted order.
+func (a KDDAttribute) MarshalJSON() ([]byte, error) {
+	return encodeAttribute(kddAttributeFields{HandleID: a.HandleID, Secondary: a.Secondary}, a.extra)
+}
+
+// UnmarshalJSON reads the known keys as encoding/json does and keeps
+// every other key for MarshalJSON.
+func (a *KDDAttribute) UnmarshalJSON(data []byte) error {
+	return decodeAttribute(data, &a.HandleID, &a.Secondary, &a.extra)
 }
 
 // NewIPAMBlockSpec returns the spec that stores b.
@@ -47,7 +67,7 @@ func NewIPAMBlockSpec(b *Block) IPAMBlockSpec {
 		Deleted:                     b.Deleted,
 	}
 	for i, a := range b.Attributes {
-		s.Attributes[i] = KDDAttribute{HandleID: a.HandleID, Secondary: a.Secondary}
+		s.Attributes[i] = KDDAttribute{HandleID: a.HandleID, Secondary: a.Secondary, extra: a.extra}
 	}
 	return s
 }
@@ -71,7 +91,7 @@ func (s *IPAMBlockSpec) Block() (*Block, error) {
 		Deleted:                     s.Deleted,
 	}
 	for i, a := range s.Attributes {
-		b.Attributes[i] = Attribute{HandleID: a.HandleID, Secondary: a.Secondary}
+		b.Attributes[i] = Attribute{HandleID: a.HandleID, Secondary: a.Secondary, extra: a.extra}
 	}
 	return b, nil
 }

@@ -45,6 +45,7 @@ func Run(t *testing.T, fresh func(t *testing.T) *Backend) {
 		{"an undecodable document is reported, not fatal", undecodable},
 		{"a large list pages completely", pages},
 		{"a handle write deletes when it counts nothing", handleDelete},
+		{"a rewrite keeps an attribute's unknown keys", attributeKeysKept},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, fresh(t)) })
@@ -314,5 +315,32 @@ func handleDelete(t *testing.T, b *Backend) {
 	}
 	if got := scan(t, ds); len(got.handles) != 0 {
 		t.Errorf("deleted handle scanned: %v", got.handles)
+	}
+}
+
+// attributeKeysKept gives net1.c2's attribute Calico's cooldown keys,
+// then releases net1.c1, whose attribute comes first: the keys stay on
+// net1.c2's attribute, renumbered from 1 to 0.
+func attributeKeysKept(t *testing.T, b *Backend) {
+	ds := b.Store
+	seed(t, ds, "10.244.0.0/26", "net1.c1", "net1.c2")
+	const keys = `"alternateOwnerAttrs":{"pod":"old"},"releasedAt":"2026-01-02T03:04:05Z"`
+	blk := readBlock(t, ds, "10.244.0.0/26")
+	if err := json.Unmarshal([]byte(`{"handle_id":"net1.c2","secondary":{"node":"node1"},`+keys+`}`), &blk.Block.Attributes[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Write(ctx(t), datastore.Change{Blocks: []*datastore.Block{blk}}); err != nil {
+		t.Fatal(err)
+	}
+	blk = readBlock(t, ds, "10.244.0.0/26")
+	blk.Block.ReleaseHandle("net1.c1")
+	if err := ds.Write(ctx(t), datastore.Change{Blocks: []*datastore.Block{blk}}); err != nil {
+		t.Fatal(err)
+	}
+	blk = readBlock(t, ds, "10.244.0.0/26")
+	attr, ok := blk.Block.Attribute(1)
+	got, err := json.Marshal(attr)
+	if want := `{"handle_id":"net1.c2","secondary":{"node":"node1"},` + keys + `}`; !ok || err != nil || string(got) != want || len(blk.Block.Attributes) != 1 {
+		t.Errorf("attribute of net1.c2 after the rewrite: %s (of %d), %v; want %s", got, len(blk.Block.Attributes), err, want)
 	}
 }
