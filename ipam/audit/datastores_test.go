@@ -5,12 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -442,23 +444,58 @@ func TestKubeDatastoreFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	bare := kubetest.Start(t) // no Calico CRDs
+	silent := silentServer(t)
 	tests := []struct {
 		name, kubeconfig, says string
 		code                   int
+		timeout                string
 	}{
-		{"deploy's ClusterRole suffices", withRole, "", ExitFindings},
-		{"no RBAC", noRole, "forbidden", ExitError},
-		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), "127.0.0.1:1", ExitError},
-		{"no Calico CRDs", bare.Kubeconfig, "not served", ExitError},
+		{"deploy's ClusterRole suffices", withRole, "", ExitFindings, "20s"},
+		{"no RBAC", noRole, "forbidden", ExitError, "20s"},
+		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), "127.0.0.1:1", ExitError, "20s"},
+		{"API server never answers", kubetest.Repoint(t, withRole, "https://"+silent), silent, ExitError, "3s"},
+		{"no Calico CRDs", bare.Kubeconfig, "not served", ExitError, "20s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			code := Run([]string{"--datastore", "kubernetes", "--kubeconfig", tt.kubeconfig, "--store-dir", t.TempDir(),
-				"--node", "node1", "--network", dsNetwork, "--cni-cache=", "--timeout", "20s"}, &stdout, &stderr, true)
+				"--node", "node1", "--network", dsNetwork, "--cni-cache=", "--timeout", tt.timeout}, &stdout, &stderr, true)
 			if code != tt.code || !strings.Contains(stderr.String(), tt.says) {
 				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr.String(), tt.code, tt.says)
 			}
 		})
 	}
+}
+
+// silentServer accepts connections and never answers: an API server that
+// hangs must time out as an error, never read as empty.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }
