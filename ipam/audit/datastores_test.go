@@ -161,15 +161,7 @@ func (w *dsWorld) record(cid, ip, pod string) {
 
 func (w *dsWorld) liveFile(atts ...liveness.Attachment) string {
 	w.t.Helper()
-	if atts == nil {
-		atts = []liveness.Attachment{}
-	}
-	path := filepath.Join(w.t.TempDir(), "live.json")
-	data, _ := json.Marshal(atts)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		w.t.Fatal(err)
-	}
-	return path
+	return writeLiveFile(w.t, atts...)
 }
 
 // run runs `safe-ipam audit|repair` against the world's datastore.

@@ -118,13 +118,19 @@ func (w *world) record(network, cid, node, ip string, pod string) *record.Record
 
 func (w *world) liveFile(atts ...liveness.Attachment) string {
 	w.t.Helper()
+	return writeLiveFile(w.t, atts...)
+}
+
+// writeLiveFile writes a --live file listing atts (none: an empty list).
+func writeLiveFile(t *testing.T, atts ...liveness.Attachment) string {
+	t.Helper()
 	if atts == nil {
 		atts = []liveness.Attachment{}
 	}
-	path := filepath.Join(w.t.TempDir(), "live.json")
+	path := filepath.Join(t.TempDir(), "live.json")
 	data, _ := json.Marshal(atts)
 	if err := os.WriteFile(path, data, 0o600); err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return path
 }
