@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Issue 14's proof. On a node with Calico 2.x handles and no safe-ipam,

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/statefulset"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // A pool of one /29 block, filled before the ADD that must fail.

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/statefulset"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // lateDelCase is one run of the StatefulSet story.

@@ -21,10 +21,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 

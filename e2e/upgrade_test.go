@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/statefulset"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Scenario 2: a cluster upgraded to Calico 3.x. The running web-0 got its

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // versionOnly stands in for Calico's binary where only its VERSION answer

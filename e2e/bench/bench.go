@@ -16,8 +16,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 )
 
 // Options size the run.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/invoke"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 )
 
 // TestRuntimeArgsSatisfyCalicoIPAM turns bench's RuntimeConf into

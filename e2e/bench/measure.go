@@ -15,7 +15,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 )
 
 // measureLatency runs ADD then DEL of fresh pods, rotating through the

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 

@@ -15,9 +15,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/statefulset"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // netnsPrefix marks the demo's namespaces. Both runs use the same names,

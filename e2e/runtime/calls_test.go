@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // What containerd 1.6 sends on the kubelet's path, which safe-ipam must

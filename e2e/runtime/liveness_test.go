@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness/livenesstest"
 )

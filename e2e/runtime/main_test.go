@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Programs this suite adds to the testbed's CNI_PATH.

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Scenario 3: containerd restarts (in the same namespaces, as on a node)

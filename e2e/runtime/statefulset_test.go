@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Scenario 1 on the kubelet's path, with Calico 2.x handles: sandbox A of

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/safe-ipam/safe-ipam/ipam/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 

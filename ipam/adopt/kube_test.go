@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore/datastoretest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
 
 // kube is one real kube-apiserver for the package, started on first use.

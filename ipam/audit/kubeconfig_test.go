@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
 
 // --kubeconfig: the pods bound to the node, read from a real

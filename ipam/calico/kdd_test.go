@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 )
 
 type sampleObject struct {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 )
 
 // files names the TLS files as Calico's plugin config does.

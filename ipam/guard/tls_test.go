@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 )
 
 // tlsFiles are a client certificate, its key and a CA for the store.

@@ -27,7 +27,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 )
 
 // mainPluginRole is the argv[0] under which Calico's binary is its main

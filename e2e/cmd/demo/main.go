@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/safe-ipam/safe-ipam/e2e/demo"
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 func main() {

@@ -3,8 +3,8 @@ package datastore_test
 import (
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore/datastoretest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
 
 // The etcd datastore passes the contract against a real etcd that

@@ -7,10 +7,10 @@ import (
 
 	"k8s.io/client-go/dynamic"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
-	"github.com/safe-ipam/safe-ipam/e2e/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 

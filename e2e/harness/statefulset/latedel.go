@@ -11,7 +11,7 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/safe-ipam/safe-ipam/e2e/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // Network is the network name the story uses, Calico's usual one.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 )
 
 // The run kdd-samples.json records: its pool starts with the block real

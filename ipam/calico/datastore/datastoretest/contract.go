@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
 
 // Backend is one implementation with empty data, and what the contract

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 

@@ -12,10 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
 
 // Etcd is a backend over Calico's data in cli's etcd, emptied first.

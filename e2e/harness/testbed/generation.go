@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
 
 // Generation is the handle naming of a Calico release.

@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 )
 
 // ErrNoManifest means Calico's manifest is not beside the repository.

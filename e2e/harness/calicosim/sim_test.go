@@ -12,7 +12,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 )
 
 const (

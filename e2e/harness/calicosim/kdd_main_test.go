@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/safe-ipam/safe-ipam/e2e/calicodata"
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
 
 // kube is one real kube-apiserver for the package's KDD tests, with

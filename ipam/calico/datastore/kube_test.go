@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
-	"github.com/safe-ipam/safe-ipam/ipam/datastore/datastoretest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
 
 // kube is one real kube-apiserver for the package, with Calico's CRDs.

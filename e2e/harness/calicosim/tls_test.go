@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 )
 
 // newTLSSim is newSim over an etcd that requires client certificates.

@@ -13,12 +13,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/safe-ipam/safe-ipam/e2e/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
 
 // calicoCRDs are the CRDs calico-ipam uses in Kubernetes-datastore mode,
 // kept outside the repository (issue 12): the harness must serve them.
-var calicoCRDs = filepath.Join("..", "..", "..", "shared", "calico", "crds-ipam.yaml")
+var calicoCRDs = filepath.Join("..", "..", "..", "..", "shared", "calico", "crds-ipam.yaml")
 
 func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()
@@ -58,10 +58,10 @@ func TestKubeAPIServer(t *testing.T) {
 		}
 	}
 
-	if err := srv.Apply(filepath.Join("..", "..", "deploy", "safe-ipam-rbac.yaml")); err != nil {
+	if err := srv.Apply(filepath.Join("..", "..", "..", "deploy", "safe-ipam-rbac.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Apply(filepath.Join("..", "..", "deploy", "safe-ipam-rbac.yaml")); err != nil {
+	if err := srv.Apply(filepath.Join("..", "..", "..", "deploy", "safe-ipam-rbac.yaml")); err != nil {
 		t.Fatalf("applying again updates: %v", err)
 	}
 	for _, u := range []struct {
