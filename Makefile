@@ -19,11 +19,10 @@ TOOLS := github.com/containernetworking/cni/cnitool \
 
 all: build
 
-# safe-ipam is the CNI binary (-tags cnionly: only what a CNI call needs);
-# safe-ipam-admin holds the admin commands, which safe-ipam hands to it.
+# safe-ipam is the CNI binary (only what a CNI call needs); safe-ipam-admin
+# holds the admin commands, which safe-ipam hands to it. One main each.
 build:
-	$(GO) build -tags cnionly -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam ./plugin
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/safe-ipam-admin ./plugin
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./plugin/safe-ipam ./plugin/safe-ipam-admin
 
 tools:
 	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo ./e2e/cmd/linklocal-gateway $(TOOLS)
@@ -65,6 +64,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags crashpoints $(PKGS)
 
 # The long chaos run: many random histories (seed printed for replay),
 # the whole crash matrix, outages and every mutant. Its last line is

@@ -170,8 +170,7 @@ func (r *rig) build(ctx context.Context) error {
 		pkgs = append(pkgs, "./e2e/cmd/calico-ipam")
 	}
 	for _, args := range [][]string{
-		{"build", "-tags", "cnionly", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam"), "./plugin"},
-		{"build", "-ldflags", ReleaseLDFlags, "-o", filepath.Join(r.binDir, "safe-ipam-admin"), "./plugin"}, // for "safe-ipam audit"
+		{"build", "-ldflags", ReleaseLDFlags, "-o", r.binDir + string(filepath.Separator), "./plugin/safe-ipam", "./plugin/safe-ipam-admin"}, // the admin for "safe-ipam audit"
 		append([]string{"build", "-o", r.binDir + "/"}, pkgs...),
 	} {
 		cmd := exec.CommandContext(ctx, "go", args...)

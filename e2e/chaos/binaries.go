@@ -18,7 +18,7 @@ const (
 
 const (
 	module        = "github.com/safe-ipam/safe-ipam"
-	pluginPkg     = "./plugin"
+	pluginPkg     = "./plugin/safe-ipam"
 	simulatorPkg  = module + "/e2e/cmd/calico-ipam"
 	crashpointTag = "crashpoints"
 )

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // What containerd 1.6 sends on the kubelet's path, which safe-ipam must

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // networkName is the network the kubelet's pods join, as Calico names it.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // Scenario 3: containerd restarts (in the same namespaces, as on a node)

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // legacyWeb0 is the handle Calico 2.x gave the running web-0 before the

@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// Run as safe-ipam-admin, install puts the CNI build beside it on the
-// node, not itself: the runtime must run the lean binary.
+// Run as safe-ipam-admin, install puts the CNI binary beside it on the
+// node, never itself: the admin binary is no CNI plugin.
 func TestInstallPicksTheCNIBuild(t *testing.T) {
 	withCNI, alone := t.TempDir(), t.TempDir()
 	for _, path := range []string{filepath.Join(withCNI, CNIBinary), filepath.Join(withCNI, AdminBinary), filepath.Join(alone, AdminBinary)} {
@@ -17,12 +17,13 @@ func TestInstallPicksTheCNIBuild(t *testing.T) {
 	}
 	tests := []struct{ self, want string }{
 		{filepath.Join(withCNI, AdminBinary), filepath.Join(withCNI, CNIBinary)},
-		{filepath.Join(alone, AdminBinary), filepath.Join(alone, AdminBinary)}, // a full build serves CNI too
+		{filepath.Join(alone, AdminBinary), ""}, // refused: it would install itself
 		{filepath.Join(withCNI, CNIBinary), filepath.Join(withCNI, CNIBinary)},
 	}
 	for _, tt := range tests {
-		if got := cniBinaryBeside(tt.self); got != tt.want {
-			t.Errorf("cniBinaryBeside(%s) = %s, want %s", tt.self, got, tt.want)
+		got, err := cniBinaryBeside(tt.self)
+		if got != tt.want || (tt.want == "") != (err != nil) {
+			t.Errorf("cniBinaryBeside(%s) = %s, %v; want %q", tt.self, got, err, tt.want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 )
 
@@ -85,7 +86,7 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 	}
 	self, err := cniBinary()
 	if err != nil {
-		fmt.Fprintln(stderr, "safe-ipam install: finding its own binary:", err)
+		fmt.Fprintln(stderr, "safe-ipam install:", err)
 		return ExitError
 	}
 	if f.watch {
@@ -165,30 +166,32 @@ func runWatch(f *cliFlags, mode Mode, self string, stderr io.Writer) int {
 	return ExitOK
 }
 
-// AdminBinary is the name of the full build, which runs the admin
-// commands; CNIBinary is the lean build the runtime runs.
+// The two programs: the admin binary runs install, the CNI binary is what
+// it puts on the node.
 const (
-	AdminBinary = "safe-ipam-admin"
-	CNIBinary   = "safe-ipam"
+	AdminBinary = about.AdminBinary
+	CNIBinary   = about.CNIBinary
 )
 
-// cniBinary is the binary install puts on the node: the lean CNI build
-// beside this one when this is safe-ipam-admin (the CNI build hands admin
-// commands to it), else this one.
+// cniBinary is the binary install puts on the node: the CNI binary beside
+// this one (safe-ipam-admin, which safe-ipam hands admin commands to).
 func cniBinary() (string, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("finding its own binary: %w", err)
 	}
-	return cniBinaryBeside(self), nil
+	return cniBinaryBeside(self)
 }
 
-func cniBinaryBeside(self string) string {
-	if filepath.Base(self) == AdminBinary {
-		lean := filepath.Join(filepath.Dir(self), CNIBinary)
-		if info, err := os.Stat(lean); err == nil && info.Mode().IsRegular() {
-			return lean
-		}
+// cniBinaryBeside refuses when the CNI binary is missing: the admin binary
+// is no CNI plugin, and installing it would break every pod start.
+func cniBinaryBeside(self string) (string, error) {
+	if filepath.Base(self) != AdminBinary {
+		return self, nil // a test binary, or safe-ipam renamed by an operator
 	}
-	return self
+	lean := filepath.Join(filepath.Dir(self), CNIBinary)
+	if info, err := os.Stat(lean); err != nil || !info.Mode().IsRegular() {
+		return "", fmt.Errorf("the CNI binary %s must be beside %s (make build puts both in bin/): %s is not a regular file", CNIBinary, AdminBinary, lean)
+	}
+	return lean, nil
 }

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
 // Mark is in every binary that links this package (safe-ipam-admin): it
@@ -15,15 +18,17 @@ import (
 // whatever their versions. Test doubles carry it too.
 const Mark = "safe-ipam:binary-mark:6c1f0a2e-94d3-4b8e-a5f7-0e3d2c9b8a41"
 
-// mainPackage is what Go's build info names as the main package of both
-// builds of safe-ipam; the CNI build does not link this package, so its
-// build info, not Mark, tells it apart.
-const mainPackage = "github.com/safe-ipam/safe-ipam/plugin"
+// mainPackages are what Go's build info names as the main package of the
+// CNI binary: plugin/safe-ipam, and plugin in releases that built both
+// programs from one package (a node being upgraded still has that one).
+// The CNI binary does not link this package, so its build info, not
+// Mark, tells it apart.
+var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + about.CNIBinary, "github.com/safe-ipam/safe-ipam/plugin"}
 
 // IsSafeIPAM says whether the file at path is a safe-ipam binary: by its
 // Go build info, or by Mark. A missing file is not, and not an error.
 func IsSafeIPAM(path string) (bool, error) {
-	if info, err := buildinfo.ReadFile(path); err == nil && info.Path == mainPackage {
+	if info, err := buildinfo.ReadFile(path); err == nil && slices.Contains(mainPackages, info.Path) {
 		return true, nil
 	}
 	f, err := os.Open(path)

@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
 // Names of the programs a CNI_PATH built by the testbed holds.
@@ -19,12 +21,13 @@ const (
 	PTP              = "ptp"
 	Loopback         = "loopback"
 	LinkLocalGateway = "linklocal-gateway"
-	SafeIPAM         = "safe-ipam"
+	SafeIPAM         = about.CNIBinary
+	SafeIPAMAdmin    = about.AdminBinary
 	CalicoIPAM       = "calico-ipam"
 )
 
 // Programs lists every program a testbed CNI_PATH must hold.
-var Programs = []string{Cnitool, PTP, Loopback, LinkLocalGateway, SafeIPAM, CalicoIPAM}
+var Programs = []string{Cnitool, PTP, Loopback, LinkLocalGateway, SafeIPAM, SafeIPAMAdmin, CalicoIPAM}
 
 const module = "github.com/safe-ipam/safe-ipam"
 
@@ -34,7 +37,8 @@ var packages = map[string]string{
 	PTP:              "github.com/containernetworking/plugins/plugins/main/ptp",
 	Loopback:         "github.com/containernetworking/plugins/plugins/main/loopback",
 	LinkLocalGateway: module + "/e2e/cmd/linklocal-gateway",
-	SafeIPAM:         module + "/plugin",
+	SafeIPAM:         module + "/plugin/" + SafeIPAM,
+	SafeIPAMAdmin:    module + "/plugin/" + SafeIPAMAdmin,
 	CalicoIPAM:       module + "/e2e/cmd/calico-ipam", // the simulator
 }
 

@@ -27,10 +27,6 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "building:", err)
 		os.Exit(1)
 	}
-	if err := os.Rename(filepath.Join(dir, "plugin"), filepath.Join(dir, "safe-ipam")); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

@@ -1,22 +1,46 @@
-package main
+// Package about is what safe-ipam says of itself: the names of its two
+// programs and the overview and version line both print, so that the CNI
+// binary and the admin binary never disagree.
+package about
 
 import (
 	"fmt"
-	"os"
+	"io"
 )
 
-// runBuiltin answers the commands both builds answer themselves.
-func runBuiltin(cmd string) int {
+// The programs safe-ipam installs in a node's CNI bin dir.
+const (
+	// CNIBinary is the lean build the runtime runs on every pod start
+	// and stop; it hands admin commands to AdminBinary beside it.
+	CNIBinary = "safe-ipam"
+	// AdminBinary holds the admin commands.
+	AdminBinary = "safe-ipam-admin"
+)
+
+// CNIVersions are the CNI spec versions the CNI binary speaks.
+var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
+
+// Builtin says whether cmd is answered by both programs themselves.
+func Builtin(cmd string) bool {
 	switch cmd {
-	case "version", "--version":
-		fmt.Printf("safe-ipam %s (CNI %v)\n", Version, supported.SupportedVersions())
-	default:
-		fmt.Fprint(os.Stdout, usage)
+	case "version", "--version", "help", "-h", "--help":
+		return true
 	}
-	return 0
+	return false
 }
 
-const usage = `safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
+// Answer prints the version line for version, else the overview.
+func Answer(w io.Writer, cmd, version string) {
+	switch cmd {
+	case "version", "--version":
+		fmt.Fprintf(w, "safe-ipam %s (CNI %v)\n", version, CNIVersions)
+	default:
+		fmt.Fprint(w, Usage)
+	}
+}
+
+// Usage is the overview of every command.
+const Usage = `safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
 
 As a CNI plugin it is run by the container runtime with CNI_COMMAND set
 (ADD, DEL, CHECK, GC, STATUS, VERSION) and its config on stdin.

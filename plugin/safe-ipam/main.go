@@ -1,13 +1,10 @@
-// Command safe-ipam is a CNI IPAM plugin that fronts calico-ipam and makes
-// DEL safe: no DEL can release addresses by pod name. Run without
-// CNI_COMMAND it offers admin subcommands.
-//
-// It builds two ways. By default it holds every admin command, and is
-// installed as safe-ipam-admin. Built with -tags cnionly it is the CNI
-// binary, safe-ipam: it links only what a CNI call needs (the admin
-// commands bring the Kubernetes and CRI clients, whose package init every
-// CNI call would pay) and runs the other admin commands by executing
-// safe-ipam-admin from its own directory.
+// Command safe-ipam is the CNI binary: an IPAM plugin that fronts
+// calico-ipam and makes DEL safe, so no DEL can release addresses by pod
+// name. It links only what a CNI call needs (the admin commands bring the
+// Kubernetes and CRI clients, whose package init every CNI call would
+// pay). Run without CNI_COMMAND it answers version and help itself and
+// executes safe-ipam-admin from its own directory for the other admin
+// commands.
 package main
 
 import (
@@ -18,6 +15,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
@@ -25,7 +23,7 @@ import (
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "dev"
 
-var supported = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0")
+var supported = version.PluginSupports(about.CNIVersions...)
 
 func main() {
 	c := cni{trace: logging.NewTrace()} // first: exec and init are done

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,28 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
+
+// binDir holds safe-ipam and safe-ipam-admin side by side, as install
+// puts them on a node, built once for the package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "safe-ipam-admin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := exec.Command("go", "build", "-o", dir+"/", ".", "../safe-ipam")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // versionOnly stands in for Calico's binary where only its VERSION answer
 // matters: doctor asks the delegate for it.
@@ -72,7 +95,7 @@ func TestInstallScriptThenUninstall(t *testing.T) {
 			bin, conf := calicoNodeDirs(t)
 			dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
 			safe := filepath.Join(binDir, "safe-ipam")
-			code, out := run(t, "bash", append([]string{"../scripts/install.sh", "--binary", safe, "--mode=" + mode}, dirs...)...)
+			code, out := run(t, "bash", append([]string{"../../scripts/install.sh", "--binary", safe, "--mode=" + mode}, dirs...)...)
 			if code != 0 || !strings.Contains(out, "doctor: protected") {
 				t.Fatalf("install.sh: exit %d\n%s", code, out)
 			}

@@ -1,0 +1,62 @@
+// Command safe-ipam-admin holds safe-ipam's admin commands (audit, repair,
+// adopt, gc, install, uninstall, doctor). The CNI binary safe-ipam hands
+// them to it; it is not a CNI plugin itself, so the Kubernetes and CRI
+// clients it links never weigh on a pod start.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/adopt"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/gc"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
+)
+
+// Version is set at build time with -ldflags "-X main.Version=...".
+var Version = "dev"
+
+func main() {
+	if os.Getenv("CNI_COMMAND") != "" {
+		// A runtime pointed at this binary: say which one it wants, in the
+		// form a runtime reports.
+		_ = types.NewError(types.ErrPluginNotAvailable, about.AdminBinary+" is not a CNI plugin",
+			"the runtime must run "+about.CNIBinary+", which hands admin commands to "+about.AdminBinary).Print()
+		os.Exit(1)
+	}
+	args := os.Args[1:]
+	if len(args) == 0 {
+		args = []string{"help"}
+	}
+	os.Exit(dispatch(args))
+}
+
+func dispatch(args []string) int {
+	if about.Builtin(args[0]) {
+		about.Answer(os.Stdout, args[0], Version)
+		return 0
+	}
+	switch args[0] {
+	case "audit":
+		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
+	case "repair":
+		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
+	case "adopt":
+		return adopt.Run(args[1:], os.Stdout, os.Stderr)
+	case "gc":
+		return gc.Run(args[1:], os.Stdout, os.Stderr)
+	case "install":
+		return install.RunInstall(args[1:], os.Stdout, os.Stderr)
+	case "uninstall":
+		return install.RunUninstall(args[1:], os.Stdout, os.Stderr)
+	case "doctor":
+		return doctor.Run(args[1:], os.Stdout, os.Stderr)
+	}
+	fmt.Fprintf(os.Stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
+	return 2
+}
