@@ -1,0 +1,173 @@
+// Package layout checks the shape of the repository that a newcomer reads
+// at a glance: the import graph runs one way (product code never imports
+// the test harness), every package says its one job, and plugin/ holds one
+// main per binary.
+package layout
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/safe-ipam/safe-ipam"
+
+// pkg is what go list says of one package.
+type pkg struct {
+	path, name, doc string
+	imports         []string
+	hasCode         bool // non-test Go files; a test-only package has no doc to give
+}
+
+func listPackages(t *testing.T, tags ...string) []pkg {
+	t.Helper()
+	args := []string{"list"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	args = append(args, "-f", "{{.ImportPath}}\t{{.Name}}\t{{len .GoFiles}}\t{{join .Imports \" \"}}\t{{.Doc}}", module+"/...")
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), "\t", 5)
+		if len(f) != 5 {
+			t.Fatalf("go list line %q", sc.Text())
+		}
+		pkgs = append(pkgs, pkg{path: f[0], name: f[1], hasCode: f[2] != "0", imports: strings.Fields(f[3]), doc: f[4]})
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found %d packages; the module has more", len(pkgs))
+	}
+	return pkgs
+}
+
+func rel(p string) string { return strings.TrimPrefix(strings.TrimPrefix(p, module), "/") }
+
+// product says whether a package is product code: everything under
+// plugin/ and ipam/ (their test files aside).
+func product(p string) bool {
+	r := rel(p)
+	return strings.HasPrefix(r, "plugin/") || strings.HasPrefix(r, "ipam/")
+}
+
+// No non-test package under plugin/ or ipam/, in any build variant,
+// imports anything under e2e/: the harness sits on top of the product,
+// never under it.
+func TestProductNeverImportsTheHarness(t *testing.T) {
+	for _, tags := range [][]string{nil, {"crashpoints"}} {
+		for _, p := range listPackages(t, tags...) {
+			if !product(p.path) {
+				continue
+			}
+			for _, imp := range p.imports {
+				if strings.HasPrefix(imp, module+"/e2e/") || imp == module+"/e2e" {
+					t.Errorf("%s (tags %v) imports %s: product code must not depend on the test harness", rel(p.path), tags, rel(imp))
+				}
+			}
+		}
+	}
+}
+
+// Every package's doc comment says its one job.
+func TestEveryPackageSaysItsJob(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if p.hasCode && strings.TrimSpace(p.doc) == "" {
+			t.Errorf("%s has no package doc comment", rel(p.path))
+		}
+	}
+}
+
+// plugin/ holds one main package per binary and nothing else.
+func TestPluginHoldsOneMainPerBinary(t *testing.T) {
+	var mains []string
+	for _, p := range listPackages(t) {
+		if r := rel(p.path); strings.HasPrefix(r, "plugin") {
+			if p.name != "main" {
+				t.Errorf("%s is package %s; plugin/ holds only main packages", r, p.name)
+			}
+			mains = append(mains, r)
+		}
+	}
+	if want := []string{"plugin/safe-ipam", "plugin/safe-ipam-admin"}; strings.Join(mains, " ") != strings.Join(want, " ") {
+		t.Errorf("plugin/ has %v, want %v", mains, want)
+	}
+}
+
+// No build tag decides what a product binary is; the crash points are a
+// test-only tag, and go vet runs on that build too (make lint).
+func TestNoBuildTagMakesAProduct(t *testing.T) {
+	root := moduleRoot(t)
+	for _, dir := range []string{"plugin", "ipam"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if c, ok := strings.CutPrefix(line, "//go:build "); ok && strings.Trim(c, "!") != "crashpoints" {
+					t.Errorf("%s: build constraint %q; only the test-only crashpoints tag is allowed", path, c)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	lint, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(lint), "vet -tags crashpoints") {
+		t.Error("make lint does not vet the crashpoints build")
+	}
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// Tests stand on their own: a fresh clone with nothing beside it passes,
+// so no Go file reaches for the reference files kept beside the
+// repository.
+func TestNothingReadsBesideTheRepository(t *testing.T) {
+	root := moduleRoot(t)
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") {
+			if d != nil && d.IsDir() && d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		// Spelled in pieces, so that this file does not name them itself.
+		for _, s := range []string{".." + "/shared", `"shared", ` + `"calico"`, "shared" + "/calico"} {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s names %s: tests must not read beside the repository", path, s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
