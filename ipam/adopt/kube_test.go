@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
 
 // kube is one real kube-apiserver for the package, started on first use.
@@ -30,8 +30,8 @@ func TestMain(m *testing.M) {
 // attachment gets the handle that really holds its address there, and an
 // address Calico has free is an early release.
 func TestKubeAdoptReadsTheKubernetesDatastore(t *testing.T) {
-	srv := datastoretest.KubeServer(t, &kube)
-	ds := datastoretest.Kube(t, srv).Store
+	srv := backends.KubeServer(t, &kube)
+	ds := backends.Kube(t, srv).Store
 	cidr := netip.MustParsePrefix("10.244.166.128/26")
 	b, err := calico.NewBlock(cidr, 1000)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -54,20 +55,20 @@ type dsWorld struct {
 
 func etcdWorld(t *testing.T) *dsWorld {
 	srv := etcdtest.Start(t)
-	return &dsWorld{t: t, b: datastoretest.Etcd(t, srv.Client()),
+	return &dsWorld{t: t, b: backends.Etcd(t, srv.Client()),
 		records: etcdstore.NewWithClient(srv.Client(), recordsPrefix, "node1", 5*time.Second),
 		recs:    &EtcdRecords{Client: srv.Client(), Prefix: recordsPrefix},
 		args:    []string{"--etcd-endpoints", srv.Endpoint()}}
 }
 
 func kubeWorld(t *testing.T) *dsWorld {
-	srv := datastoretest.KubeServer(t, &kube)
+	srv := backends.KubeServer(t, &kube)
 	dir := filepath.Join(t.TempDir(), "records")
 	fs, err := filestore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &dsWorld{t: t, b: datastoretest.Kube(t, srv), records: fs,
+	return &dsWorld{t: t, b: backends.Kube(t, srv), records: fs,
 		recs: &StoreRecords{Store: fs, Of: "node1", Where: "file store " + dir},
 		args: []string{"--datastore", "kubernetes", "--kubeconfig", srv.Kubeconfig, "--store-dir", dir}}
 }

@@ -126,7 +126,7 @@ func renderedCalicoConflist(t *testing.T) []byte {
 	t.Helper()
 	tmpl, err := testbed.CalicoNetworkTemplate()
 	if err != nil {
-		t.Fatalf("Calico's manifest (shared/ beside the repo): %v", err)
+		t.Fatalf("Calico's network config template: %v", err)
 	}
 	conflist, err := testbed.RenderCalicoNetwork(tmpl, map[string]string{
 		"ETCD_ENDPOINTS": "https://10.0.0.10:2379", "ETCD_KEY_FILE": "/calico-secrets/etcd-key",

@@ -1,68 +1,43 @@
-// Package calicodata finds Calico's reference data for tests: Calico's
-// own manifest and IPAM CRDs, and the objects a real calico-ipam wrote,
-// kept in ../shared/calico beside the repository and never copied into it.
+// Package calicodata is the project's own Calico test data, written from
+// the facts of Calico's manifests and of the data a real calico-ipam wrote
+// (never copied from them): Calico's IPAM CRDs with loose schemas, the
+// network config template and scheduling of calico-node, and samples of
+// the objects calico-ipam writes on the Kubernetes datastore. The files
+// live in this package's data/ directory, so every test finds them in any
+// clone.
 package calicodata
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
-// Files of ../shared/calico.
+// Files of data/.
 const (
-	// Manifest is Calico's manifest for an etcd datastore.
-	Manifest = "calico-etcd.yaml"
+	// Manifest holds calico-node's calico-config ConfigMap (its
+	// cni_network_config template) and its DaemonSet's scheduling.
+	Manifest = "calico-node.yaml"
 	// CRDs are the IPAM custom resource definitions of Calico's
 	// Kubernetes datastore.
 	CRDs = "crds-ipam.yaml"
-	// KDDSamples are the objects a real calico-ipam wrote there.
+	// KDDSamples are the objects calico-ipam writes there, step by step.
 	KDDSamples = "kdd-samples.json"
 )
 
-// dir is where the files are, relative to the module root.
-const dir = "../shared/calico"
-
-// ErrMissing means the shared files are not beside the repository.
-var ErrMissing = errors.New("Calico's shared files are not beside the repository")
-
-// Path finds name from the current directory, by walking up to the module
-// root (go test runs in the package's directory).
-func Path(name string) (string, error) {
-	cur, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(cur, "go.mod")); err == nil {
-			path := filepath.Join(cur, dir, name)
-			if _, err := os.Stat(path); err != nil {
-				return "", fmt.Errorf("%w: %v", ErrMissing, err)
-			}
-			return path, nil
-		}
-		parent := filepath.Dir(cur)
-		if parent == cur {
-			return "", fmt.Errorf("%w: no go.mod above the working directory", ErrMissing)
-		}
-		cur = parent
-	}
+// Path is the file name of data/, in this package's source directory.
+func Path(name string) string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "data", name)
 }
 
-// Require is Path for a test: a missing file skips it, except under
-// CI=true, where a skip would hide that the proof never ran, so it fails.
+// Require is Path for a test, which fails if the file cannot be read.
 func Require(t testing.TB, name string) string {
 	t.Helper()
-	path, err := Path(name)
-	switch {
-	case err == nil:
-		return path
-	case os.Getenv("CI") == "true":
-		t.Fatalf("CI=true: %v", err)
-	default:
-		t.Skip(err)
+	path := Path(name)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("calicodata: %v", err)
 	}
-	return ""
+	return path
 }

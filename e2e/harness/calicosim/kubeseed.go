@@ -67,7 +67,7 @@ func SeedKubeLegacyHandle(ctx context.Context, cfg *rest.Config, node, handle st
 }
 
 // InstallKubeCRDs creates the CustomResourceDefinitions of a YAML file
-// (such as ../shared/calico/crds-ipam.yaml) and waits until the apiserver
+// (such as calicodata.CRDs) and waits until the apiserver
 // serves them. CRDs that exist already are left as they are.
 func InstallKubeCRDs(ctx context.Context, cfg *rest.Config, crdsYAMLPath string) error {
 	data, err := os.ReadFile(crdsYAMLPath)

@@ -13,12 +13,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
 
 // calicoCRDs are the CRDs calico-ipam uses in Kubernetes-datastore mode,
 // kept outside the repository (issue 12): the harness must serve them.
-var calicoCRDs = filepath.Join("..", "..", "..", "..", "shared", "calico", "crds-ipam.yaml")
+var calicoCRDs = calicodata.Path(calicodata.CRDs)
 
 func clientFor(t *testing.T, kubeconfig string) kubernetes.Interface {
 	t.Helper()

@@ -13,21 +13,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 )
 
-// ErrNoManifest means Calico's manifest is not beside the repository.
-var ErrNoManifest = calicodata.ErrMissing
-
-// ManifestPath finds Calico's own manifest for an etcd datastore, kept
-// beside the repository (never copied into it); calicodata.ErrMissing
-// when it is not there.
-func ManifestPath() (string, error) { return calicodata.Path(calicodata.Manifest) }
+// ManifestPath is the project's rendering of Calico's manifest for an
+// etcd datastore: calico-config and calico-node's scheduling.
+func ManifestPath() string { return calicodata.Path(calicodata.Manifest) }
 
 // CalicoNetworkTemplate is the cni_network_config of the calico-config
 // ConfigMap in Calico's manifest, as calico-node's installer gets it.
 func CalicoNetworkTemplate() (string, error) {
-	path, err := ManifestPath()
-	if err != nil {
-		return "", err
-	}
+	path := ManifestPath()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", err

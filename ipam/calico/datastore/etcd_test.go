@@ -3,6 +3,7 @@ package datastore_test
 import (
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
@@ -11,5 +12,5 @@ import (
 // requires client certificates, as Calico's etcd clusters do.
 func TestEtcdContract(t *testing.T) {
 	srv := etcdtest.StartTLS(t)
-	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return datastoretest.Etcd(t, srv.Client()) })
+	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return backends.Etcd(t, srv.Client()) })
 }

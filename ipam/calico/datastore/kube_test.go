@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
@@ -20,6 +21,6 @@ func TestMain(m *testing.M) {
 // The Kubernetes datastore passes the same contract against a real
 // kube-apiserver serving Calico's CRDs.
 func TestKubeContract(t *testing.T) {
-	srv := datastoretest.KubeServer(t, &kube)
-	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return datastoretest.Kube(t, srv) })
+	srv := backends.KubeServer(t, &kube)
+	datastoretest.Run(t, func(t *testing.T) *datastoretest.Backend { return backends.Kube(t, srv) })
 }

@@ -1,4 +1,8 @@
-package datastoretest
+// Package backends gives the datastore contract (datastoretest) and the
+// tests of audit, repair and adopt Calico's datastores over real servers:
+// Calico's data in a real etcd, or Calico's CRDs in a real kube-apiserver,
+// emptied first, with ways to plant what calico-ipam could leave.
+package backends
 
 import (
 	"context"
@@ -16,10 +20,11 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 )
 
 // Etcd is a backend over Calico's data in cli's etcd, emptied first.
-func Etcd(t *testing.T, cli *clientv3.Client) *Backend {
+func Etcd(t *testing.T, cli *clientv3.Client) *datastoretest.Backend {
 	t.Helper()
 	if _, err := cli.Delete(context.Background(), calico.IPAMPrefix, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
@@ -31,7 +36,7 @@ func Etcd(t *testing.T, cli *clientv3.Client) *Backend {
 			t.Fatal(err)
 		}
 	}
-	return &Backend{
+	return &datastoretest.Backend{
 		Store:       ds,
 		SetPageSize: func(n int64) { ds.PageSize = n },
 		Affinity: func(t *testing.T, node string, cidr netip.Prefix, deleted bool) {
@@ -58,7 +63,7 @@ func KubeServer(t *testing.T, shared *kubetest.Shared) *kubetest.Server {
 // Kube is a backend over Calico's KDD objects in srv, emptied first. Its
 // planted objects are written with a dynamic client, as calico-ipam
 // writes them.
-func Kube(t *testing.T, srv *kubetest.Server) *Backend {
+func Kube(t *testing.T, srv *kubetest.Server) *datastoretest.Backend {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(srv.Config())
 	if err != nil {
@@ -74,7 +79,7 @@ func Kube(t *testing.T, srv *kubetest.Server) *Backend {
 		t.Fatal(err)
 	}
 	k := kubePlanter{dyn: dyn}
-	return &Backend{
+	return &datastoretest.Backend{
 		Store:       ds,
 		SetPageSize: func(n int64) { ds.PageSize = n },
 		Affinity:    k.affinity,
