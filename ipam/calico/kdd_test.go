@@ -202,7 +202,7 @@ func TestKDDBlockSpecToEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	etcd := string(mustEncode(t, b))
-	for _, want := range []string{`"affinity_claim_time":"2026-11-22T19:51:51Z"`, `"sequenceNumber":1795377111276785107`, `"unallocated":[4,`} {
+	for _, want := range []string{`"affinity_claim_time":"2026-11-21T10:00:00Z"`, `"sequenceNumber":1795300000000000005`, `"unallocated":[4,`} {
 		if !strings.Contains(etcd, want) {
 			t.Errorf("etcd JSON lacks %s: %s", want, etcd)
 		}
