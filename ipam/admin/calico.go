@@ -160,9 +160,9 @@ func (c *Calico) OpenDatastore(ctx context.Context, timeout time.Duration) (data
 // flag (or --conf key) that gave it.
 func (c *Calico) Connect(ctx context.Context) (*clientv3.Client, error) {
 	files := etcdconn.TLSFiles{
-		Cert: etcdconn.File{Path: c.CertFile, Setting: c.setting("etcd-cert", "etcd_cert_file")},
-		Key:  etcdconn.File{Path: c.KeyFile, Setting: c.setting("etcd-key", "etcd_key_file")},
-		CA:   etcdconn.File{Path: c.CAFile, Setting: c.setting("etcd-ca", "etcd_ca_cert_file")},
+		Cert: etcdconn.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
+		Key:  etcdconn.File{Path: c.KeyFile, Setting: c.setting("etcd-key", config.CalicoTLSKey("key"))},
+		CA:   etcdconn.File{Path: c.CAFile, Setting: c.setting("etcd-ca", config.CalicoTLSKey("ca"))},
 	}
 	return etcdconn.Connect(ctx, etcdconn.Config{Endpoints: strings.Split(c.Endpoints, ","), TLS: files, DialTimeout: 5 * time.Second})
 }

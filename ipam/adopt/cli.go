@@ -9,10 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -99,7 +100,7 @@ func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := guard.OpenStore(ctx, cfg, node)
+	st, err := opener.Open(ctx, cfg, node, opener.Options{In: c.calico.Conf})
 	if err != nil {
 		return nil, fmt.Errorf("--conf %s: record store: %w", c.calico.Conf, err)
 	}

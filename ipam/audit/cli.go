@@ -9,13 +9,14 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
 // Exit codes of audit and repair: admin's, named for what they mean here.
@@ -237,7 +238,7 @@ func (c *cli) records(ctx context.Context, cli *clientv3.Client) (Records, func(
 	if c.calico.NodeErr != nil {
 		return nil, nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", c.calico.NodeErr)
 	}
-	st, err := guard.OpenStore(ctx, c.calico.File.SafeIPAM, node)
+	st, err := opener.Open(ctx, c.calico.File.SafeIPAM, node, opener.Options{Access: opener.ReadOnly, In: c.calico.Conf})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--conf %s: record store: %w", c.calico.Conf, err)
 	}
@@ -254,7 +255,8 @@ func openFileRecords(dir, node string) (Records, func(), error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}
-	st, err := filestore.Open(dir)
+	cfg := &config.Config{Store: config.Store{Type: config.StoreFile, Dir: dir}}
+	st, err := opener.Open(context.Background(), cfg, node, opener.Options{Access: opener.ReadOnly})
 	if err != nil {
 		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}

@@ -2,10 +2,8 @@ package audit
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -40,29 +38,9 @@ func (e *EtcdRecords) Node() string { return "" }
 
 // Load implements Records, at p.Revision when it is set.
 func (e *EtcdRecords) Load(ctx context.Context, network string, p datastore.Point) ([]*record.Record, error) {
-	prefix := e.Prefix + "/attachments/"
-	if network != "" {
-		prefix = etcdstore.Prefix(e.Prefix, network)
-	}
-	rev := p.Revision
-	var recs []*record.Record
-	err := datastore.ScanPrefix(ctx, e.Client, prefix, 0, &rev, func(_ string, value []byte, modRev int64) error {
-		rec, err := etcdstore.Decode(value, modRev) // repair compares it
-		if err != nil {
-			return err
-		}
-		recs = append(recs, rec)
-		return nil
-	})
+	recs, _, err := etcdstore.ListAt(ctx, e.Client, e.Prefix, network, p.Revision)
 	if err != nil {
 		return nil, fmt.Errorf("reading safe-ipam records: %w", err)
-	}
-	qs := quarantines{prefix: e.Prefix + "/quarantine/", byHolder: map[string][]record.Quarantine{}}
-	if err := datastore.ScanPrefix(ctx, e.Client, qs.prefix, 0, &rev, qs.add); err != nil {
-		return nil, fmt.Errorf("reading safe-ipam quarantines: %w", err)
-	}
-	for _, rec := range recs {
-		rec.Quarantined = qs.byHolder[rec.Network+"/"+rec.Node+"/"+rec.ContainerID+"/"+rec.IfName]
 	}
 	return recs, nil
 }
@@ -82,33 +60,11 @@ func (e *EtcdRecords) Recheck(ctx context.Context, rec *record.Record) error {
 // compare is the Txn comparison that rec is unchanged, for a write in the
 // same etcd.
 func (e *EtcdRecords) compare(rec *record.Record) clientv3.Cmp {
-	return clientv3.Compare(clientv3.ModRevision(e.key(rec)), "=", rec.Revision)
+	return etcdstore.Unchanged(e.Prefix, rec)
 }
 
 func (e *EtcdRecords) key(rec *record.Record) string {
 	return etcdstore.Key(e.Prefix, rec.Node, rec.Attachment)
-}
-
-// quarantines collects the quarantine entries by their holder,
-// <network>/<node>/<containerID>/<ifname>.
-type quarantines struct {
-	prefix   string
-	byHolder map[string][]record.Quarantine
-}
-
-func (q *quarantines) add(key string, value []byte, _ int64) error {
-	network, rest, _ := strings.Cut(strings.TrimPrefix(key, q.prefix), "/")
-	parts := strings.Split(strings.TrimPrefix(rest, "holder/"), "/")
-	if !strings.HasPrefix(rest, "holder/") || len(parts) != 6 {
-		return nil // the attachment-side key of the same quarantine
-	}
-	var entry record.Quarantine
-	if err := json.Unmarshal(value, &entry); err != nil {
-		return nil // a damaged entry names no address; the handle is judged on its own
-	}
-	holder := network + "/" + strings.Join(parts[:3], "/")
-	q.byHolder[holder] = append(q.byHolder[holder], entry)
-	return nil
 }
 
 // StoreRecords are records read through a store.Store: the node's file

@@ -46,7 +46,7 @@ func readCalico(top map[string]json.RawMessage) (Calico, error) {
 	var c Calico
 	for key, dst := range map[string]*string{
 		"datastore_type": &c.DatastoreType, "etcd_endpoints": &c.EtcdEndpoints,
-		"etcd_cert_file": &c.EtcdCertFile, "etcd_key_file": &c.EtcdKeyFile, "etcd_ca_cert_file": &c.EtcdCACertFile,
+		calicoTLSKeys.cert: &c.EtcdCertFile, calicoTLSKeys.key: &c.EtcdKeyFile, calicoTLSKeys.ca: &c.EtcdCACertFile,
 		"nodename": &c.Nodename, "nodename_file": &c.NodenameFile, "hostname": &c.Hostname,
 	} {
 		if err := field(top, key, dst); err != nil {

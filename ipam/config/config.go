@@ -240,7 +240,7 @@ func (s *Store) validateEtcd() error {
 		return invalid("ipam.store.prefix", "must start with /")
 	}
 	if (s.CertFile == "") != (s.KeyFile == "") {
-		return invalid("ipam.store.certFile", "certFile and keyFile go together")
+		return invalid(storeTLSKeys.cert, "certFile and keyFile go together")
 	}
 	return nil
 }

@@ -11,9 +11,10 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
@@ -206,7 +207,7 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string) *
 		out.Answers = true
 		return out
 	}
-	st, err := guard.OpenStore(ctx, cfg, node)
+	st, err := opener.Open(ctx, cfg, node, opener.Options{Access: opener.ReadOnly})
 	if err != nil {
 		out.Error = err.Error()
 		return out

@@ -10,7 +10,6 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
@@ -90,12 +89,12 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	cfg := n.file.SafeIPAM
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-admin")
 	defer closeLog()
-	g, err := guard.OpenGC(ctx, n.file, n.cniPath, log)
+	node, err := OpenNode(ctx, n.file, n.cniPath, log)
 	if err != nil {
 		return cmd.Fail(err)
 	}
-	defer g.Close()
-	c := &Collector{Guard: g, Source: live.Source()}
+	defer node.Close()
+	c := &Collector{Node: node, Source: live.Source()}
 	plan, report, err := c.Plan(ctx)
 	if err != nil {
 		return cmd.Fail(err)

@@ -17,7 +17,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
@@ -47,9 +46,9 @@ type Entry struct {
 	Why        string   `json:"why"`
 }
 
-// Collector runs one gc over a Guard opened with guard.OpenGC.
+// Collector runs one gc on a Node.
 type Collector struct {
-	Guard  *guard.Guard
+	Node   *Node
 	Source liveness.Source
 }
 
@@ -57,8 +56,8 @@ type Collector struct {
 // that becomes ready in between is then in the source, not taken for
 // garbage. Every source error, and an empty answer while the node has
 // records, is an error and plans nothing.
-func (c *Collector) Plan(ctx context.Context) (*guard.GCPlan, *Report, error) {
-	recs, err := c.Guard.ListForGC(ctx)
+func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
+	recs, err := c.Node.List(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -69,15 +68,15 @@ func (c *Collector) Plan(ctx context.Context) (*guard.GCPlan, *Report, error) {
 	if err := view.NeedContainers("gc"); err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
 	}
-	if !view.Covers(c.Guard.Node()) {
-		return nil, nil, fmt.Errorf("%w: %s speaks for node %q, not %q", ErrUntrusted, view.Source, view.Node, c.Guard.Node())
+	if !view.Covers(c.Node.Name) {
+		return nil, nil, fmt.Errorf("%w: %s speaks for node %q, not %q", ErrUntrusted, view.Source, view.Node, c.Node.Name)
 	}
 	if len(view.Attachments) == 0 && len(recs) > 0 {
 		return nil, nil, fmt.Errorf("%w: %s lists nothing running while node %s has %d records of %s; a wrongly mounted socket or directory looks empty",
-			ErrUntrusted, view.Source, c.Guard.Node(), len(recs), c.Guard.Network())
+			ErrUntrusted, view.Source, c.Node.Name, len(recs), c.Node.Network)
 	}
-	plan := c.Guard.PlanGC(recs, view.ListsAttachment)
-	r := &Report{Network: c.Guard.Network(), Node: c.Guard.Node(), Liveness: view.Source, Records: plan.Records}
+	plan := c.Node.Plan(recs, view.ListsAttachment)
+	r := &Report{Network: c.Node.Network, Node: c.Node.Name, Liveness: view.Source, Records: plan.Records}
 	for _, rec := range plan.Release {
 		r.Release = append(r.Release, entry(rec, "not listed by "+view.Source))
 	}
@@ -88,8 +87,8 @@ func (c *Collector) Plan(ctx context.Context) (*guard.GCPlan, *Report, error) {
 }
 
 // Apply releases what the plan releases and records the outcome.
-func (c *Collector) Apply(ctx context.Context, plan *guard.GCPlan, r *Report) error {
-	err := c.Guard.ApplyGC(ctx, plan)
+func (c *Collector) Apply(ctx context.Context, plan *Plan, r *Report) error {
+	err := c.Node.Apply(ctx, plan)
 	ok := err == nil
 	r.Applied = &ok
 	if err != nil {
@@ -152,4 +151,16 @@ func (r *Report) outcome() string {
 		return "applied"
 	}
 	return "applied with errors: " + r.Error
+}
+
+// joinErrors is every release's error in one, as the GC verb reports them.
+func joinErrors(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Errorf("GC: %d error(s): %s", len(errs), strings.Join(msgs, "; "))
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
@@ -187,12 +186,50 @@ func newCollector(t *testing.T, n *node, v *liveness.View) *gc.Collector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := guard.OpenGC(t.Context(), file, n.bin, slog.New(slog.DiscardHandler))
+	node, err := gc.OpenNode(t.Context(), file, n.bin, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(g.Close)
-	return &gc.Collector{Guard: g, Source: viewSource{view: v}}
+	t.Cleanup(func() { node.Close() })
+	return &gc.Collector{Node: node, Source: viewSource{view: v}}
+}
+
+// safe-ipam gc judges by the GC verb's rules and also keeps a committed
+// record younger than gcGracePeriod: the runtime lists a sandbox only
+// once RunPodSandbox returns, after its ADD committed. Planning changes
+// nothing; applying releases through the delegate as the verb does.
+func TestPlanKeepsYoungAndListedThenApplyReleases(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "listed", "eth0", 2*time.Minute)
+	n.record(t, "gone", "eth0", 2*time.Minute)
+	n.record(t, "creating", "eth0", time.Second)
+	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Attachment{{ContainerID: "listed"}}))
+	plan, _, err := c.Plan(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Release) != 1 || plan.Release[0].ContainerID != "gone" {
+		t.Fatalf("plan releases %v, want [gone]", plan.Release)
+	}
+	why := map[string]string{}
+	for _, k := range plan.Keep {
+		why[k.Record.ContainerID] = k.Why
+	}
+	if !strings.Contains(why["listed"], "listed") || !strings.Contains(why["creating"], "gcGracePeriod") {
+		t.Fatalf("kept: %v", why)
+	}
+	if got := n.left(t); len(got) != 3 || n.calls(t) != nil {
+		t.Fatalf("planning changed something: records %v, delegate calls %v", got, n.calls(t))
+	}
+	if err := c.Node.Apply(t.Context(), plan); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"creating/eth0", "listed/eth0"}) {
+		t.Errorf("records after apply: %v", got)
+	}
+	if got := n.calls(t); !slices.Equal(got, []string{"DEL gone"}) {
+		t.Errorf("delegate calls %q, want one DEL of gone", got)
+	}
 }
 
 // Fail closed: every refusal is exit 2 and changes nothing.

@@ -97,7 +97,7 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 		State:        record.Pending,
 		Created:      now,
 		Updated:      now,
-		Owner:        g.owner,
+		Owner:        g.Owner,
 	}
 }
 

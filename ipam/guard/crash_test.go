@@ -1,7 +1,9 @@
-package guard
+package guard_test
 
 import (
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
 // A process killed at any step of ADD, DEL or GC leaves a state from which
@@ -14,23 +16,23 @@ func TestCrashAtEveryStep(t *testing.T) {
 		addAndDel followUp = "ADD then DEL"
 	)
 	tests := []struct {
-		step    Step
+		step    guard.Step
 		setup   func(r *rig) // brings the attachment to where the step is reached
 		verb    string
 		failEnv string // makes the delegate fail so failure paths are reached
 	}{
-		{step: AddStart, verb: "ADD"},
-		{step: AddReserved, verb: "ADD"},
-		{step: AddDelegated, verb: "ADD"},
-		{step: AddCommitted, verb: "ADD"},
-		{step: AddFailedReleased, verb: "ADD", failEnv: "ADD"},
-		{step: AddRecovered, verb: "ADD", setup: func(r *rig) { r.crashAt = AddDelegated; r.run("ADD", env("c1"), r.conf()) }},
-		{step: DelStart, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
-		{step: DelMarked, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
-		{step: DelReleased, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
-		{step: DelForgotten, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
-		{step: GCReleased, verb: "GC", setup: func(r *rig) { r.add("c1") }},
-		{step: GCForgotten, verb: "GC", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.AddStart, verb: "ADD"},
+		{step: guard.AddReserved, verb: "ADD"},
+		{step: guard.AddDelegated, verb: "ADD"},
+		{step: guard.AddCommitted, verb: "ADD"},
+		{step: guard.AddFailedReleased, verb: "ADD", failEnv: "ADD"},
+		{step: guard.AddRecovered, verb: "ADD", setup: func(r *rig) { r.crashAt = guard.AddDelegated; r.run("ADD", env("c1"), r.conf()) }},
+		{step: guard.DelStart, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.DelMarked, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.DelReleased, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.DelForgotten, verb: "DEL", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.GCReleased, verb: "GC", setup: func(r *rig) { r.add("c1") }},
+		{step: guard.GCForgotten, verb: "GC", setup: func(r *rig) { r.add("c1") }},
 	}
 	for _, tt := range tests {
 		for _, next := range []followUp{del, gc, addAndDel} {
@@ -56,7 +58,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					case del:
 						r.del("c1")
 					case gc:
-						if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+						if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 							t.Fatalf("GC: %v", err)
 						}
 					case addAndDel:

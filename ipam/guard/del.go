@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -33,7 +34,7 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	// The marker carries what the DEL itself knows (the pod, and the
 	// addresses its prevResult names): the etcd store writes it without
 	// reading the record, so a retried DEL finds them only there.
-	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.owner,
+	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.Owner,
 		PodNamespace: args.Get(cniargs.PodNamespace), PodName: args.Get(cniargs.PodName), PodUID: args.Get(cniargs.PodUID), IPs: g.ipsOf(prev)}
 	marked, err := g.store.MarkReleasing(ctx, marker)
 	if errors.Is(err, store.ErrQuarantined) {
@@ -161,12 +162,20 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 		g.log.Warn("GC without cni.dev/valid-attachments: releasing nothing")
 		return nil
 	}
-	recs, err := g.ListForGC(ctx)
+	recs, err := g.store.List(ctx, g.cfg.Network)
 	if err != nil {
-		return err
+		return storeError("listing records of "+g.cfg.Network, err)
 	}
-	plan := g.PlanGC(recs, func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] })
-	errs := g.applyGC(ctx, plan, env.Path)
+	rules := g.GCRules(func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] }, false)
+	var errs []error
+	for _, rec := range recs {
+		if rules.Why(rec) != "" {
+			continue
+		}
+		if err := g.Collect(ctx, rec, env.Path, rules); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if g.delegate.Speaks("1.1.0") {
 		if err := g.forwardGC(ctx, env); err != nil {
 			errs = append(errs, err)
@@ -175,23 +184,28 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 	return joinErrors("GC", errs)
 }
 
-// keep says whether GC keeps rec (see keepWhy).
-func (g *Guard) keep(rec *record.Record, valid map[[2]string]bool) bool {
-	return g.keepWhy(rec, valid) != ""
+// GCRules are the GC rules (package keep) with this Guard's clock and
+// gcGracePeriod; youngWritten is for a collection from outside the
+// runtime (safe-ipam gc).
+func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritten bool) keep.Rules {
+	return keep.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten}
 }
 
-// collect releases one record as DEL does. It marks the record it listed
-// first; if the record changed meanwhile (a DEL marked it, an ADD took it
-// over), it judges the record as it is now, so a GC that succeeds has
-// released every attachment it was not told to keep.
-func (g *Guard) collect(ctx context.Context, rec *record.Record, env Env, valid map[[2]string]bool) error {
+// Collect releases one record as DEL does: mark, delegate DEL (with
+// CNI_PATH cniPath), forget. It marks the record it listed first; if the
+// record changed meanwhile (a DEL marked it, an ADD took it over), it
+// judges the record as it is now by rules, so a GC that succeeds has
+// released every attachment the rules do not keep. The GC verb and
+// safe-ipam gc both collect through it.
+func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, rules keep.Rules) error {
+	env := Env{Path: cniPath}
 	att := rec.Attachment
 	for attempt := 0; ; attempt++ {
 		marker := store.Releasing(rec, g.now().UTC())
-		marker.Owner = g.owner
+		marker.Owner = g.Owner
 		marked, err := g.store.Swap(ctx, att, rec, marker)
 		if errors.Is(err, store.ErrConflict) && attempt < 3 {
-			if rec = marked; rec == nil || g.keep(rec, valid) {
+			if rec = marked; rec == nil || rules.Why(rec) != "" {
 				return nil
 			}
 			continue

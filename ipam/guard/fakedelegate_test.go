@@ -1,4 +1,4 @@
-package guard
+package guard_test
 
 // The in-test delegate: the test binary copied into a temp CNI_PATH under
 // a delegate's name runs as a small IPAM plugin with calico-ipam's handle

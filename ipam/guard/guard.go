@@ -1,6 +1,8 @@
-// Package guard implements safe-ipam's verbs: it records which attachment
-// owns which addresses and makes every handle the delegate touches
-// container-keyed, so no DEL can release by pod name.
+// Package guard implements safe-ipam's CNI verbs (ADD, DEL, CHECK, GC,
+// STATUS): it records which attachment owns which addresses and makes
+// every handle the delegate touches container-keyed, so no DEL can
+// release by pod name. It is handed an open store and a resolved
+// delegate; the binary's main wires them.
 package guard
 
 import (
@@ -64,41 +66,48 @@ type Guard struct {
 	version  string // spoken with the delegate
 	log      *slog.Logger
 	now      func() time.Time
-	owner    *record.Owner // this process, written into pending and releasing records
-	node     string        // as Calico names it; records and GC are per node
+	// Owner is this process, written into pending and releasing records
+	// so that GC tells an ADD in flight from a dead one. Crash tests clear
+	// it: a killed process owns nothing.
+	Owner *record.Owner
+	node  string // as Calico names it; records and GC are per node
 	// At, when set, is called at every Step; crash tests stop there.
 	At func(Step)
-	// gcKeep and gcPath are set by OpenGC (safe-ipam gc): records GC
-	// keeps beyond the verb's rules, and the CNI_PATH of its delegate DELs.
-	gcKeep func(*record.Record) bool
-	gcPath string
-
-	closeLog func()
 }
 
-// New builds a Guard. The delegate must have been resolved.
-func New(cfg *config.Config, st store.Store, d *delegate.Delegate, log *slog.Logger) (*Guard, error) {
-	node, version, err := prepare(cfg, d)
+// Setup is what a Guard needs settled before any store is touched.
+type Setup struct {
+	// Node is the node's name as Calico names it; records and GC are per
+	// node.
+	Node string
+	// Version is the CNI version spoken with the delegate.
+	Version string
+}
+
+// Prepare resolves the node name (an error has code 7) and negotiates
+// the CNI version with the delegate (code 1).
+func Prepare(cfg *config.Config, d *delegate.Delegate) (Setup, error) {
+	node, err := cfg.Node()
 	if err != nil {
-		return nil, err
+		return Setup{}, err
 	}
-	return newGuard(cfg, node, version, st, d, log), nil
+	version, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
+	if err != nil {
+		return Setup{}, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
+	}
+	return Setup{Node: node, Version: version}, nil
 }
 
-// prepare resolves the node name and negotiates the CNI version with the
-// delegate, both before any store is touched.
-func prepare(cfg *config.Config, d *delegate.Delegate) (node, version string, err error) {
-	if node, err = cfg.Node(); err != nil {
-		return "", "", err
-	}
-	if version, err = delegate.Negotiate(cfg.CNIVersion, d.Versions); err != nil {
-		return "", "", types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
-	}
-	return node, version, nil
+// New builds a Guard over an open store and a resolved delegate.
+func New(cfg *config.Config, s Setup, st store.Store, d *delegate.Delegate, log *slog.Logger) *Guard {
+	return &Guard{cfg: cfg, store: st, delegate: d, version: s.Version, log: log, now: time.Now, Owner: record.Self(), node: s.Node}
 }
 
-func newGuard(cfg *config.Config, node, version string, st store.Store, d *delegate.Delegate, log *slog.Logger) *Guard {
-	return &Guard{cfg: cfg, store: st, delegate: d, version: version, log: log, now: time.Now, owner: record.Self(), node: node}
+// CheckEnv validates the invocation's identity (an error has code 4),
+// before anything else is resolved.
+func CheckEnv(cfg *config.Config, env Env) error {
+	_, _, err := (&Guard{cfg: cfg}).attachment(env)
+	return err
 }
 
 func (g *Guard) at(s Step) {

@@ -49,10 +49,7 @@ func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record) stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cli, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: etcdconn.TLSFiles{
-		Cert: etcdconn.File{Path: c.EtcdCertFile, Setting: "etcd_cert_file"},
-		Key:  etcdconn.File{Path: c.EtcdKeyFile, Setting: "etcd_key_file"},
-		CA:   etcdconn.File{Path: c.EtcdCACertFile, Setting: "etcd_ca_cert_file"}}})
+	cli, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: c.EtcdTLS("")})
 	if err != nil {
 		return fmt.Sprintf("Calico's etcd: %v", err)
 	}

@@ -1,4 +1,4 @@
-package guard
+package guard_test
 
 import (
 	"context"

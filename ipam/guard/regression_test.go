@@ -1,4 +1,4 @@
-package guard
+package guard_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -22,7 +23,7 @@ func TestGCLeavesOtherNodesAlone(t *testing.T) {
 		r.add("on-node1")
 		r.node = "node2"
 		r.add("on-node2")
-		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		node2 := r.record("on-node2")
@@ -88,7 +89,7 @@ func TestRecordOfLiveProcessIsLeftAlone(t *testing.T) {
 		if cniCode(err) != types.ErrTryAgainLater {
 			t.Fatalf("ADD over an ADD in flight: %v; want code 11", err)
 		}
-		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		if calls := r.calls("DEL"); len(calls) != 0 {
@@ -125,7 +126,7 @@ func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
 		r.cniVersion = "1.1.0"
 		r.add("gone")
 		g := r.guardOver(&delMarksFirst{Store: r.store()}, gcConf(t, r.conf()))
-		if err := g.GC(context.Background(), Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if err := g.GC(context.Background(), guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		if rec, held := r.record("gone"), r.held(); rec != nil || len(held) != 0 {

@@ -1,4 +1,4 @@
-package guard
+package guard_test
 
 import (
 	"bufio"
@@ -14,11 +14,16 @@ import (
 	"testing"
 	"time"
 
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/safe-ipam/safe-ipam/ipam/wiring"
+
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -120,7 +125,7 @@ type rig struct {
 	handles    string
 	node       string
 	extraIPAM  map[string]any
-	crashAt    Step
+	crashAt    guard.Step
 	calicoEtcd string // Calico's etcd_endpoints; a placeholder unless a test reads Calico's data
 }
 
@@ -166,8 +171,8 @@ func (r *rig) conf() []byte {
 	return data
 }
 
-func env(cid string) Env {
-	return Env{ContainerID: cid, NetNS: "/var/run/netns/" + cid, IfName: "eth0", Path: binDir,
+func env(cid string) guard.Env {
+	return guard.Env{ContainerID: cid, NetNS: "/var/run/netns/" + cid, IfName: "eth0", Path: binDir,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=" + cid + ";K8S_POD_UID=uid-" + cid}
 }
 
@@ -177,15 +182,19 @@ var errCrashed = errors.New("crashed")
 type crash struct{}
 
 // run opens a guard for the verb and runs it, as one plugin process would.
-func (r *rig) run(verb string, e Env, stdin []byte) (res types.Result, err error) {
-	g, err := Open(context.Background(), verb, stdin, e)
+func (r *rig) run(verb string, e guard.Env, stdin []byte) (res types.Result, err error) {
+	cfg, err := config.Parse(stdin)
 	if err != nil {
 		return nil, err
 	}
-	defer g.Close()
+	g, st, err := wiring.Open(context.Background(), cfg, wiring.Call{Verb: verb, Env: e}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
 	if r.crashAt != "" {
-		g.owner = nil // records of a "crashed" run must not look owned by this live test process
-		g.At = func(s Step) {
+		g.Owner = nil // records of a "crashed" run must not look owned by this live test process
+		g.At = func(s guard.Step) {
 			if s == r.crashAt {
 				panic(crash{})
 			}
@@ -323,9 +332,9 @@ func cniCode(err error) uint {
 	return 0
 }
 
-// guardOver builds a Guard for conf directly over st, for tests that put
+// guardOver builds a guard.Guard for conf directly over st, for tests that put
 // a store in between to stage a race or a lost answer.
-func (r *rig) guardOver(st store.Store, conf []byte) *Guard {
+func (r *rig) guardOver(st store.Store, conf []byte) *guard.Guard {
 	r.t.Helper()
 	cfg, err := config.Parse(conf)
 	if err != nil {
@@ -335,9 +344,22 @@ func (r *rig) guardOver(st store.Store, conf []byte) *Guard {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	g, err := New(cfg, st, d, slog.New(slog.DiscardHandler))
+	setup, err := guard.Prepare(cfg, d)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return g
+	return guard.New(cfg, setup, st, d, slog.New(slog.DiscardHandler))
+}
+
+// resultIPs lists a result's addresses, in CNI 1.0.0's form.
+func resultIPs(res types.Result) ([]string, error) {
+	r, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return nil, err
+	}
+	ips := make([]string, 0, len(r.IPs))
+	for _, ip := range r.IPs {
+		ips = append(ips, ip.Address.String())
+	}
+	return ips, nil
 }

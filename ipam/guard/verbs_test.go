@@ -1,4 +1,4 @@
-package guard
+package guard_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -289,7 +290,7 @@ func TestCheck(t *testing.T) {
 			conf []byte
 			code uint
 		}{
-			{"addresses differ", "c1", withPrevResult(t, r.conf(), other), ErrRecordMismatch},
+			{"addresses differ", "c1", withPrevResult(t, r.conf(), other), guard.ErrRecordMismatch},
 			{"no record", "c9", withPrevResult(t, r.conf(), res), types.ErrUnknownContainer},
 			{"no prevResult", "c1", r.conf(), types.ErrInvalidNetworkConfig},
 		}
@@ -338,13 +339,13 @@ func TestGC(t *testing.T) {
 		for _, cid := range []string{"live", "gone1", "gone2"} {
 			r.add(cid)
 		}
-		if _, err := r.run("GC", Env{Path: binDir}, r.conf()); err != nil {
+		if _, err := r.run("GC", guard.Env{Path: binDir}, r.conf()); err != nil {
 			t.Fatalf("GC without a list: %v", err)
 		}
 		if len(r.records()) != 3 {
 			t.Fatalf("GC without valid-attachments released something: %d records left", len(r.records()))
 		}
-		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
+		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
 		recs := r.records()
@@ -370,7 +371,7 @@ func TestGCSparesYoungPendingAndForwards(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
 		t.Setenv(fakeVersionsEnv, "0.4.0,1.0.0,1.1.0")
 		r.cniVersion = "1.1.0"
-		r.crashAt = AddReserved
+		r.crashAt = guard.AddReserved
 		for _, cid := range []string{"young", "old"} {
 			if _, err := r.run("ADD", env(cid), r.conf()); err != errCrashed {
 				t.Fatalf("ADD: %v", err)
@@ -382,7 +383,7 @@ func TestGCSparesYoungPendingAndForwards(t *testing.T) {
 		if _, err := r.store().Swap(t.Context(), old.Attachment, old, old); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
 		if r.record("young") == nil || r.record("old") != nil {
@@ -400,7 +401,7 @@ func TestGCReportsEveryError(t *testing.T) {
 		r.add("a")
 		r.add("b")
 		t.Setenv(fakeFailEnv, "DEL")
-		_, err := r.run("GC", Env{Path: binDir}, gcConf(t, r.conf()))
+		_, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf()))
 		if err == nil || !strings.Contains(err.Error(), "2 error(s)") {
 			t.Fatalf("GC error = %v; want both failures", err)
 		}
@@ -413,16 +414,16 @@ func TestGCReportsEveryError(t *testing.T) {
 func TestStatus(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
 		r.cniVersion = "1.1.0"
-		if _, err := r.run("STATUS", Env{Path: binDir}, r.conf()); err != nil {
+		if _, err := r.run("STATUS", guard.Env{Path: binDir}, r.conf()); err != nil {
 			t.Fatalf("STATUS: %v", err)
 		}
-		if _, err := r.run("STATUS", Env{Path: t.TempDir()}, r.conf()); cniCode(err) != types.ErrPluginNotAvailable {
+		if _, err := r.run("STATUS", guard.Env{Path: t.TempDir()}, r.conf()); cniCode(err) != types.ErrPluginNotAvailable {
 			t.Errorf("STATUS without delegate binary: %v; want 50", err)
 		}
 		t.Setenv(fakeVersionsEnv, "1.0.0,1.1.0")
 		t.Setenv(fakeFailEnv, "STATUS")
 		r.extraIPAM = map[string]any{"cacheDir": ""} // the same binary now answers VERSION differently
-		if _, err := r.run("STATUS", Env{Path: binDir}, r.conf()); cniCode(err) != types.ErrLimitedConnectivity {
+		if _, err := r.run("STATUS", guard.Env{Path: binDir}, r.conf()); cniCode(err) != types.ErrLimitedConnectivity {
 			t.Errorf("STATUS with a limited delegate: %v; want its code 51", err)
 		}
 	})
@@ -451,4 +452,20 @@ func TestResultIPsMatchRecord(t *testing.T) {
 			t.Errorf("record %v, result %s", rec.IPs, got)
 		}
 	})
+}
+
+// The GC verb keeps its own rules: a committed record that the runtime's
+// valid list leaves out is collected however young it is (safe-ipam gc,
+// which lists from outside the runtime, keeps it; see package gc).
+func TestGCVerbCollectsYoungCommitted(t *testing.T) {
+	r := newRig(t, "file")
+	r.cniVersion = "1.1.0"
+	r.extraIPAM = map[string]any{"gcGracePeriod": "1m"}
+	r.add("fresh")
+	if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if recs := r.records(); len(recs) != 0 {
+		t.Fatalf("records after GC: %d", len(recs))
+	}
 }

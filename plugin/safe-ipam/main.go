@@ -16,8 +16,10 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -57,13 +59,13 @@ func (c cni) cmdCheck(args *skel.CmdArgs) error {
 }
 
 func (c cni) cmdGC(args *skel.CmdArgs) error {
-	return c.withGuard(guard.VerbGC, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+	return c.withGuard(wiring.VerbGC, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.GC(ctx, env, args.StdinData)
 	})
 }
 
 func (c cni) cmdStatus(args *skel.CmdArgs) error {
-	return c.withGuard(guard.VerbStatus, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
+	return c.withGuard(wiring.VerbStatus, args, func(ctx context.Context, g *guard.Guard, env guard.Env) error {
 		return g.Status(ctx, env)
 	})
 }
@@ -78,11 +80,18 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 	ctx := logging.WithTrace(context.Background(), c.trace)
 	defer c.trace.Write()
 	env := guard.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
-	g, err := guard.Open(ctx, verb, args.StdinData, env)
+	cfg, err := config.Parse(args.StdinData)
 	if err != nil {
 		return err
 	}
-	defer g.Close()
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
+	defer closeLog()
+	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: verb, Env: env}, log)
+	if err != nil {
+		log.Error("refused", "error", err)
+		return err
+	}
+	defer st.Close()
 	c.trace.Mark(logging.MarkOpened)
 	g.At = crashPoint
 	defer c.trace.Mark(logging.MarkRan)

@@ -218,55 +218,115 @@ func (s *Store) List(ctx context.Context, network string) ([]*record.Record, err
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
-	prefix := Prefix(s.prefix, network)
-	if s.node != "" {
-		prefix += s.node + "/"
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	recs, _, err := lister{client: s.client, prefix: s.prefix}.list(ctx, network, s.node, 0)
+	return recs, err
+}
+
+// ListAt lists the records of network ("" for every network) of every
+// node, with their quarantines, at revision rev (0: now), and returns the
+// revision it read. A record that does not decode is an error: a reader
+// that judges records (the audit) must not judge a stand-in. Nothing but
+// this package knows the store's key layout.
+func ListAt(ctx context.Context, client *clientv3.Client, prefix, network string, rev int64) ([]*record.Record, int64, error) {
+	return lister{client: client, prefix: prefix, strict: true}.list(ctx, network, "", rev)
+}
+
+// Unchanged is the Txn comparison that rec, read by ListAt, is still the
+// stored record, for a write in the same etcd that must not act on a
+// record that changed.
+func Unchanged(prefix string, rec *record.Record) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(Key(prefix, rec.Node, rec.Attachment)), "=", rec.Revision)
+}
+
+// lister reads records and their quarantines at one revision.
+type lister struct {
+	client *clientv3.Client
+	prefix string
+	// strict: a record that does not decode is an error, not a stand-in.
+	strict bool
+}
+
+func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*record.Record, int64, error) {
+	root := l.prefix + "/attachments/"
+	from := root
+	if network != "" {
+		from = Prefix(l.prefix, network)
+		if node != "" {
+			from += node + "/"
+		}
+	}
 	var out []*record.Record
-	byPath := map[string]*record.Record{} // <node>/<cid>/<ifname>
-	end, from, rev := clientv3.GetPrefixRangeEnd(prefix), prefix, int64(0)
+	byPath := map[string]*record.Record{} // <network>/<node>/<cid>/<ifname>
+	end := clientv3.GetPrefixRangeEnd(from)
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := s.client.Get(ctx, from, opts...)
+		resp, err := l.client.Get(ctx, from, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, network, err)
+			return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
-			rec := decodeAt(string(kv.Key), network, kv.Value, kv.ModRevision)
+			path := strings.TrimPrefix(string(kv.Key), root)
+			rec, err := l.decode(string(kv.Key), strings.SplitN(path, "/", 2)[0], kv.Value, kv.ModRevision)
+			if err != nil {
+				return nil, 0, err
+			}
 			out = append(out, rec)
-			byPath[strings.TrimPrefix(string(kv.Key), Prefix(s.prefix, network))] = rec
+			byPath[path] = rec
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, s.listQuarantines(ctx, network, byPath, rev)
+			return out, rev, l.listQuarantines(ctx, network, byPath, rev)
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
 
-// listQuarantines attaches the network's quarantines to their holders,
-// read at the revision of the listing.
-func (s *Store) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
-	prefix := s.prefix + "/quarantine/" + network + "/holder/"
-	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
+	if !l.strict {
+		return decodeAt(key, network, value, rev), nil
+	}
+	rec, err := Decode(value, rev)
 	if err != nil {
-		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, network, err)
+		return nil, fmt.Errorf("record %s: %w", key, err)
+	}
+	return rec, nil
+}
+
+// listQuarantines attaches the quarantines to their holders, read at the
+// revision of the listing. Keys:
+// <prefix>/quarantine/<network>/holder/<node>/<cid>/<ifname>/<node>/<cid>/<ifname>.
+func (l lister) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
+	root := l.prefix + "/quarantine/"
+	from := root
+	if network != "" {
+		from += network + "/holder/"
+	}
+	resp, err := l.client.Get(ctx, from, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, orAll(network), err)
 	}
 	for _, kv := range resp.Kvs {
-		parts := strings.Split(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if len(parts) != 6 { // <node>/<cid>/<ifname> of the holder, then of the quarantine
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), root), "/")
+		if len(parts) != 8 || parts[1] != "holder" { // the attachment-side key of a quarantine
 			continue
 		}
-		if rec := byPath[strings.Join(parts[:3], "/")]; rec != nil {
+		if rec := byPath[parts[0]+"/"+strings.Join(parts[2:5], "/")]; rec != nil {
 			rec.Quarantined = append(rec.Quarantined, decodeQuarantines([]*mvccpb.KeyValue{kv})...)
 		}
 	}
 	return nil
+}
+
+func orAll(network string) string {
+	if network == "" {
+		return "every network"
+	}
+	return network
 }
 
 // listPage bounds one List read.

@@ -26,6 +26,21 @@ const lockName = ".lock"
 // Store is the file store.
 type Store struct {
 	dir string
+	// readOnly: opened by a command that only reads (audit, doctor); it
+	// demands no write access and refuses to write.
+	readOnly bool
+}
+
+// errReadOnly is what a write through a read-only store returns.
+var errReadOnly = errors.New("the file store was opened read-only")
+
+// OpenReadOnly opens an existing store for reading: it creates nothing,
+// takes no lock, and needs only read access to dir.
+func OpenReadOnly(dir string) (*Store, error) {
+	if err := syscall.Access(dir, 4|1 /* R_OK|X_OK */); err != nil {
+		return nil, fmt.Errorf("%w: %s is not readable: %v", store.ErrUnavailable, dir, err)
+	}
+	return &Store{dir: dir, readOnly: true}, nil
 }
 
 var _ store.Store = (*Store)(nil)
@@ -239,6 +254,12 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 
 // Ping implements store.Store.
 func (s *Store) Ping(context.Context) error {
+	if s.readOnly {
+		if err := syscall.Access(s.dir, 4|1 /* R_OK|X_OK */); err != nil {
+			return fmt.Errorf("%w: %s is not readable: %v", store.ErrUnavailable, s.dir, err)
+		}
+		return nil
+	}
 	if err := syscall.Access(s.dir, 2 /* W_OK */); err != nil {
 		return fmt.Errorf("%w: %s is not writable: %v", store.ErrUnavailable, s.dir, err)
 	}
@@ -336,6 +357,9 @@ func (s *Store) remove(att record.Attachment) error {
 // lock takes the network directory's lock; it is released with the
 // process, so a crash cannot leave it held.
 func (s *Store) lock(network string) (func(), error) {
+	if s.readOnly {
+		return nil, errReadOnly
+	}
 	dir := s.networkDir(network)
 	if err := s.makeNetworkDir(dir); err != nil {
 		return nil, err

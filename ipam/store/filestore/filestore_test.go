@@ -82,3 +82,48 @@ func TestDamagedRecord(t *testing.T) {
 		t.Fatalf("replacing the damaged record: %v", err)
 	}
 }
+
+// A command that only reads (audit, doctor) opens the store read-only: it
+// lists what the plugin wrote, creates nothing (no directory, no lock
+// file) and cannot write.
+func TestReadOnlyReadsAndNeverWrites(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "records")
+	if _, err := OpenReadOnly(dir); err == nil {
+		t.Fatal("OpenReadOnly of a missing store succeeded")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("OpenReadOnly created %s: %v", dir, err)
+	}
+	rw, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+	rec := &record.Record{Attachment: att, State: record.Committed, IPs: []string{"10.0.0.1/32"}}
+	if _, err := rw.Swap(context.Background(), att, nil, rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "net1", lockName)); err != nil {
+		t.Fatal(err)
+	}
+	ro, err := OpenReadOnly(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := ro.List(context.Background(), "net1")
+	if err != nil || len(recs) != 1 || recs[0].ContainerID != "c1" {
+		t.Fatalf("List through the read-only store: %v, %v", recs, err)
+	}
+	if err := ro.Ping(context.Background()); err != nil {
+		t.Errorf("Ping: %v", err)
+	}
+	if _, err := ro.Swap(context.Background(), att, recs[0], nil); err == nil {
+		t.Error("Swap through the read-only store succeeded")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "net1", lockName)); !os.IsNotExist(err) {
+		t.Errorf("the read-only store took a lock: %v", err)
+	}
+	if got, _ := rw.Get(context.Background(), att); got == nil {
+		t.Error("the record is gone")
+	}
+}

@@ -1,0 +1,47 @@
+package config
+
+import "github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+
+// The settings that name etcd TLS files: Calico's top-level keys, and
+// ipam.store's. An error about a file names its setting, so these are the
+// one place their names are spelled.
+var (
+	calicoTLSKeys = tlsKeys{cert: "etcd_cert_file", key: "etcd_key_file", ca: "etcd_ca_cert_file"}
+	storeTLSKeys  = tlsKeys{cert: "ipam.store.certFile", key: "ipam.store.keyFile", ca: "ipam.store.caFile"}
+)
+
+type tlsKeys struct{ cert, key, ca string }
+
+func (k tlsKeys) files(cert, key, ca, in string) etcdconn.TLSFiles {
+	if in != "" {
+		in = " in " + in
+	}
+	return etcdconn.TLSFiles{
+		Cert: etcdconn.File{Path: cert, Setting: k.cert + in},
+		Key:  etcdconn.File{Path: key, Setting: k.key + in},
+		CA:   etcdconn.File{Path: ca, Setting: k.ca + in},
+	}
+}
+
+// EtcdTLS are Calico's etcd TLS files, each named by its key; in, when
+// not "", is the file the keys were read from.
+func (c Calico) EtcdTLS(in string) etcdconn.TLSFiles {
+	return calicoTLSKeys.files(c.EtcdCertFile, c.EtcdKeyFile, c.EtcdCACertFile, in)
+}
+
+// StoreTLS are the record store's TLS files, named by the settings they
+// came from: ipam.store's keys when the config has a store, else Calico's.
+func (c *Config) StoreTLS(in string) etcdconn.TLSFiles {
+	keys := calicoTLSKeys
+	if c.StoreSet {
+		keys = storeTLSKeys
+	}
+	return keys.files(c.Store.CertFile, c.Store.KeyFile, c.Store.CAFile, in)
+}
+
+// CalicoTLSKey is the config key of Calico's etcd cert ("cert"), key
+// ("key") or CA ("ca") file, for commands that name where a value came
+// from.
+func CalicoTLSKey(file string) string {
+	return map[string]string{"cert": calicoTLSKeys.cert, "key": calicoTLSKeys.key, "ca": calicoTLSKeys.ca}[file]
+}

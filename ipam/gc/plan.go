@@ -1,0 +1,107 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/keep"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/wiring"
+)
+
+// GC from outside the runtime: behind Calico's main plugin (CNI 1.0.0 at
+// most) or under containerd 1.6, no CNI GC ever reaches safe-ipam, so
+// records whose DEL never came would stay forever. gc lists this node's
+// records, then reads a liveness source, and releases what the source
+// positively does not list, exactly as the GC verb does: by the same
+// rules (package keep), through the same release (guard.Collect).
+
+// Plan is what a gc would do with this node's records of the network.
+type Plan struct {
+	// Records is how many records of this node the plan judged.
+	Records int
+	Release []*record.Record
+	Keep    []Kept
+	rules   keep.Rules
+}
+
+// Kept is a record gc leaves alone, and why.
+type Kept struct {
+	Record *record.Record
+	Why    string
+}
+
+// Node is one node's record store and the Guard that releases from it,
+// wired from the node's CNI config file as the runtime would run the
+// plugin, with the delegate found in CNIPath.
+type Node struct {
+	Name    string
+	Network string
+	CNIPath string
+	guard   *guard.Guard
+	store   store.Store
+}
+
+// OpenNode wires a Node from a CNI config file of the node.
+func OpenNode(ctx context.Context, file *config.File, cniPath string, log *slog.Logger) (*Node, error) {
+	if file.SafeIPAM == nil {
+		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
+	}
+	cfg := file.SafeIPAM
+	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: cniPath}, In: file.Path}, log)
+	if err != nil {
+		return nil, err
+	}
+	name, err := cfg.Node()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &Node{Name: name, Network: cfg.Network, CNIPath: cniPath, guard: g, store: st}, nil
+}
+
+// Close closes the node's store.
+func (n *Node) Close() error { return n.store.Close() }
+
+// List lists this node's records of the network. List them before
+// reading what runs: a sandbox that becomes ready in between is then
+// listed by the source, not mistaken for garbage.
+func (n *Node) List(ctx context.Context) ([]*record.Record, error) {
+	recs, err := n.store.List(ctx, n.Network)
+	if err != nil {
+		return nil, fmt.Errorf("listing records of %s: %w", n.Network, err)
+	}
+	return recs, nil
+}
+
+// Plan judges recs by GC's rules, where listed says what runs. Any
+// record written less than gcGracePeriod ago is kept too: its sandbox may
+// not be listed by any source yet.
+func (n *Node) Plan(recs []*record.Record, listed func(containerID, ifname string) bool) *Plan {
+	p := &Plan{Records: len(recs), rules: n.guard.GCRules(listed, true)}
+	for _, rec := range recs {
+		if why := p.rules.Why(rec); why != "" {
+			p.Keep = append(p.Keep, Kept{Record: rec, Why: why})
+			continue
+		}
+		p.Release = append(p.Release, rec)
+	}
+	return p
+}
+
+// Apply releases the plan's records as the GC verb does, going on past
+// errors and reporting them all. A record that changed since it was
+// listed is judged again as it is now.
+func (n *Node) Apply(ctx context.Context, p *Plan) error {
+	var errs []error
+	for _, rec := range p.Release {
+		if err := n.guard.Collect(ctx, rec, n.CNIPath, p.rules); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinErrors(errs)
+}

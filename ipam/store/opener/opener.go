@@ -1,0 +1,47 @@
+// Package opener opens the record store a plugin config names: the one
+// way the CNI binary and every admin command reach safe-ipam's records,
+// so that all of them find the same store, with the same settings named
+// in their errors.
+package opener
+
+import (
+	"context"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+)
+
+// Access says whether the caller writes.
+type Access int
+
+const (
+	// ReadWrite is the plugin's and the commands' that change records.
+	ReadWrite Access = iota
+	// ReadOnly is for commands that only read (audit, doctor): a file
+	// store needs no write access and takes no lock.
+	ReadOnly
+)
+
+// Options are how a caller opens a store beyond the config.
+type Options struct {
+	Access Access
+	// In names the file the config came from, for errors ("" for stdin).
+	In string
+}
+
+// Open opens the record store cfg names for node's records.
+func Open(ctx context.Context, cfg *config.Config, node string, o Options) (store.Store, error) {
+	s := cfg.Store
+	if s.Type == config.StoreEtcd {
+		return etcdstore.Open(ctx, etcdstore.Config{
+			Endpoints: s.Endpoints, Prefix: s.Prefix, Node: node,
+			TLS: cfg.StoreTLS(o.In), DialTimeout: s.DialTimeout.Std(),
+		})
+	}
+	if o.Access == ReadOnly {
+		return filestore.OpenReadOnly(s.Dir)
+	}
+	return filestore.Open(s.Dir)
+}
