@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -209,7 +211,7 @@ func TestCalicoConfigPatchIsCalicosWithSafeIPAM(t *testing.T) {
 	if err := os.WriteFile(dir+"/10-calico.conflist", ours, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	conf := install.ReadConf(dir + "/10-calico.conflist")
+	conf := cninode.ReadConf(dir + "/10-calico.conflist")
 	stdin, err := conf.PluginConfig(0)
 	if err != nil || !conf.Plugins[0].RoutedThroughSafeIPAM() {
 		t.Fatalf("plugin 0 not routed through safe-ipam: %+v, %v", conf.Plugins, err)

@@ -3,6 +3,8 @@ package e2e
 import (
 	"bufio"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -211,10 +213,10 @@ func (n *calicoNode) assertProtected(t *testing.T, ctx context.Context) {
 // runtime's next call would run.
 func (n *calicoNode) protectedNow(mode string) bool {
 	if mode == install.ModeTakeover {
-		ok, _ := install.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
+		ok, _ := cninode.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
 		return ok
 	}
-	c := install.ReadConf(filepath.Join(n.ConfDir, "10-calico.conflist"))
+	c := cninode.ReadConf(filepath.Join(n.ConfDir, "10-calico.conflist"))
 	return c.Err == nil && len(c.Plugins) > 0 && c.Plugins[0].RoutedThroughSafeIPAM()
 }
 

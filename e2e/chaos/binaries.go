@@ -8,11 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
 // Program names in a CNI_PATH the chaos suite builds.
 const (
-	SafeIPAM   = "safe-ipam"
+	SafeIPAM   = about.CNIBinary
 	CalicoIPAM = "calico-ipam"
 )
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
@@ -28,7 +30,7 @@ import (
 // source, as before.
 type Calico struct {
 	Conf string
-	File *config.File // nil without --conf
+	File *cninode.File // nil without --conf
 	// Datastore is Calico's: datastore.Etcd or datastore.Kubernetes.
 	Datastore                 string
 	Endpoints                 string
@@ -71,7 +73,7 @@ func (c *Calico) Resolve(cmd *Command) error {
 	c.cmd = cmd
 	var calico config.Calico
 	if c.Conf != "" {
-		file, err := config.ReadFile(c.Conf)
+		file, err := cninode.ReadFile(c.Conf)
 		if err != nil {
 			return err
 		}

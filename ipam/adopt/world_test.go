@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
@@ -202,7 +204,7 @@ func attName(cid string) string { return network + "/" + cid + "/eth0" }
 
 func mustConfig(t *testing.T, path string) *config.Config {
 	t.Helper()
-	f, err := config.ReadFile(path)
+	f, err := cninode.ReadFile(path)
 	if err != nil || f.SafeIPAM == nil {
 		t.Fatalf("reading %s: %+v, %v", path, f, err)
 	}

@@ -40,9 +40,9 @@ type Calico struct {
 	Kubeconfig string `json:"-"`
 }
 
-// readCalico decodes the Calico keys of a plugin config, naming the key
+// ReadCalico decodes the Calico keys of a plugin config, naming the key
 // whose value has the wrong type (calico-ipam would refuse it too).
-func readCalico(top map[string]json.RawMessage) (Calico, error) {
+func ReadCalico(top map[string]json.RawMessage) (Calico, error) {
 	var c Calico
 	for key, dst := range map[string]*string{
 		"datastore_type": &c.DatastoreType, "etcd_endpoints": &c.EtcdEndpoints,

@@ -108,7 +108,7 @@ func (c *Config) readTop() error {
 		return err
 	}
 	var err error
-	if c.Calico, err = readCalico(c.top); err != nil {
+	if c.Calico, err = ReadCalico(c.top); err != nil {
 		return err
 	}
 	raw, ok := c.top["ipam"]

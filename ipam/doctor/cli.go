@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
 // Exit codes of doctor: admin's, named for what they mean here.
@@ -36,7 +36,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}
-	n := install.Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
+	n := cninode.Dirs{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
 	defer cancel()
 	r, err := Check(ctx, n)

@@ -9,13 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
 // Report is the node's state.
@@ -33,8 +32,8 @@ type Report struct {
 
 // What <bin>/calico-ipam can be.
 const (
-	BinarySafeIPAM = "safe-ipam"
-	BinaryCalico   = "calico"
+	BinarySafeIPAM = cninode.SafeIPAM
+	BinaryCalico   = cninode.CalicoBinary
 	BinaryMissing  = "missing"
 )
 
@@ -77,12 +76,12 @@ type StoreReport struct {
 // Check looks at the node. Its error means the check itself could not
 // run (the conf dir cannot be read); anything wrong with the node is in
 // the report.
-func Check(ctx context.Context, n install.Node) (*Report, error) {
-	confs, err := install.ReadConfs(n.ConfDir)
+func Check(ctx context.Context, n cninode.Dirs) (*Report, error) {
+	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
 		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
 	}
-	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(filepath.Join(n.BinDir, install.CalicoIPAM))}
+	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(n.Bin(cninode.CalicoIPAM))}
 	for _, c := range confs {
 		r.addConf(ctx, n, c)
 	}
@@ -97,7 +96,7 @@ func binaryKind(path string) string {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return BinaryMissing
 	}
-	if ok, _ := install.IsSafeIPAM(path); ok {
+	if ok, _ := cninode.IsSafeIPAM(path); ok {
 		return BinarySafeIPAM
 	}
 	return BinaryCalico
@@ -107,7 +106,7 @@ func (r *Report) problem(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
-func (r *Report) addConf(ctx context.Context, n install.Node, c *install.Conf) {
+func (r *Report) addConf(ctx context.Context, n cninode.Dirs, c *cninode.Conf) {
 	if c.Err != nil {
 		r.Networks = append(r.Networks, Network{File: c.Path, Error: c.Err.Error()})
 		r.problem("%v", c.Err)
@@ -126,14 +125,14 @@ func (r *Report) addConf(ctx context.Context, n install.Node, c *install.Conf) {
 }
 
 // checkPlugin follows the IPAM of plugin i the way the runtime would.
-func checkPlugin(ctx context.Context, n install.Node, c *install.Conf, i int) Network {
+func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int) Network {
 	p := c.Plugins[i]
 	net := Network{File: c.Path, Network: c.Network, Plugin: i}
 	name := p.IPAMType
 	if name == "" {
 		name = p.Type
 	}
-	kind := binaryKind(filepath.Join(n.BinDir, name))
+	kind := binaryKind(n.Bin(name))
 	if kind != BinarySafeIPAM {
 		net.IPAM = name + " (" + kind + ")"
 		return net
@@ -178,7 +177,7 @@ func describeDelegate(d config.Delegate) string {
 
 // checkDelegate resolves the delegate as safe-ipam would with CNI_PATH
 // the bin dir, without writing the version cache.
-func checkDelegate(ctx context.Context, n install.Node, cfg *config.Config) *DelegateReport {
+func checkDelegate(ctx context.Context, n cninode.Dirs, cfg *config.Config) *DelegateReport {
 	target := delegate.Target{Type: cfg.Delegate.Type, BinDir: cfg.Delegate.BinDir, Binary: cfg.Delegate.Binary}
 	d, err := delegate.ResolveTarget(ctx, target, n.BinDir, "")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -39,7 +40,7 @@ func newNode(t *testing.T) *node {
 		must(t, os.Mkdir(d, 0o755))
 	}
 	n.self = filepath.Join(root, "safe-ipam")
-	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+install.Mark+"\n"), 0o755))
+	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+cninode.Mark+"\n"), 0o755))
 	calico := filepath.Join(root, "calico-build")
 	must(t, os.WriteFile(calico, []byte(calicoScript), 0o755))
 	tpl, err := testbed.CalicoNetworkTemplate()
@@ -125,7 +126,7 @@ func TestDoctor(t *testing.T) {
 func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	n := newNode(t)
 	n.install(t, install.TakeoverMode{})
-	r, err := Check(context.Background(), n.Node)
+	r, err := Check(context.Background(), cninode.Dirs(n.Node))
 	must(t, err)
 	if !r.Protected || len(r.Networks) != 1 {
 		t.Fatalf("not protected: %+v", r)
@@ -133,7 +134,7 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	net := r.Networks[0]
 	n.storeRecord(t, net.Node)
 	n.storeRecord(t, "another-node")
-	r, err = Check(context.Background(), n.Node)
+	r, err = Check(context.Background(), cninode.Dirs(n.Node))
 	must(t, err)
 	net = r.Networks[0]
 	d, s := net.Delegate, net.Store

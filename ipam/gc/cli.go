@@ -8,6 +8,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
@@ -36,7 +38,7 @@ type node struct {
 	conf, name, cniPath string
 	// kubeconfig is accepted only to refuse it with the reason.
 	kubeconfig string
-	file       *config.File
+	file       *cninode.File
 	// calico carries the node to the liveness group.
 	calico *admin.Calico
 }
@@ -55,7 +57,7 @@ func (n *node) Resolve(cmd *admin.Command) error {
 	if n.kubeconfig != "" {
 		return errors.New("--kubeconfig: the pods API names pods and their addresses, not containers: gc needs --cri-endpoint, --cni-cache or --live")
 	}
-	file, err := config.ReadFile(n.conf)
+	file, err := cninode.ReadFile(n.conf)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -182,7 +183,7 @@ func (s viewSource) Read(context.Context) (*liveness.View, error) { return s.vie
 func newCollector(t *testing.T, n *node, v *liveness.View) *gc.Collector {
 	t.Helper()
 	v.ContainersOnly = true
-	file, err := config.ReadFile(n.conf)
+	file, err := cninode.ReadFile(n.conf)
 	if err != nil {
 		t.Fatal(err)
 	}

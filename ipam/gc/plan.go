@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -47,7 +48,7 @@ type Node struct {
 }
 
 // OpenNode wires a Node from a CNI config file of the node.
-func OpenNode(ctx context.Context, file *config.File, cniPath string, log *slog.Logger) (*Node, error) {
+func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog.Logger) (*Node, error) {
 	if file.SafeIPAM == nil {
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}

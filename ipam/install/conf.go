@@ -6,173 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
-
-// Conf is one network config file of the conf dir.
-type Conf struct {
-	Path       string
-	Network    string
-	CNIVersion string
-	Plugins    []Plugin
-	// Err says why the file does not parse; nothing else is set then.
-	Err error
-
-	raw  []byte
-	perm os.FileMode
-}
-
-// Plugin is what install and doctor read of one plugin of a conflist.
-type Plugin struct {
-	Type     string
-	IPAMType string
-	// Delegate is the delegate the ipam section names, "" when none.
-	Delegate string
-	// Raw is the plugin's config, as libcni hands it to the plugin once
-	// name and cniVersion are added (see Conf.PluginConfig).
-	Raw json.RawMessage
-}
-
-// UsesCalicoIPAM says whether calico-ipam is this plugin's IPAM.
-func (p Plugin) UsesCalicoIPAM() bool { return p.IPAMType == CalicoIPAM || p.Type == CalicoIPAM }
-
-// RoutedThroughSafeIPAM says whether conflist mode's rewrite is in place:
-// the IPAM is safe-ipam, and its delegate calico-ipam.
-func (p Plugin) RoutedThroughSafeIPAM() bool {
-	return p.IPAMType == SafeIPAM && (p.Delegate == CalicoIPAM || p.Delegate == "")
-}
-
-// IsCalico says whether the file configures calico-ipam, directly or
-// behind safe-ipam.
-func (c *Conf) IsCalico() bool {
-	for _, p := range c.Plugins {
-		if p.UsesCalicoIPAM() || p.RoutedThroughSafeIPAM() {
-			return true
-		}
-	}
-	return false
-}
-
-// ReadConfs reads every network config file of dir.
-func ReadConfs(dir string) ([]*Conf, error) {
-	files, err := ConfFiles(dir)
-	if err != nil {
-		return nil, err
-	}
-	confs := make([]*Conf, 0, len(files))
-	for _, f := range files {
-		confs = append(confs, ReadConf(f))
-	}
-	return confs, nil
-}
-
-// ReadConf reads one network config file; a file that does not parse
-// comes back with Err set.
-func ReadConf(path string) *Conf {
-	c := &Conf{Path: path}
-	st, err := os.Stat(path)
-	if err != nil {
-		c.Err = err
-		return c
-	}
-	c.perm = st.Mode().Perm()
-	if c.raw, err = os.ReadFile(path); err != nil {
-		c.Err = err
-		return c
-	}
-	if err := c.parse(); err != nil {
-		c.Err = fmt.Errorf("%s does not parse: %w", path, err)
-	}
-	return c
-}
-
-type rawPlugin struct {
-	Type string `json:"type"`
-	IPAM *struct {
-		Type     string          `json:"type"`
-		Delegate json.RawMessage `json:"delegate"`
-	} `json:"ipam"`
-}
-
-func (c *Conf) parse() error {
-	var top struct {
-		Name       string            `json:"name"`
-		CNIVersion string            `json:"cniVersion"`
-		Plugins    []json.RawMessage `json:"plugins"`
-	}
-	if err := json.Unmarshal(c.raw, &top); err != nil {
-		return err
-	}
-	c.Network, c.CNIVersion = top.Name, top.CNIVersion
-	raws := top.Plugins
-	if !c.isList() {
-		raws = []json.RawMessage{c.raw}
-	}
-	for i, raw := range raws {
-		p, err := readPlugin(raw)
-		if err != nil {
-			return fmt.Errorf("plugin %d: %w", i, err)
-		}
-		c.Plugins = append(c.Plugins, p)
-	}
-	return nil
-}
-
-func (c *Conf) isList() bool {
-	var probe map[string]json.RawMessage
-	_ = json.Unmarshal(c.raw, &probe)
-	_, ok := probe["plugins"]
-	return ok
-}
-
-func readPlugin(raw json.RawMessage) (Plugin, error) {
-	var rp rawPlugin
-	if err := json.Unmarshal(raw, &rp); err != nil {
-		return Plugin{}, err
-	}
-	p := Plugin{Type: rp.Type, Raw: raw}
-	if rp.IPAM == nil {
-		return p, nil
-	}
-	p.IPAMType = rp.IPAM.Type
-	if len(rp.IPAM.Delegate) > 0 {
-		var d struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(rp.IPAM.Delegate, &d); err != nil {
-			return Plugin{}, fmt.Errorf("ipam.delegate: %w", err)
-		}
-		p.Delegate = d.Type
-		if p.Delegate == "" {
-			p.Delegate = CalicoIPAM
-		}
-	}
-	return p, nil
-}
-
-// PluginConfig is plugin i's config as the runtime passes it: the
-// plugin's keys plus the list's name and cniVersion.
-func (c *Conf) PluginConfig(i int) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(c.Plugins[i].Raw, &obj); err != nil {
-		return nil, err
-	}
-	if c.isList() {
-		obj["name"], _ = json.Marshal(c.Network)
-		obj["cniVersion"], _ = json.Marshal(c.CNIVersion)
-	}
-	return json.Marshal(obj)
-}
 
 // routeThroughSafeIPAM is conflist mode's rewrite: each calico-ipam IPAM
 // becomes safe-ipam with calico-ipam as its delegate, and a plugin that is
 // calico-ipam itself becomes safe-ipam. Only those values change; every
 // other byte of the file stays.
-func (c *Conf) routeThroughSafeIPAM() ([]byte, error) {
+func routeThroughSafeIPAM(c *cninode.Conf) ([]byte, error) {
 	prefix := []string{}
-	if c.isList() {
+	if c.IsList() {
 		prefix = []string{"plugins", "*"}
 	}
 	ipamType := strings.Join(append(append([]string{}, prefix...), "ipam", "type"), "/")
@@ -185,21 +31,21 @@ func (c *Conf) routeThroughSafeIPAM() ([]byte, error) {
 			return nil, fmt.Errorf("%s: plugin %d already has an ipam.delegate", c.Path, i)
 		}
 	}
-	spans, err := stringValues(c.raw, CalicoIPAM, ipamType, pluginType)
+	spans, err := stringValues(c.Raw, CalicoIPAM, ipamType, pluginType)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Path, err)
 	}
 	var out bytes.Buffer
 	last := 0
 	for _, s := range spans {
-		out.Write(c.raw[last:s.start])
+		out.Write(c.Raw[last:s.start])
 		out.WriteString(strconv.Quote(SafeIPAM))
 		if s.path == ipamType {
 			out.WriteString(`, "delegate": {"type": "` + CalicoIPAM + `"}`)
 		}
 		last = s.end
 	}
-	out.Write(c.raw[last:])
+	out.Write(c.Raw[last:])
 	return out.Bytes(), nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
 // ConflistMode rewrites every Calico network config so that its IPAM is
@@ -25,7 +27,7 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
-	if taken, err := IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
+	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
 		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
 	}
 	p := &Plan{}
@@ -36,17 +38,17 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 		if !needsRoute(c) {
 			continue
 		}
-		routed, err := c.routeThroughSafeIPAM()
+		routed, err := routeThroughSafeIPAM(c)
 		if err != nil {
 			return nil, refuse("%v", err)
 		}
 		p.add(backupStep(c.Path))
-		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.perm))
+		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.Perm))
 	}
 	return p, nil
 }
 
-func needsRoute(c *Conf) bool {
+func needsRoute(c *cninode.Conf) bool {
 	for _, p := range c.Plugins {
 		if p.UsesCalicoIPAM() {
 			return true
@@ -59,7 +61,7 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err := n.checkDirs(); err != nil {
 		return nil, nil, refuse("%v", err)
 	}
-	files, err := ConfFiles(n.ConfDir)
+	files, err := cninode.ConfFiles(n.ConfDir)
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
@@ -72,7 +74,7 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 		}
 		notes = append(notes, more...)
 	}
-	more, err := uninstallFile(p, n.bin(SafeIPAM), func() (bool, error) { return IsSafeIPAM(n.bin(SafeIPAM)) })
+	more, err := uninstallFile(p, n.bin(SafeIPAM), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(SafeIPAM)) })
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
@@ -82,11 +84,11 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 // stillRouted says whether the file at path is exactly what install made
 // of the original it kept.
 func stillRouted(path string) (bool, error) {
-	orig := ReadConf(backupPath(path))
+	orig := cninode.ReadConf(backupPath(path))
 	if orig.Err != nil {
 		return false, nil
 	}
-	want, err := orig.routeThroughSafeIPAM()
+	want, err := routeThroughSafeIPAM(orig)
 	if err != nil {
 		return false, nil
 	}

@@ -1,10 +1,13 @@
 package install
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
 // Mode is one way of putting safe-ipam in front of calico-ipam. Both
@@ -47,12 +50,12 @@ func refuse(format string, args ...any) error {
 
 // calicoConfs reads the conf dir. strict refuses a file that does not
 // parse: it may be the Calico network left unprotected.
-func calicoConfs(n Node, strict bool) ([]*Conf, error) {
-	confs, err := ReadConfs(n.ConfDir)
+func calicoConfs(n Node, strict bool) ([]*cninode.Conf, error) {
+	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
 		return nil, refuse("--cni-conf-dir %s: %v", n.ConfDir, err)
 	}
-	var calico []*Conf
+	var calico []*cninode.Conf
 	for _, c := range confs {
 		if c.Err != nil {
 			if strict {
@@ -90,7 +93,7 @@ func installBinary(p *Plan, path, self string) error {
 	if same {
 		return nil
 	}
-	ours, err := IsSafeIPAM(path)
+	ours, err := cninode.IsSafeIPAM(path)
 	if err != nil {
 		return refuse("%v", err)
 	}
@@ -149,4 +152,28 @@ func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, e
 func exists(path string) bool {
 	_, err := os.Lstat(path)
 	return err == nil
+}
+
+// sameContent says whether two files hold the same bytes.
+func sameContent(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil || sa.Size() != sb.Size() {
+		return false, err
+	}
+	da, err := os.ReadFile(a)
+	if err != nil {
+		return false, err
+	}
+	db, err := os.ReadFile(b)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Equal(da, db), nil
 }

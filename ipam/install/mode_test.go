@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
@@ -36,13 +37,13 @@ func conflistProtected(t *testing.T, f *fixture) error {
 	if st, _ := os.Stat(path); st.Mode().Perm() != 0o600 {
 		return errors.New("10-calico.conflist lost its mode 0600: " + st.Mode().String())
 	}
-	c := ReadConf(path)
+	c := cninode.ReadConf(path)
 	conf, err := c.PluginConfig(0)
 	must(t, err)
 	if _, err := config.Parse(conf); err != nil {
 		return err
 	}
-	if ok, _ := IsSafeIPAM(f.node.bin(SafeIPAM)); !ok {
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(SafeIPAM)); !ok {
 		return errors.New("bin/safe-ipam is not safe-ipam")
 	}
 	return nil
@@ -50,7 +51,7 @@ func conflistProtected(t *testing.T, f *fixture) error {
 
 // takeoverProtected: calico-ipam is safe-ipam, Calico's config untouched.
 func takeoverProtected(t *testing.T, f *fixture) error {
-	if ok, _ := IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
 		return errors.New("bin/calico-ipam is not safe-ipam")
 	}
 	got, err := os.ReadFile(f.node.conf("10-calico.conflist"))

@@ -14,10 +14,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
 // Defaults, as on a kubeadm node with Calico.
@@ -28,9 +28,9 @@ const (
 
 // Names of the files the modes touch.
 const (
-	CalicoIPAM   = "calico-ipam"
-	CalicoBinary = "calico"
-	SafeIPAM     = "safe-ipam"
+	CalicoIPAM   = cninode.CalicoIPAM
+	CalicoBinary = cninode.CalicoBinary
+	SafeIPAM     = cninode.SafeIPAM
 )
 
 // Node is one node's CNI directories.
@@ -56,27 +56,6 @@ func backupPath(path string) string {
 
 func absentPath(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+absentSuffix)
-}
-
-// ConfFiles lists the network config files of dir as libcni does: .conf,
-// .conflist and .json, sorted by name, directories left out.
-func ConfFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("reading CNI config dir: %w", err)
-	}
-	var files []string
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		switch filepath.Ext(e.Name()) {
-		case ".conf", ".conflist", ".json":
-			files = append(files, filepath.Join(dir, e.Name()))
-		}
-	}
-	sort.Strings(files)
-	return files, nil
 }
 
 // checkDirs fails with a message naming the flag when a directory is

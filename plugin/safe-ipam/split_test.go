@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
 // The CNI binary runs on every pod start and stop, and pays every linked
@@ -45,7 +45,7 @@ func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {
 	// install and doctor must recognise the CNI build, which does not link
 	// package install, on a node.
 	for _, name := range []string{"safe-ipam", "safe-ipam-admin"} {
-		if ok, err := install.IsSafeIPAM(filepath.Join(dir, name)); !ok || err != nil {
+		if ok, err := cninode.IsSafeIPAM(filepath.Join(dir, name)); !ok || err != nil {
 			t.Errorf("%s is not recognised as safe-ipam (%v)", name, err)
 		}
 	}

@@ -1,10 +1,12 @@
-package config
+package cninode
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
 func TestReadFile(t *testing.T) {
@@ -22,9 +24,9 @@ func TestReadFile(t *testing.T) {
 	}{
 		{"Calico alone", list(`{"type":"calico-ipam"}`), false, "", ""},
 		{"conflist route", list(`{"type":"safe-ipam","store":{"type":"etcd","endpoints":["https://10.0.0.10:2379"],"prefix":"/p"}}`), true, "/p", ""},
-		{"takeover keeps Calico's type", list(`{"type":"calico-ipam","delegate":{"type":"calico-ipam","binDir":"/opt/calico"}}`), true, DefaultEtcdPrefix, ""},
+		{"takeover keeps Calico's type", list(`{"type":"calico-ipam","delegate":{"type":"calico-ipam","binDir":"/opt/calico"}}`), true, config.DefaultEtcdPrefix, ""},
 		{"a single plugin's .conf", `{"name":"k8s-pod-network","cniVersion":"1.0.0","type":"safe-ipam","etcd_endpoints":"https://10.0.0.10:2379",
-			"nodename_file":"/nf","ipam":{"type":"safe-ipam"}}`, true, DefaultEtcdPrefix, ""},
+			"nodename_file":"/nf","ipam":{"type":"safe-ipam"}}`, true, config.DefaultEtcdPrefix, ""},
 		{"not JSON", `{"name":`, false, "", "conf.json"},
 		{"no ipam", `{"name":"n","cniVersion":"1.0.0","plugins":[{"type":"bridge"}]}`, false, "", "no plugin of network"},
 		{"bad safe-ipam config", list(`{"type":"safe-ipam","logLevel":"loud"}`), false, "", "ipam.logLevel"},
@@ -46,13 +48,13 @@ func TestReadFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Network != "k8s-pod-network" || f.Calico.Datastore() != DatastoreEtcd || f.Calico.NodenameFile != "/nf" {
+			if f.Network != "k8s-pod-network" || f.Calico.Datastore() != config.DatastoreEtcd || f.Calico.NodenameFile != "/nf" {
 				t.Fatalf("file %+v", f)
 			}
 			if (f.SafeIPAM != nil) != tt.safeIPAM {
 				t.Fatalf("SafeIPAM %+v, want present %v", f.SafeIPAM, tt.safeIPAM)
 			}
-			if f.SafeIPAM != nil && (f.SafeIPAM.Store.Type != StoreEtcd || f.SafeIPAM.Store.Prefix != tt.prefix || f.SafeIPAM.Network != "k8s-pod-network") {
+			if f.SafeIPAM != nil && (f.SafeIPAM.Store.Type != config.StoreEtcd || f.SafeIPAM.Store.Prefix != tt.prefix || f.SafeIPAM.Network != "k8s-pod-network") {
 				t.Fatalf("safe-ipam config %+v", f.SafeIPAM)
 			}
 		})

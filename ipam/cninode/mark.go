@@ -1,4 +1,4 @@
-package install
+package cninode
 
 import (
 	"bufio"
@@ -68,28 +68,4 @@ func containsMark(r io.Reader) (bool, error) {
 			return false, err
 		}
 	}
-}
-
-// sameContent says whether two files hold the same bytes.
-func sameContent(a, b string) (bool, error) {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false, err
-	}
-	sb, err := os.Stat(b)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil || sa.Size() != sb.Size() {
-		return false, err
-	}
-	da, err := os.ReadFile(a)
-	if err != nil {
-		return false, err
-	}
-	db, err := os.ReadFile(b)
-	if err != nil {
-		return false, err
-	}
-	return bytes.Equal(da, db), nil
 }

@@ -1,0 +1,71 @@
+package cninode
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+)
+
+// File is what an admin command learns from a node's CNI config file:
+// the network, the Calico keys of its IPAM plugin, and safe-ipam's own
+// config when the file routes IPAM through safe-ipam.
+type File struct {
+	Path    string
+	Network string
+	Calico  config.Calico
+	// SafeIPAM is nil when the file's IPAM is not safe-ipam's.
+	SafeIPAM *config.Config
+}
+
+// ReadFile reads a .conflist, or a single plugin's .conf, and picks the
+// plugin that has an ipam section (Calico's main plugin, or an IPAM-only
+// plugin), with its config as the runtime hands it over.
+func ReadFile(path string) (*File, error) {
+	c := ReadConf(path)
+	if c.Err != nil {
+		return nil, fmt.Errorf("CNI config: %w", c.Err)
+	}
+	for i, p := range c.Plugins {
+		if p.IPAMType == "" {
+			continue
+		}
+		stdin, err := c.PluginConfig(i)
+		if err != nil {
+			return nil, fmt.Errorf("CNI config %s: plugin %d: %w", path, i, err)
+		}
+		return fileFromPlugin(path, c.Network, stdin)
+	}
+	return nil, fmt.Errorf("CNI config %s: no plugin of network %q has an ipam section", path, c.Network)
+}
+
+func fileFromPlugin(path, network string, stdin []byte) (*File, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(stdin, &top); err != nil {
+		return nil, fmt.Errorf("CNI config %s: %w", path, err)
+	}
+	f := &File{Path: path, Network: network}
+	var err error
+	if f.Calico, err = config.ReadCalico(top); err != nil {
+		return nil, fmt.Errorf("CNI config %s: %w", path, err)
+	}
+	if !namesSafeIPAM(top) {
+		return f, nil
+	}
+	if f.SafeIPAM, err = config.Parse(stdin); err != nil {
+		return nil, fmt.Errorf("CNI config %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// namesSafeIPAM: the ipam section is safe-ipam's when it says so, or when
+// it carries safe-ipam's delegate (installed as calico-ipam, it keeps
+// Calico's type name).
+func namesSafeIPAM(top map[string]json.RawMessage) bool {
+	var ipam struct {
+		Type     string          `json:"type"`
+		Delegate json.RawMessage `json:"delegate"`
+	}
+	_ = json.Unmarshal(top["ipam"], &ipam)
+	return ipam.Type == SafeIPAM || ipam.Delegate != nil
+}
