@@ -11,9 +11,9 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/types/create"
 
-	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
 // Holders is what Calico's data says of each address: the handle that
@@ -25,7 +25,7 @@ type Holders struct {
 }
 
 // HoldersFrom indexes an audit snapshot of Calico's IPAM data.
-func HoldersFrom(snap *audit.Snapshot) Holders {
+func HoldersFrom(snap *snapshot.Snapshot) Holders {
 	h := Holders{byAddr: map[netip.Addr]string{}}
 	for _, al := range snap.Allocations {
 		h.byAddr[al.Addr] = al.Handle

@@ -12,9 +12,9 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
 const usage = `Usage: safe-ipam adopt --conf FILE [--cni-cache DIR | --live FILE | --cri-endpoint URL] [--apply]
@@ -127,7 +127,7 @@ func (c *cli) holders(ctx context.Context, network string) (Holders, error) {
 	}
 	// Only Calico's data: the records are read (and written) through the
 	// store the plugin uses.
-	snap, err := audit.Load(ctx, ds, nil, network)
+	snap, err := snapshot.Load(ctx, ds, nil, network)
 	if err != nil {
 		return Holders{}, err
 	}

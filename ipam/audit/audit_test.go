@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"context"
@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/repair"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
 const blk = "10.244.0.0/26"
@@ -29,7 +32,7 @@ func TestCleanStoreExitsZero(t *testing.T) {
 	w.record("net1", "c1", "node1", ip, "web-0")
 	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0"})
 	code, rep, stderr := w.run(false, "--live", live)
-	if code != ExitClean || len(rep.Findings) != 0 {
+	if code != audit.ExitClean || len(rep.Findings) != 0 {
 		t.Fatalf("exit %d, findings %+v, stderr %s", code, rep.Findings, stderr)
 	}
 	if rep.Summary.Allocations != 1 || rep.Summary.Records != 1 || rep.Summary.Blocks != 1 {
@@ -73,24 +76,24 @@ func TestEveryFindingKind(t *testing.T) {
 		liveness.Attachment{ContainerID: "c4", IfName: "eth0"}, liveness.Attachment{ContainerID: "running", IfName: "eth0"},
 	)
 	code, rep, _ := w.run(false, "--live", live)
-	want := map[Kind]int{PodNameHandle: 2, EarlyRelease: 1, Duplicate: 1, Leak: 1, OrphanRecord: 1, Inconsistent: 3}
-	if code != ExitFindings || !reflect.DeepEqual(kinds(rep.Findings), want) {
+	want := map[audit.Kind]int{audit.PodNameHandle: 2, audit.EarlyRelease: 1, audit.Duplicate: 1, audit.Leak: 1, audit.OrphanRecord: 1, audit.Inconsistent: 3}
+	if code != audit.ExitFindings || !reflect.DeepEqual(kinds(rep.Findings), want) {
 		t.Fatalf("exit %d, kinds %v; want %v\n%+v", code, kinds(rep.Findings), want, rep.Findings)
 	}
-	if f := find(rep.Findings, EarlyRelease); f.Address != early {
+	if f := find(rep.Findings, audit.EarlyRelease); f.Address != early {
 		t.Errorf("early-release at %s, want %s", f.Address, early)
 	}
-	if f := find(rep.Findings, Duplicate); f.Address != dup || len(f.Records) != 2 {
+	if f := find(rep.Findings, audit.Duplicate); f.Address != dup || len(f.Records) != 2 {
 		t.Errorf("duplicate %+v", f)
 	}
-	if f := find(rep.Findings, Leak); f.Handle != "net1.gone" || !f.Releasable {
+	if f := find(rep.Findings, audit.Leak); f.Handle != "net1.gone" || !f.Releasable {
 		t.Errorf("leak %+v", f)
 	}
 
 	// Without a liveness source nothing is judged dead.
 	code, rep, _ = w.run(false)
 	got := kinds(rep.Findings)
-	if code != ExitFindings || got[Leak] != 0 || got[OrphanRecord] != 0 || got[Unverified] != 2 {
+	if code != audit.ExitFindings || got[audit.Leak] != 0 || got[audit.OrphanRecord] != 0 || got[audit.Unverified] != 2 {
 		t.Errorf("without liveness: %v", got)
 	}
 }
@@ -117,14 +120,14 @@ func TestRepairDryRunChangesNothingAndApplyAuditsClean(t *testing.T) {
 
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live)
-	if code != ExitFindings || len(rep.Actions) != 4 {
+	if code != audit.ExitFindings || len(rep.Actions) != 4 {
 		t.Fatalf("dry run: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
 	}
 	if after := w.dump(); !reflect.DeepEqual(before, after) {
 		t.Fatal("dry run changed etcd")
 	}
 	code, rep, _ = w.run(true, "--live", live, "--apply")
-	if code != ExitClean {
+	if code != audit.ExitClean {
 		t.Fatalf("apply: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
 	}
 	for _, a := range rep.Actions {
@@ -133,7 +136,7 @@ func TestRepairDryRunChangesNothingAndApplyAuditsClean(t *testing.T) {
 		}
 	}
 	code, rep, _ = w.run(false, "--live", live)
-	if code != ExitClean {
+	if code != audit.ExitClean {
 		t.Fatalf("audit after repair: exit %d, %+v", code, rep.Findings)
 	}
 	snap, err := calicosim.State(context.Background(), w.cli())
@@ -160,13 +163,13 @@ func TestRepairFailsClosed(t *testing.T) {
 		code int
 		why  string
 	}{
-		{"no liveness", nil, ExitFindings, "no liveness source"},
-		{"empty source with records on its node", []string{"--live", w.liveFile()}, ExitFindings, "no liveness source"},
-		{"source for another node", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, ExitFindings, "no liveness source covers its node"},
-		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, ExitError, ""},
-		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, ExitError, ""},
-		{"two liveness sources", []string{"--live", w.liveFile(), "--cni-cache", w.t.TempDir()}, ExitError, ""},
-		{"a node's CNI cache for every node", []string{"--cni-cache", w.t.TempDir(), "--node", ""}, ExitError, ""},
+		{"no liveness", nil, audit.ExitFindings, "no liveness source"},
+		{"empty source with records on its node", []string{"--live", w.liveFile()}, audit.ExitFindings, "no liveness source"},
+		{"source for another node", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, audit.ExitFindings, "no liveness source covers its node"},
+		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, audit.ExitError, ""},
+		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, audit.ExitError, ""},
+		{"two liveness sources", []string{"--live", w.liveFile(), "--cni-cache", w.t.TempDir()}, audit.ExitError, ""},
+		{"a node's CNI cache for every node", []string{"--cni-cache", w.t.TempDir(), "--node", ""}, audit.ExitError, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,7 +188,7 @@ func TestRepairFailsClosed(t *testing.T) {
 				t.Fatalf("nothing refused; actions %+v", rep.Actions)
 			}
 			for _, r := range rep.Refused {
-				if (r.Finding.Kind == Leak || r.Finding.Kind == PodNameHandle) && !strings.Contains(r.Why, tt.why) {
+				if (r.Finding.Kind == audit.Leak || r.Finding.Kind == audit.PodNameHandle) && !strings.Contains(r.Why, tt.why) {
 					t.Errorf("refusal %q does not say %q", r.Why, tt.why)
 				}
 			}
@@ -198,8 +201,8 @@ func TestRepairFailsClosed(t *testing.T) {
 
 func TestAuditUnreachableEtcdExitsTwo(t *testing.T) {
 	var stdout, stderr strings.Builder
-	code := Run([]string{"--etcd-endpoints", "http://127.0.0.1:1", "--timeout", "1s", "--cni-cache="}, &stdout, &stderr, false)
-	if code != ExitError || !strings.Contains(stderr.String(), "safe-ipam audit:") {
+	code := runCmd([]string{"--etcd-endpoints", "http://127.0.0.1:1", "--timeout", "1s", "--cni-cache="}, &stdout, &stderr, false)
+	if code != audit.ExitError || !strings.Contains(stderr.String(), "safe-ipam audit:") {
 		t.Fatalf("exit %d, stderr %q", code, stderr.String())
 	}
 }
@@ -215,18 +218,18 @@ func TestRepairLosesRaceAndRetries(t *testing.T) {
 	alloc := &calicosim.Allocator{Client: w.cli(), Node: "node1"}
 
 	ds := datastore.NewEtcd(w.cli())
-	recs := &EtcdRecords{Client: w.cli(), Prefix: recordsPrefix}
-	snap, err := Load(context.Background(), ds, recs, "")
+	recs := &snapshot.EtcdRecords{Client: w.cli(), Prefix: recordsPrefix}
+	snap, err := snapshot.Load(context.Background(), ds, recs, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	live := liveness.NewView("test", "", []liveness.Attachment{{ContainerID: "c2", IfName: "eth0"}})
-	actions, _ := Plan(snap, Analyze(snap, Options{Liveness: live}), live)
-	if len(actions) != 1 || actions[0].Kind != Reclaim {
+	actions, _ := repair.Plan(snap, audit.Analyze(snap, audit.Options{Liveness: live}), live)
+	if len(actions) != 1 || actions[0].Kind != repair.Reclaim {
 		t.Fatalf("plan %+v", actions)
 	}
 	var racer atomic.Value
-	r := &Repairer{Data: ds, Records: recs, Snap: snap, Live: live, BeforeCommit: func(a Action, attempt int) {
+	r := &repair.Repairer{Data: ds, Records: recs, Snap: snap, Live: live, BeforeCommit: func(a repair.Action, attempt int) {
 		if attempt == 1 { // a concurrent calico-ipam ADD lands first
 			asg, err := alloc.Assign(context.Background(), pools, "net1.racer", podAttrs("racer"))
 			if err != nil {
@@ -275,16 +278,16 @@ func TestLegacyLateDelStateFromSimulator(t *testing.T) {
 	liveB := w.liveFile(liveness.Attachment{ContainerID: "B", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{b.Prefix().String()}})
 
 	code, rep, _ := w.run(false, "--live", liveB)
-	f := find(rep.Findings, PodNameHandle)
-	if code != ExitFindings || f == nil || f.Count != 2 || f.Releasable {
+	f := find(rep.Findings, audit.PodNameHandle)
+	if code != audit.ExitFindings || f == nil || f.Count != 2 || f.Releasable {
 		t.Fatalf("before the late DEL: exit %d, %+v", code, rep.Findings)
 	}
 	if _, err := alloc.ReleaseHandle(ctx, "default.web-0"); err != nil { // the late DEL of A
 		t.Fatal(err)
 	}
 	code, rep, _ = w.run(false, "--live", liveB)
-	f = find(rep.Findings, EarlyRelease)
-	if code != ExitFindings || f == nil || f.Address != b.IP.String() {
+	f = find(rep.Findings, audit.EarlyRelease)
+	if code != audit.ExitFindings || f == nil || f.Address != b.IP.String() {
 		t.Fatalf("after the late DEL: exit %d, %+v; want B's %s early-released", code, rep.Findings, b.IP)
 	}
 }
@@ -295,7 +298,7 @@ func TestEmptySourceNotTrustedBeforeAnyRecord(t *testing.T) {
 	w := newWorld(t)
 	w.allocate(blk, "node1", "default.web-0", podAttrs("web-0"))
 	code, rep, _ := w.run(true, "--live", w.liveFile(), "--apply")
-	if code != ExitFindings || len(rep.Actions) != 0 || !strings.Contains(rep.Liveness, "not trusted") {
+	if code != audit.ExitFindings || len(rep.Actions) != 0 || !strings.Contains(rep.Liveness, "not trusted") {
 		t.Fatalf("exit %d, liveness %q, actions %+v", code, rep.Liveness, rep.Actions)
 	}
 }

@@ -2,21 +2,21 @@ package audit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // Exit codes of audit and repair: admin's, named for what they mean here.
@@ -26,32 +26,7 @@ const (
 	ExitError    = admin.ExitError
 )
 
-// cli is one run of audit or repair.
-type cli struct {
-	cmd    *admin.Command
-	calico *admin.Calico
-	live   *admin.Liveness
-	out    *admin.Output
-	repair bool
-	apply  bool
-	settle time.Duration
-	minAge time.Duration
-}
-
-func usageText(repair bool) string {
-	if repair {
-		return `Usage: safe-ipam repair [flags]
-
-Plans (and with --apply makes) only proven fixes: releases leaked and
-pod-name-handle addresses whose owner a readable liveness source does not
-list, re-claims free addresses that a running record still holds, and
-rewrites handle counts from the blocks. Every write is guarded by the
-versions it read (etcd: one Txn; Kubernetes: each object's resourceVersion,
-in calico-ipam's order). Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
-
-`
-	}
-	return `Usage: safe-ipam audit [flags]
+const usage = `Usage: safe-ipam audit [flags]
 
 Reads Calico's IPAM blocks, handles and affinities (from Calico's etcd, or
 with --datastore kubernetes from the Kubernetes API) and safe-ipam's records
@@ -60,41 +35,73 @@ early releases, duplicates, leaks, orphan records and inconsistencies.
 Exit 0: clean; 1: findings; 2: error.
 
 `
-}
 
-// Run is `safe-ipam audit` (repair false) or `safe-ipam repair`.
-func Run(args []string, stdout, stderr io.Writer, repair bool) int {
-	name := "audit"
-	if repair {
-		name = "repair"
-	}
-	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), repair: repair}
-	c.live = admin.NewLiveness(c.calico)
-	c.live.PodsByDefault = true
-	c.cmd = admin.NewCommand(name, usageText(repair), stderr, c.calico, c.live, c.out)
-	fs := c.cmd.Flags()
-	fs.DurationVar(&c.minAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
-	if repair {
-		fs.BoolVar(&c.apply, "apply", false, "make the changes (default: dry run, printing what would change)")
-		fs.DurationVar(&c.settle, "settle", 10*time.Second, "with --apply: wait this long, read the liveness source again, and act only on what still holds and did not change since the audit")
-	}
-	if code, stop := c.cmd.ParseOrExit(args); stop {
+// Run is `safe-ipam audit`.
+func Run(args []string, stdout, stderr io.Writer) int {
+	s := NewSession("audit", usage, stderr)
+	if code, stop := s.Cmd.ParseOrExit(args); stop {
 		return code
 	}
+	return s.Run(func(ctx context.Context, e *Examined) (int, error) {
+		code := ExitClean
+		if !e.Report.Clean() {
+			code = ExitFindings
+		}
+		return code, s.Out.Print(stdout, e.Report, e.Report.WriteText)
+	})
+}
+
+// Session is one run of the audit's reading and judging, with the flags
+// audit and repair share; repair adds its own flags and acts on what the
+// audit found.
+type Session struct {
+	Cmd    *admin.Command
+	Calico *admin.Calico
+	Live   *admin.Liveness
+	Out    *admin.Output
+	MinAge time.Duration
+	// Settle is repair's wait before it reads the liveness source again;
+	// the analysis takes it into account.
+	Settle time.Duration
+}
+
+// NewSession registers the shared flags of a command named name.
+func NewSession(name, usage string, stderr io.Writer) *Session {
+	s := &Session{Calico: &admin.Calico{}, Out: admin.NewOutput(2 * time.Minute)}
+	s.Live = admin.NewLiveness(s.Calico)
+	s.Live.PodsByDefault = true
+	s.Cmd = admin.NewCommand(name, usage, stderr, s.Calico, s.Live, s.Out)
+	s.Cmd.Flags().DurationVar(&s.MinAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
+	return s
+}
+
+// Examined is what one audit read and found; its datastore and records
+// stay open for repair until the session ends.
+type Examined struct {
+	Data    datastore.Datastore
+	Records snapshot.Records
+	Snap    *snapshot.Snapshot
+	Live    *liveness.View
+	Report  *Report
+}
+
+// Run reads, judges and hands the result to act, within the command's
+// time limit; an error is exit 2.
+func (s *Session) Run(act func(context.Context, *Examined) (int, error)) int {
 	// The snapshot is most of the heap and lives for the whole run; a
 	// lower GC target keeps the peak near it at a small CPU cost.
 	defer debug.SetGCPercent(debug.SetGCPercent(25))
-	ctx, cancel := context.WithTimeout(context.Background(), c.out.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.Out.Timeout)
 	defer cancel()
-	code, err := c.run(ctx, stdout)
+	code, err := s.examine(ctx, act)
 	if err != nil {
-		return c.cmd.Fail(err)
+		return s.Cmd.Fail(err)
 	}
 	return code
 }
 
-func (c *cli) run(ctx context.Context, stdout io.Writer) (int, error) {
-	ds, cli, err := c.calico.OpenDatastore(ctx, 0)
+func (s *Session) examine(ctx context.Context, act func(context.Context, *Examined) (int, error)) (int, error) {
+	ds, cli, err := s.Calico.OpenDatastore(ctx, 0)
 	if err != nil {
 		return ExitError, err
 	}
@@ -102,103 +109,42 @@ func (c *cli) run(ctx context.Context, stdout io.Writer) (int, error) {
 	if cli != nil {
 		defer cli.Close()
 	}
-	recs, closeRecs, err := c.records(ctx, cli)
+	recs, closeRecs, err := s.records(ctx, cli)
 	if err != nil {
 		return ExitError, err
 	}
 	defer closeRecs()
-	snap, err := Load(ctx, ds, recs, c.calico.Network)
+	snap, err := snapshot.Load(ctx, ds, recs, s.Calico.Network)
 	if err != nil {
 		return ExitError, err
 	}
-	live, liveNote, err := c.readLiveness(ctx, snap)
+	live, liveNote, err := s.ReadLiveness(ctx, snap)
 	if err != nil {
 		return ExitError, err
 	}
-	report := NewReport(snap, Analyze(snap, c.options(live)), live)
+	report := NewReport(snap, Analyze(snap, s.Options(live)), live)
 	report.Warnings = ModeWarnings(snap)
 	if live == nil {
 		report.Liveness = liveNote
 	}
-	code := ExitClean
-	if !report.Clean() {
-		code = ExitFindings
-	}
-	if c.repair {
-		code = c.repairAll(ctx, &Repairer{Data: ds, Records: recs, Snap: snap}, report, live)
-	}
-	return code, c.out.Print(stdout, report, report.WriteText)
+	return act(ctx, &Examined{Data: ds, Records: recs, Snap: snap, Live: live, Report: report})
 }
 
-func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *liveness.View) int {
-	snap := r.Snap
-	report.Repair = true
-	report.Actions, report.Refused = Plan(snap, report.Findings, live)
-	code := ExitClean
-	if len(report.Refused) > 0 || (!c.apply && len(report.Actions) > 0) {
-		code = ExitFindings
-	}
-	if c.apply {
-		applied := true
-		live = c.settleLiveness(ctx, snap, report, live)
-		r.Live = live
-		if err := r.Apply(ctx, report.Actions); err != nil {
-			applied, code = false, ExitFindings
-		}
-		report.Applied = &applied
-	}
-	return code
-}
-
-// settleLiveness waits, reads the liveness source again and keeps only
-// the actions the fresh view still supports: a pod whose ADD was finishing
-// during the audit shows up in the source only once ADD has returned.
-// Actions dropped here get an outcome saying so.
-func (c *cli) settleLiveness(ctx context.Context, snap *Snapshot, report *Report, live *liveness.View) *liveness.View {
-	if c.settle <= 0 || live == nil {
-		return live
-	}
-	select {
-	case <-time.After(c.settle):
-	case <-ctx.Done():
-	}
-	fresh, note, err := c.readLiveness(ctx, snap)
-	if err == nil && fresh == nil {
-		err = errors.New(note)
-	}
-	still := map[string]bool{}
-	if err == nil {
-		again, _ := Plan(snap, Analyze(snap, c.options(fresh)), fresh)
-		for _, a := range again {
-			still[a.Kind+" "+a.Handle+" "+a.Address] = true
-		}
-	}
-	kept := report.Actions[:0]
-	for _, a := range report.Actions {
-		if still[a.Kind+" "+a.Handle+" "+a.Address] {
-			kept = append(kept, a)
-		} else {
-			a.Outcome = fmt.Sprintf("skipped: the liveness source read again after %s no longer supports it (%v)", c.settle, err)
-			report.Refused = append(report.Refused, Refusal{Finding: Finding{Kind: Kind(a.Kind), Handle: a.Handle, Address: a.Address}, Why: a.Outcome})
-		}
-	}
-	report.Actions = kept
-	return fresh
-}
-
-func (c *cli) options(live *liveness.View) Options {
+// Options are the analysis options the flags give, with live as the
+// liveness view.
+func (s *Session) Options(live *liveness.View) Options {
 	var networks []string
-	if c.calico.Network != "" {
-		networks = []string{c.calico.Network}
+	if s.Calico.Network != "" {
+		networks = []string{s.Calico.Network}
 	}
-	return Options{Networks: networks, Liveness: live, MinAge: c.minAge, SettledFor: c.settle}
+	return Options{Networks: networks, Liveness: live, MinAge: s.MinAge, SettledFor: s.Settle}
 }
 
-// readLiveness reads the chosen source. A source that lists nothing
+// ReadLiveness reads the chosen source. A source that lists nothing
 // while records or pod addresses exist on its node is not trusted: a
 // wrongly mounted directory looks empty.
-func (c *cli) readLiveness(ctx context.Context, snap *Snapshot) (*liveness.View, string, error) {
-	live, note, err := c.live.Read(ctx)
+func (s *Session) ReadLiveness(ctx context.Context, snap *snapshot.Snapshot) (*liveness.View, string, error) {
+	live, note, err := s.Live.Read(ctx)
 	if err != nil || live == nil {
 		return nil, note, err
 	}
@@ -209,7 +155,7 @@ func (c *cli) readLiveness(ctx context.Context, snap *Snapshot) (*liveness.View,
 }
 
 // HeldOn counts committed records and pod addresses on the view's node.
-func HeldOn(snap *Snapshot, live *liveness.View) int {
+func HeldOn(snap *snapshot.Snapshot, live *liveness.View) int {
 	n := 0
 	for _, r := range snap.Records {
 		if r.State == record.Committed && live.Covers(r.Node) {
@@ -227,28 +173,28 @@ func HeldOn(snap *Snapshot, live *liveness.View) int {
 // records opens where this node's plugin keeps its records: the file
 // store, else safe-ipam's etcd store in Calico's etcd (cli), else (with
 // the kubernetes datastore) the etcd store --conf's ipam.store names.
-func (c *cli) records(ctx context.Context, cli *clientv3.Client) (Records, func(), error) {
-	node := c.calico.Node
+func (s *Session) records(ctx context.Context, cli *clientv3.Client) (snapshot.Records, func(), error) {
+	node := s.Calico.Node
 	switch {
-	case c.calico.StoreDir != "":
-		return openFileRecords(c.calico.StoreDir, node)
+	case s.Calico.StoreDir != "":
+		return openFileRecords(s.Calico.StoreDir, node)
 	case cli != nil:
-		return &EtcdRecords{Client: cli, Prefix: c.calico.RecordsPrefix}, func() {}, nil
+		return &snapshot.EtcdRecords{Client: cli, Prefix: s.Calico.RecordsPrefix}, func() {}, nil
 	}
-	if c.calico.NodeErr != nil {
-		return nil, nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", c.calico.NodeErr)
+	if s.Calico.NodeErr != nil {
+		return nil, nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", s.Calico.NodeErr)
 	}
-	st, err := opener.Open(ctx, c.calico.File.SafeIPAM, node, opener.Options{Access: opener.ReadOnly, In: c.calico.Conf})
+	st, err := opener.Open(ctx, s.Calico.File.SafeIPAM, node, opener.Options{Access: opener.ReadOnly, In: s.Calico.Conf})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--conf %s: record store: %w", c.calico.Conf, err)
+		return nil, nil, fmt.Errorf("--conf %s: record store: %w", s.Calico.Conf, err)
 	}
-	return &StoreRecords{Store: st, Of: node, Where: "etcd store of --conf " + c.calico.Conf}, func() { _ = st.Close() }, nil
+	return &snapshot.StoreRecords{Store: st, Of: node, Where: "etcd store of --conf " + s.Calico.Conf}, func() { _ = st.Close() }, nil
 }
 
 // openFileRecords opens the node's file store for reading. A directory
-// that does not exist is an error, not "no records": opening would create
-// it, and a wrong path must not read as an empty store.
-func openFileRecords(dir, node string) (Records, func(), error) {
+// that does not exist is an error, not "no records": a wrong path must
+// not read as an empty store.
+func openFileRecords(dir, node string) (snapshot.Records, func(), error) {
 	if node == "" {
 		return nil, nil, fmt.Errorf("--store-dir %s holds one node's records: --node must name that node", dir)
 	}
@@ -260,5 +206,5 @@ func openFileRecords(dir, node string) (Records, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}
-	return &StoreRecords{Store: st, Of: node, Where: "file store " + dir}, func() { _ = st.Close() }, nil
+	return &snapshot.StoreRecords{Store: st, Of: node, Where: "file store " + dir}, func() { _ = st.Close() }, nil
 }

@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -32,13 +33,13 @@ func TestConfGivesEtcdNodeAndNetwork(t *testing.T) {
 	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "web-1"})
 
 	var stdout, stderr bytes.Buffer
-	code := Run([]string{"--conf", conf, "--live", live, "--json"}, &stdout, &stderr, false)
-	var rep Report
+	code := runCmd([]string{"--conf", conf, "--live", live, "--json"}, &stdout, &stderr, false)
+	var rep audit.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("exit %d, %v\n%s", code, err, stderr.String())
 	}
-	f := find(rep.Findings, Leak)
-	if code != ExitFindings || f == nil || f.Address != ip || !f.Releasable || !strings.Contains(rep.Liveness, "node1") {
+	f := find(rep.Findings, audit.Leak)
+	if code != audit.ExitFindings || f == nil || f.Address != ip || !f.Releasable || !strings.Contains(rep.Liveness, "node1") {
 		t.Fatalf("exit %d, liveness %q, findings %+v; want a leak of %s judged on node1", code, rep.Liveness, rep.Findings, ip)
 	}
 }
@@ -64,8 +65,8 @@ func TestConfRefusals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := Run([]string{"--conf", tt.conf, "--cni-cache="}, &stdout, &stderr, false)
-			if code != ExitError || !strings.Contains(stderr.String(), tt.why) {
+			code := runCmd([]string{"--conf", tt.conf, "--cni-cache="}, &stdout, &stderr, false)
+			if code != audit.ExitError || !strings.Contains(stderr.String(), tt.why) {
 				t.Fatalf("exit %d, stderr %q; want exit 2 saying %q", code, stderr.String(), tt.why)
 			}
 		})

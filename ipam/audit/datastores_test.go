@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"bytes"
@@ -19,11 +19,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore/datastoretest"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/repair"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
@@ -49,7 +52,7 @@ type dsWorld struct {
 	t       *testing.T
 	b       *datastoretest.Backend
 	records store.Store
-	recs    Records
+	recs    snapshot.Records
 	args    []string
 }
 
@@ -57,7 +60,7 @@ func etcdWorld(t *testing.T) *dsWorld {
 	srv := etcdtest.Start(t)
 	return &dsWorld{t: t, b: backends.Etcd(t, srv.Client()),
 		records: etcdstore.NewWithClient(srv.Client(), recordsPrefix, "node1", 5*time.Second),
-		recs:    &EtcdRecords{Client: srv.Client(), Prefix: recordsPrefix},
+		recs:    &snapshot.EtcdRecords{Client: srv.Client(), Prefix: recordsPrefix},
 		args:    []string{"--etcd-endpoints", srv.Endpoint()}}
 }
 
@@ -69,7 +72,7 @@ func kubeWorld(t *testing.T) *dsWorld {
 		t.Fatal(err)
 	}
 	return &dsWorld{t: t, b: backends.Kube(t, srv), records: fs,
-		recs: &StoreRecords{Store: fs, Of: "node1", Where: "file store " + dir},
+		recs: &snapshot.StoreRecords{Store: fs, Of: "node1", Where: "file store " + dir},
 		args: []string{"--datastore", "kubernetes", "--kubeconfig", srv.Kubeconfig, "--store-dir", dir}}
 }
 
@@ -166,16 +169,16 @@ func (w *dsWorld) liveFile(atts ...liveness.Attachment) string {
 }
 
 // run runs `safe-ipam audit|repair` against the world's datastore.
-func (w *dsWorld) run(repair bool, args ...string) (int, *Report, string) {
+func (w *dsWorld) run(fix bool, args ...string) (int, *repair.Report, string) {
 	w.t.Helper()
 	full := append([]string{"--json", "--node", "node1", "--network", dsNetwork, "--cni-cache=", "--min-age", "1m"}, w.args...)
-	if repair {
+	if fix {
 		full = append(full, "--settle=0")
 	}
 	var stdout, stderr bytes.Buffer
-	code := Run(append(full, args...), &stdout, &stderr, repair)
-	var rep Report
-	if code != ExitError {
+	code := runCmd(append(full, args...), &stdout, &stderr, fix)
+	var rep repair.Report
+	if code != audit.ExitError {
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 			w.t.Fatalf("report is not JSON: %v\n%s\n%s", err, stdout.String(), stderr.String())
 		}
@@ -210,7 +213,7 @@ func (w *dsWorld) state() []string {
 }
 
 // brief is a finding as both datastores must report it.
-func brief(fs []Finding) []string {
+func brief(fs []audit.Finding) []string {
 	out := make([]string, len(fs))
 	for i, f := range fs {
 		out[i] = fmt.Sprintf("%s %s %s releasable=%v", f.Kind, f.Address, f.Handle, f.Releasable)
@@ -230,7 +233,7 @@ func TestKubeAndEtcdFindAndFixTheSameDefects(t *testing.T) {
 	tests := []struct {
 		name  string
 		plant func(w *dsWorld) []liveness.Attachment
-		kinds map[Kind]int
+		kinds map[audit.Kind]int
 		code  int // of repair --apply
 	}{
 		{"pod-name handle whose owner is gone", func(w *dsWorld) []liveness.Attachment {
@@ -238,47 +241,47 @@ func TestKubeAndEtcdFindAndFixTheSameDefects(t *testing.T) {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}
-		}, map[Kind]int{PodNameHandle: 1}, ExitClean},
+		}, map[audit.Kind]int{audit.PodNameHandle: 1}, audit.ExitClean},
 		{"leak", func(w *dsWorld) []liveness.Attachment {
 			w.allocate(blk, "node1", "net1.gone", recent("old"))
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
-		}, map[Kind]int{Leak: 1}, ExitClean},
+		}, map[audit.Kind]int{audit.Leak: 1}, audit.ExitClean},
 		{"early release re-claimed", func(w *dsWorld) []liveness.Attachment {
 			ip := w.allocate(blk, "node1", "net1.c2", recent("web-2"))
 			w.record("c2", ip, "web-2")
 			w.release(blk, "net1.c2")
 			return []liveness.Attachment{{ContainerID: "c2", IfName: "eth0"}}
-		}, map[Kind]int{EarlyRelease: 1}, ExitClean},
+		}, map[audit.Kind]int{audit.EarlyRelease: 1}, audit.ExitClean},
 		{"handle count mismatch", func(w *dsWorld) []liveness.Attachment {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			w.count("net1.c1", netip.MustParsePrefix(blk), 4)
 			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
-		}, map[Kind]int{Inconsistent: 1}, ExitClean},
+		}, map[audit.Kind]int{audit.Inconsistent: 1}, audit.ExitClean},
 		{"duplicate is refused", func(w *dsWorld) []liveness.Attachment {
 			ip := w.allocate(blk, "node1", "net1.c4", recent("web-4"))
 			w.record("c3", ip, "web-3")
 			w.record("c4", ip, "web-4")
 			return []liveness.Attachment{{ContainerID: "c3", IfName: "eth0"}, {ContainerID: "c4", IfName: "eth0"}}
-		}, map[Kind]int{Duplicate: 1}, ExitFindings},
+		}, map[audit.Kind]int{audit.Duplicate: 1}, audit.ExitFindings},
 		{"inconsistent documents are reported, not rewritten", func(w *dsWorld) []liveness.Attachment {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			w.b.Affinity(w.t, "node1", netip.MustParsePrefix("10.244.9.0/26"), false)
 			w.b.Garble(w.t, netip.MustParsePrefix("10.244.1.0/26"))
 			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
-		}, map[Kind]int{Inconsistent: 2}, ExitFindings},
+		}, map[audit.Kind]int{audit.Inconsistent: 2}, audit.ExitFindings},
 		{"no liveness: nothing is judged gone", func(w *dsWorld) []liveness.Attachment {
 			w.allocate(blk, "node1", "default.web-0", recent("web-0"))
 			w.allocate(blk, "node1", "net1.gone", recent("old"))
 			return nil
-		}, map[Kind]int{PodNameHandle: 1, Unverified: 1}, ExitFindings},
+		}, map[audit.Kind]int{audit.PodNameHandle: 1, audit.Unverified: 1}, audit.ExitFindings},
 		{"an empty source beside pod addresses is not trusted", func(w *dsWorld) []liveness.Attachment {
 			w.allocate(blk, "node1", "default.web-0", recent("web-0"))
 			return []liveness.Attachment{}
-		}, map[Kind]int{PodNameHandle: 1}, ExitFindings},
+		}, map[audit.Kind]int{audit.PodNameHandle: 1}, audit.ExitFindings},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -291,7 +294,7 @@ func TestKubeAndEtcdFindAndFixTheSameDefects(t *testing.T) {
 					args = []string{"--live", w.liveFile(live...)}
 				}
 				code, rep, stderr := w.run(false, args...)
-				if !reflect.DeepEqual(kinds(rep.Findings), tt.kinds) || code == ExitError {
+				if !reflect.DeepEqual(kinds(rep.Findings), tt.kinds) || code == audit.ExitError {
 					t.Fatalf("%s: audit exit %d, findings %+v, want %v; %s", ds.name, code, rep.Findings, tt.kinds, stderr)
 				}
 				code, rep, stderr = w.run(true, append(args, "--apply")...)
@@ -334,24 +337,24 @@ func TestKubeDatastoreAPIServerIsTheDefaultLiveness(t *testing.T) {
 		code     int
 		liveness string
 	}{
-		{"pods API by default", nil, ExitError, ""},
-		{"--live replaces it", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"})}, ExitFindings, "file"},
-		{"--cni-cache= turns liveness off", []string{"--cni-cache="}, ExitFindings, "none"},
+		{"pods API by default", nil, audit.ExitError, ""},
+		{"--live replaces it", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"})}, audit.ExitFindings, "file"},
+		{"--cni-cache= turns liveness off", []string{"--cni-cache="}, audit.ExitFindings, "none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := Run(append(base, tt.args...), &stdout, &stderr, false)
+			code := runCmd(append(base, tt.args...), &stdout, &stderr, false)
 			if code != tt.code {
 				t.Fatalf("exit %d, want %d; %s", code, tt.code, stderr.String())
 			}
-			if tt.code == ExitError {
+			if tt.code == audit.ExitError {
 				if !strings.Contains(stderr.String(), "pods API") {
 					t.Errorf("stderr %q does not name the pods API", stderr.String())
 				}
 				return
 			}
-			var rep Report
+			var rep repair.Report
 			if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil || !strings.HasPrefix(rep.Liveness, tt.liveness) {
 				t.Errorf("liveness %q, want %q (%v)", rep.Liveness, tt.liveness, err)
 			}
@@ -376,29 +379,29 @@ func TestKubeRepairLosesTheRace(t *testing.T) {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			return liveness.Attachment{ContainerID: "c1", IfName: "eth0"}
-		}, ReleaseHandle, true},
+		}, repair.ReleaseHandle, true},
 		{"re-claim", func(w *dsWorld) liveness.Attachment {
 			ip := w.allocate(blk, "node1", "net1.c2", recent("web-2"))
 			w.record("c2", ip, "web-2")
 			w.release(blk, "net1.c2")
 			return liveness.Attachment{ContainerID: "c2", IfName: "eth0"}
-		}, Reclaim, false},
+		}, repair.Reclaim, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := kubeWorld(t)
 			att := tt.plant(w)
-			snap, err := Load(w.ctx(), w.b.Store, w.recs, dsNetwork)
+			snap, err := snapshot.Load(w.ctx(), w.b.Store, w.recs, dsNetwork)
 			if err != nil {
 				t.Fatal(err)
 			}
 			live := liveness.NewView("test", "node1", []liveness.Attachment{att})
-			actions, _ := Plan(snap, Analyze(snap, Options{Liveness: live, MinAge: time.Minute}), live)
+			actions, _ := repair.Plan(snap, audit.Analyze(snap, audit.Options{Liveness: live, MinAge: time.Minute}), live)
 			if len(actions) != 1 || actions[0].Kind != tt.kind {
 				t.Fatalf("plan %+v", actions)
 			}
 			var racer string
-			r := &Repairer{Data: w.b.Store, Records: w.recs, Snap: snap, Live: live, BeforeCommit: func(_ Action, attempt int) {
+			r := &repair.Repairer{Data: w.b.Store, Records: w.recs, Snap: snap, Live: live, BeforeCommit: func(_ repair.Action, attempt int) {
 				if attempt == 1 { // a concurrent calico-ipam ADD lands first
 					racer = w.allocate(blk, "node1", "net1.racer", recent("racer"))
 				}
@@ -443,17 +446,17 @@ func TestKubeDatastoreFailsClosed(t *testing.T) {
 		code                   int
 		timeout                string
 	}{
-		{"deploy's ClusterRole suffices", withRole, "", ExitFindings, "20s"},
-		{"no RBAC", noRole, "forbidden", ExitError, "20s"},
-		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), "127.0.0.1:1", ExitError, "20s"},
-		{"API server never answers", kubetest.Repoint(t, withRole, "https://"+silent), silent, ExitError, "3s"},
-		{"no Calico CRDs", bare.Kubeconfig, "not served", ExitError, "20s"},
+		{"deploy's ClusterRole suffices", withRole, "", audit.ExitFindings, "20s"},
+		{"no RBAC", noRole, "forbidden", audit.ExitError, "20s"},
+		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), "127.0.0.1:1", audit.ExitError, "20s"},
+		{"API server never answers", kubetest.Repoint(t, withRole, "https://"+silent), silent, audit.ExitError, "3s"},
+		{"no Calico CRDs", bare.Kubeconfig, "not served", audit.ExitError, "20s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := Run([]string{"--datastore", "kubernetes", "--kubeconfig", tt.kubeconfig, "--store-dir", t.TempDir(),
-				"--node", "node1", "--network", dsNetwork, "--cni-cache=", "--timeout", tt.timeout}, &stdout, &stderr, true)
+			code := repair.Run([]string{"--datastore", "kubernetes", "--kubeconfig", tt.kubeconfig, "--store-dir", t.TempDir(),
+				"--node", "node1", "--network", dsNetwork, "--cni-cache=", "--timeout", tt.timeout}, &stdout, &stderr)
 			if code != tt.code || !strings.Contains(stderr.String(), tt.says) {
 				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr.String(), tt.code, tt.says)
 			}

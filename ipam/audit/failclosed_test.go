@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -90,7 +91,7 @@ func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 			if tt.released {
 				return
 			}
-			if code != ExitFindings || len(rep.Refused) != 1 || !strings.Contains(rep.Refused[0].Why, tt.refusedBy) {
+			if code != audit.ExitFindings || len(rep.Refused) != 1 || !strings.Contains(rep.Refused[0].Why, tt.refusedBy) {
 				t.Fatalf("exit %d, refused %+v; want one refusal saying %q", code, rep.Refused, tt.refusedBy)
 			}
 		})
@@ -138,7 +139,7 @@ func TestLiveAddressFreeInCalicoIsAnEarlyRelease(t *testing.T) {
 			live := w.liveFile(liveness.Attachment{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9", IPs: []string{form}},
 				liveness.Attachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "other"})
 			_, rep, _ := w.run(false, "--live", live)
-			if f := find(rep.Findings, EarlyRelease); f == nil || f.Address != "10.244.0.9" {
+			if f := find(rep.Findings, audit.EarlyRelease); f == nil || f.Address != "10.244.0.9" {
 				t.Fatalf("findings %+v; want 10.244.0.9 early-released", rep.Findings)
 			}
 		})

@@ -1,3 +1,8 @@
+// Package audit judges a snapshot of Calico's IPAM data and safe-ipam's
+// records and finds what operators used to hunt for by hand: pod-name
+// handles, addresses freed under a live record, addresses held twice,
+// leaks, orphan records and inconsistent documents. It is `safe-ipam
+// audit`; repair acts only on what it proves.
 package audit
 
 import (
@@ -10,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -73,20 +80,20 @@ type Options struct {
 
 // analysis holds the indexes one audit builds from a snapshot.
 type analysis struct {
-	snap      *Snapshot
+	snap      *snapshot.Snapshot
 	opts      Options
 	networks  map[string]bool
-	byAddr    map[netip.Addr]*Allocation
-	byHandle  map[string][]*Allocation
+	byAddr    map[netip.Addr]*snapshot.Allocation
+	byHandle  map[string][]*snapshot.Allocation
 	recByAddr map[netip.Addr][]*record.Record
 	recByHdl  map[string][]*record.Record
 	findings  []Finding
 }
 
 // Analyze returns every finding, in a stable order.
-func Analyze(snap *Snapshot, opts Options) []Finding {
+func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		byAddr: map[netip.Addr]*Allocation{}, byHandle: map[string][]*Allocation{},
+		byAddr: map[netip.Addr]*snapshot.Allocation{}, byHandle: map[string][]*snapshot.Allocation{},
 		recByAddr: map[netip.Addr][]*record.Record{}, recByHdl: map[string][]*record.Record{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
@@ -258,7 +265,7 @@ func (a *analysis) checkHandles() {
 // list, and whose newest address is old enough for any ADD to have
 // finished, may be called a leak (or a releasable pod-name handle). The
 // last result says why the owner could not be judged, if so.
-func (a *analysis) judgeHandle(handle string, podName bool, allocs []*Allocation) (kind Kind, why string, dead bool, unjudged string) {
+func (a *analysis) judgeHandle(handle string, podName bool, allocs []*snapshot.Allocation) (kind Kind, why string, dead bool, unjudged string) {
 	owner, named := handle, podName
 	if !podName {
 		owner, named = a.containerOf(handle)
@@ -281,7 +288,7 @@ func podNameWhy(owner string) string {
 }
 
 // unjudgeable says why liveness cannot speak for these addresses, or "".
-func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string {
+func (a *analysis) unjudgeable(named, podName bool, allocs []*snapshot.Allocation) string {
 	l := a.opts.Liveness
 	if !named {
 		return "the handle names no container of a known network (pass --network), so liveness cannot speak for it"
@@ -315,7 +322,7 @@ func (a *analysis) unjudgeable(named, podName bool, allocs []*Allocation) string
 }
 
 // ownerLive: the source lists the owner, or any of the addresses.
-func (a *analysis) ownerLive(owner string, podName bool, allocs []*Allocation) bool {
+func (a *analysis) ownerLive(owner string, podName bool, allocs []*snapshot.Allocation) bool {
 	l := a.opts.Liveness
 	for _, al := range allocs {
 		if l.ListsAddr(al.Addr) {
@@ -348,7 +355,7 @@ func (a *analysis) containerOf(handle string) (string, bool) {
 
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,
 // null handles) belong to no container and are never judged.
-func calicoOwned(handle string, al *Allocation) bool {
+func calicoOwned(handle string, al *snapshot.Allocation) bool {
 	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
@@ -367,7 +374,7 @@ func lazyRegexp(expr string) func() *regexp.Regexp {
 
 // isPodNameHandle tells Calico 2.x's "namespace.podname" from 3.x's
 // "<network>.<containerID>" and from a bare container ID.
-func (a *analysis) isPodNameHandle(handle string, al *Allocation) bool {
+func (a *analysis) isPodNameHandle(handle string, al *snapshot.Allocation) bool {
 	ns, pod := al.Namespace, al.Pod
 	if ns != "" && pod != "" {
 		return handle == ns+"."+pod
@@ -379,7 +386,7 @@ func (a *analysis) isPodNameHandle(handle string, al *Allocation) bool {
 	return dnsLabel().MatchString(first) && podNameLike().MatchString(rest)
 }
 
-func addrList(allocs []*Allocation) string {
+func addrList(allocs []*snapshot.Allocation) string {
 	addrs := make([]string, len(allocs))
 	for i, al := range allocs {
 		addrs[i] = al.Addr.String()
@@ -407,7 +414,7 @@ func (a *analysis) checkHandleDocs() {
 			continue
 		}
 		var doc map[string]int
-		if err := json.Unmarshal(raw, &doc); err != nil || !sameCounts(doc, c) {
+		if err := json.Unmarshal(raw, &doc); err != nil || !SameCounts(doc, c) {
 			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
 				Why: fmt.Sprintf("handle document counts %s, blocks hold %v", raw, c)})
 		}
@@ -427,7 +434,9 @@ func total(c map[string]int) int {
 	return n
 }
 
-func sameCounts(a, b map[string]int) bool {
+// SameCounts says whether two handle counts agree, a zero count in a
+// matching an absent one.
+func SameCounts(a, b map[string]int) bool {
 	for k, v := range a {
 		if v != 0 && b[k] != v {
 			return false

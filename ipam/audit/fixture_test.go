@@ -1,9 +1,10 @@
-package audit
+package audit_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,9 +14,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/repair"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
@@ -136,17 +139,17 @@ func writeLiveFile(t *testing.T, atts ...liveness.Attachment) string {
 }
 
 // run runs `safe-ipam audit|repair` with the world's endpoint.
-func (w *world) run(repair bool, args ...string) (int, *Report, string) {
+func (w *world) run(fix bool, args ...string) (int, *repair.Report, string) {
 	w.t.Helper()
 	full := []string{"--etcd-endpoints", w.etcd.Endpoint(), "--json", "--node", "node1", "--cni-cache="}
-	if repair && !contains(args, "--settle") {
+	if fix && !contains(args, "--settle") {
 		full = append(full, "--settle=0")
 	}
 	full = append(full, args...)
 	var stdout, stderr bytes.Buffer
-	code := Run(full, &stdout, &stderr, repair)
-	var rep Report
-	if code != ExitError {
+	code := runCmd(full, &stdout, &stderr, fix)
+	var rep repair.Report
+	if code != audit.ExitError {
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 			w.t.Fatalf("report is not JSON: %v\n%s\n%s", err, stdout.String(), stderr.String())
 		}
@@ -163,15 +166,15 @@ func (w *world) dump() map[string]string {
 	return m
 }
 
-func kinds(fs []Finding) map[Kind]int {
-	m := map[Kind]int{}
+func kinds(fs []audit.Finding) map[audit.Kind]int {
+	m := map[audit.Kind]int{}
 	for _, f := range fs {
 		m[f.Kind]++
 	}
 	return m
 }
 
-func find(fs []Finding, k Kind) *Finding {
+func find(fs []audit.Finding, k audit.Kind) *audit.Finding {
 	for i := range fs {
 		if fs[i].Kind == k {
 			return &fs[i]
@@ -189,4 +192,12 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// runCmd runs `safe-ipam repair` when fix is set, else `safe-ipam audit`.
+func runCmd(args []string, stdout, stderr io.Writer, fix bool) int {
+	if fix {
+		return repair.Run(args, stdout, stderr)
+	}
+	return audit.Run(args, stdout, stderr)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
 // delegateHandles, as the records and Calico's data show it, can be set for
@@ -56,7 +57,7 @@ func modeMismatch(rec *record.Record, calicoHandle string) string {
 
 // ModeWarnings warns when the records show delegateHandles set for the
 // other Calico generation than the calico-ipam that answered.
-func ModeWarnings(snap *Snapshot) []string {
+func ModeWarnings(snap *snapshot.Snapshot) []string {
 	byAddr := make(map[netip.Addr]string, len(snap.Allocations))
 	for i := range snap.Allocations {
 		byAddr[snap.Allocations[i].Addr] = snap.Allocations[i].Handle

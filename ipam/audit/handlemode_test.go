@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -52,7 +53,7 @@ func TestWrongDelegateHandlesIsWarned(t *testing.T) {
 			if (tt.warning == "") != (warned == "") || !strings.Contains(warned, tt.warning) {
 				t.Fatalf("warnings %q, want %q", rep.Warnings, tt.warning)
 			}
-			if got := find(rep.Findings, EarlyRelease) != nil; got != tt.earlyRelease {
+			if got := find(rep.Findings, audit.EarlyRelease) != nil; got != tt.earlyRelease {
 				t.Fatalf("early-release found %v, want %v: %+v", got, tt.earlyRelease, rep.Findings)
 			}
 		})
@@ -78,11 +79,11 @@ func TestQuarantineIsReportedAndNeverReleased(t *testing.T) {
 	live := w.liveFile(liveness.Attachment{ContainerID: "holder", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{ip + "/26"}})
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live, "--min-age", "0", "--apply")
-	f := find(rep.Findings, Quarantine)
+	f := find(rep.Findings, audit.Quarantine)
 	if f == nil || f.Address != ip+"/26" || len(f.Records) != 2 || f.Records[1] != "net1/late/eth0" {
 		t.Fatalf("findings %+v; want a quarantine naming both attachments", rep.Findings)
 	}
-	if code != ExitClean || len(rep.Findings) != 1 || len(rep.Actions) != 0 {
+	if code != audit.ExitClean || len(rep.Findings) != 1 || len(rep.Actions) != 0 {
 		t.Fatalf("exit %d, findings %+v, actions %+v; want the quarantine alone, informational", code, rep.Findings, rep.Actions)
 	}
 	if !reflect.DeepEqual(before, w.dump()) {

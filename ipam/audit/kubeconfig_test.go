@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 )
 
 // --kubeconfig: the pods bound to the node, read from a real
@@ -38,10 +39,10 @@ func TestKubeconfigPodsAsLiveness(t *testing.T) {
 		wantCode   int
 		releasable bool
 	}{
-		{"the pod is gone", withRole, false, ExitFindings, true},
-		{"the pod runs", withRole, true, ExitFindings, false},
-		{"no role bound", user("norole", ""), false, ExitError, false},
-		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), false, ExitError, false},
+		{"the pod is gone", withRole, false, audit.ExitFindings, true},
+		{"the pod runs", withRole, true, audit.ExitFindings, false},
+		{"no role bound", user("norole", ""), false, audit.ExitError, false},
+		{"API server down", kubetest.Repoint(t, withRole, "https://127.0.0.1:1"), false, audit.ExitError, false},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,10 +65,10 @@ func TestKubeconfigPodsAsLiveness(t *testing.T) {
 			if code != tt.wantCode {
 				t.Fatalf("audit exit %d, want %d\n%s", code, tt.wantCode, stderr)
 			}
-			if code == ExitError {
+			if code == audit.ExitError {
 				before := w.dump()
 				code, _, stderr := w.run(true, "--kubeconfig", tt.kubeconfig, "--min-age", "0", "--apply")
-				if code != ExitError || !reflect.DeepEqual(before, w.dump()) {
+				if code != audit.ExitError || !reflect.DeepEqual(before, w.dump()) {
 					t.Fatalf("repair exit %d (want 2) or etcd changed\n%s", code, stderr)
 				}
 				if !strings.Contains(stderr, "pods API") {
@@ -75,7 +76,7 @@ func TestKubeconfigPodsAsLiveness(t *testing.T) {
 				}
 				return
 			}
-			f := find(rep.Findings, PodNameHandle)
+			f := find(rep.Findings, audit.PodNameHandle)
 			if f == nil || f.Handle != ns+".web-0" || f.Releasable != tt.releasable {
 				t.Fatalf("findings %+v, liveness %q; want %s.web-0 releasable %v", rep.Findings, rep.Liveness, ns, tt.releasable)
 			}

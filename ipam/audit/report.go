@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
+
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -19,14 +21,9 @@ type Report struct {
 	Liveness        string    `json:"liveness"`
 	Summary         Summary   `json:"summary"`
 	Findings        []Finding `json:"findings"`
-	Actions         []Action  `json:"actions,omitempty"`
-	Refused         []Refusal `json:"refused,omitempty"`
-	Applied         *bool     `json:"applied,omitempty"`
 	// Warnings are about settings, not data: they do not change the exit
 	// code.
 	Warnings []string `json:"warnings,omitempty"`
-	// Repair marks a report of `safe-ipam repair`.
-	Repair bool `json:"repair,omitempty"`
 }
 
 // Summary counts what was read and found.
@@ -39,7 +36,7 @@ type Summary struct {
 }
 
 // NewReport summarises a snapshot and its findings.
-func NewReport(snap *Snapshot, findings []Finding, live *liveness.View) *Report {
+func NewReport(snap *snapshot.Snapshot, findings []Finding, live *liveness.View) *Report {
 	r := &Report{Revision: snap.Revision, ResourceVersion: snap.ResourceVersion, Liveness: "none", Findings: findings,
 		Summary: Summary{Blocks: len(snap.Blocks), Handles: len(snap.Handles), Records: len(snap.Records), Findings: map[Kind]int{}}}
 	if live != nil {
@@ -76,29 +73,21 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // WriteText writes a short table and a summary line.
-func (r *Report) WriteText(w io.Writer) error {
+func (r *Report) WriteText(w io.Writer) error { return r.WriteTextWith(w, nil, "") }
+
+// WriteTextWith writes the findings table, then the tables more writes
+// into the same columns (repair's actions and refusals), the warnings,
+// the summary line, and last as a line of its own when not "".
+func (r *Report) WriteTextWith(w io.Writer, more func(tw io.Writer), last string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(r.Findings) > 0 {
 		fmt.Fprintln(tw, "KIND\tADDRESS\tHANDLE\tNODE\tRECORDS\tWHY")
 		for _, f := range r.Findings {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, dash(f.Address), dash(f.Handle), dash(f.Node), dash(strings.Join(f.Records, ",")), f.Why)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, Dash(f.Address), Dash(f.Handle), Dash(f.Node), Dash(strings.Join(f.Records, ",")), f.Why)
 		}
 	}
-	if len(r.Actions) > 0 {
-		fmt.Fprintln(tw, "\nACTION\tHANDLE\tADDRESS\tRECORD\tOUTCOME\tWHY")
-		for _, a := range r.Actions {
-			outcome := a.Outcome
-			if outcome == "" {
-				outcome = "would apply (dry run)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.Kind, dash(a.Handle), dash(a.Address), dash(a.Record), outcome, a.Why)
-		}
-	}
-	if len(r.Refused) > 0 {
-		fmt.Fprintln(tw, "\nREFUSED\tADDRESS\tHANDLE\tWHY")
-		for _, x := range r.Refused {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Finding.Kind, dash(x.Finding.Address), dash(x.Finding.Handle), x.Why)
-		}
+	if more != nil {
+		more(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -108,24 +97,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "audit: %d blocks, %d allocations, %d handles, %d records; %s; liveness: %s\n",
 		r.Summary.Blocks, r.Summary.Allocations, r.Summary.Handles, r.Summary.Records, r.countLine(), r.Liveness)
-	if err != nil || !r.Repair {
+	if err != nil || last == "" {
 		return err
 	}
-	_, err = fmt.Fprintln(w, r.repairLine())
+	_, err = fmt.Fprintln(w, last)
 	return err
-}
-
-func (r *Report) repairLine() string {
-	if r.Applied == nil {
-		return fmt.Sprintf("repair: dry run, %d change(s) would apply, %d refused; run with --apply to make them", len(r.Actions), len(r.Refused))
-	}
-	done := 0
-	for _, a := range r.Actions {
-		if a.Outcome == "done" {
-			done++
-		}
-	}
-	return fmt.Sprintf("repair: %d of %d change(s) applied, %d refused", done, len(r.Actions), len(r.Refused))
 }
 
 func (r *Report) countLine() string {
@@ -145,7 +121,8 @@ func kindRank(s string) int {
 	return kindOrder[Kind(k)]
 }
 
-func dash(s string) string {
+// Dash stands for an empty table cell.
+func Dash(s string) string {
 	if s == "" {
 		return "-"
 	}

@@ -1,4 +1,4 @@
-package audit
+package audit_test
 
 import (
 	"net/netip"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
@@ -32,14 +33,14 @@ func TestAuditAndRepairOverTLS(t *testing.T) {
 	live := w.liveFile(liveness.Attachment{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"})
 
 	code, rep, stderr := w.run(false, append(creds, "--live", live)...)
-	if code != ExitFindings || find(rep.Findings, EarlyRelease) == nil {
+	if code != audit.ExitFindings || find(rep.Findings, audit.EarlyRelease) == nil {
 		t.Fatalf("audit: exit %d, findings %+v, stderr %s", code, rep.Findings, stderr)
 	}
 	code, rep, stderr = w.run(true, append(creds, "--live", live, "--apply")...)
-	if code != ExitClean || len(rep.Actions) != 1 || rep.Actions[0].Outcome != "done" {
+	if code != audit.ExitClean || len(rep.Actions) != 1 || rep.Actions[0].Outcome != "done" {
 		t.Fatalf("repair --apply: exit %d, actions %+v, refused %+v, stderr %s", code, rep.Actions, rep.Refused, stderr)
 	}
-	if code, rep, stderr = w.run(false, append(creds, "--live", live)...); code != ExitClean {
+	if code, rep, stderr = w.run(false, append(creds, "--live", live)...); code != audit.ExitClean {
 		t.Fatalf("audit after repair: exit %d, %+v, stderr %s", code, rep.Findings, stderr)
 	}
 }
@@ -60,8 +61,8 @@ func TestAuditTLSFaultsNameTheFile(t *testing.T) {
 	} {
 		for _, repair := range []bool{false, true} {
 			code, _, stderr := w.run(repair, append(tc.args, "--timeout", "3s")...)
-			if code != ExitError {
-				t.Errorf("%s (repair %v): exit %d, want %d", tc.name, repair, code, ExitError)
+			if code != audit.ExitError {
+				t.Errorf("%s (repair %v): exit %d, want %d", tc.name, repair, code, audit.ExitError)
 			}
 			for _, want := range tc.wants {
 				if !strings.Contains(stderr, want) {

@@ -16,6 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/repair"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -43,9 +44,9 @@ func dispatch(args []string) int {
 	}
 	switch args[0] {
 	case "audit":
-		return audit.Run(args[1:], os.Stdout, os.Stderr, false)
+		return audit.Run(args[1:], os.Stdout, os.Stderr)
 	case "repair":
-		return audit.Run(args[1:], os.Stdout, os.Stderr, true)
+		return repair.Run(args[1:], os.Stdout, os.Stderr)
 	case "adopt":
 		return adopt.Run(args[1:], os.Stdout, os.Stderr)
 	case "gc":

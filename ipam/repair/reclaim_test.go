@@ -1,8 +1,9 @@
-package audit
+package repair
 
 import (
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
@@ -42,7 +43,7 @@ func TestReclaimNeedsProofTheRecordRuns(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := *rec
 			r.PodUID = tc.uid
-			f := Finding{Kind: EarlyRelease, Address: addr, Records: []string{r.Attachment.String()}}
+			f := audit.Finding{Kind: audit.EarlyRelease, Address: addr, Records: []string{r.Attachment.String()}}
 			act, why := planReclaim(f, map[string]*record.Record{r.Attachment.String(): &r}, tc.live)
 			if (act != nil) != tc.allow {
 				t.Errorf("re-claim planned: %v (refusal %q), want %v", act != nil, why, tc.allow)

@@ -1,4 +1,4 @@
-package audit
+package snapshot
 
 import (
 	"context"
@@ -52,14 +52,14 @@ func (e *EtcdRecords) Recheck(ctx context.Context, rec *record.Record) error {
 	case err != nil:
 		return fmt.Errorf("re-reading record %s: %w", rec.Attachment, err)
 	case len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != rec.Revision:
-		return fmt.Errorf("%w: record %s changed since the audit", errStale, rec.Attachment)
+		return fmt.Errorf("%w: record %s changed since the audit", ErrStale, rec.Attachment)
 	}
 	return nil
 }
 
-// compare is the Txn comparison that rec is unchanged, for a write in the
+// Compare is the Txn comparison that rec is unchanged, for a write in the
 // same etcd.
-func (e *EtcdRecords) compare(rec *record.Record) clientv3.Cmp {
+func (e *EtcdRecords) Compare(rec *record.Record) clientv3.Cmp {
 	return etcdstore.Unchanged(e.Prefix, rec)
 }
 
@@ -102,10 +102,11 @@ func (s *StoreRecords) Recheck(ctx context.Context, rec *record.Record) error {
 	case err != nil:
 		return fmt.Errorf("re-reading record %s from the %s: %w", rec.Attachment, s.Where, err)
 	case cur == nil || cur.Revision != rec.Revision || cur.State != record.Committed:
-		return fmt.Errorf("%w: record %s changed since the audit", errStale, rec.Attachment)
+		return fmt.Errorf("%w: record %s changed since the audit", ErrStale, rec.Attachment)
 	}
 	return nil
 }
 
-// errNoRecords is why a repair that needs records cannot re-check one.
-var errNoRecords = errors.New("no record store to re-check the record in")
+// ErrStale means what was read no longer holds: a record changed since
+// the snapshot, or a fresh read no longer supports a planned action.
+var ErrStale = errors.New("no longer applies")

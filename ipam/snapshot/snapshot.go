@@ -1,10 +1,9 @@
-// Package audit reads Calico's IPAM data (from etcd or the Kubernetes
-// API, through package datastore) and safe-ipam's records, and finds what
-// operators used to hunt for by hand: pod-name handles, addresses freed
-// under a live record, addresses held twice, leaks, orphan records and
-// inconsistent documents. Repair fixes only what the audit proves, with
-// writes guarded by the versions they read.
-package audit
+// Package snapshot reads Calico's IPAM data (from etcd or the Kubernetes
+// API, through package datastore) and safe-ipam's records into one
+// consistent view where the datastores allow it: what the audit judges,
+// what repair plans from, and where adopt finds the handle Calico holds a
+// running pod's addresses under.
+package snapshot
 
 import (
 	"context"
@@ -42,9 +41,9 @@ type Snapshot struct {
 	// One damaged document must not blind the audit to the rest.
 	Undecodable map[string]string
 
-	// handleVersions is the version of each handle document as scanned:
+	// HandleVersions is the version of each handle document as scanned:
 	// repair acts only on a handle still at it.
-	handleVersions map[string]datastore.Version
+	HandleVersions map[string]datastore.Version
 	byHandle       map[string]map[netip.Prefix]int
 }
 
@@ -82,7 +81,7 @@ type AffinityDoc struct {
 // when recs can read at it.
 func Load(ctx context.Context, ds datastore.Datastore, recs Records, network string) (*Snapshot, error) {
 	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, Handles: map[string]json.RawMessage{},
-		handleVersions: map[string]datastore.Version{}}
+		HandleVersions: map[string]datastore.Version{}}
 	p, err := ds.Scan(ctx, s.visitor())
 	if err != nil {
 		return nil, err
@@ -105,7 +104,7 @@ func (s *Snapshot) visitor() datastore.Visitor {
 	return datastore.Visitor{
 		Block: s.addBlock,
 		Handle: func(id string, counts json.RawMessage, v datastore.Version) {
-			s.Handles[id], s.handleVersions[id] = counts, v
+			s.Handles[id], s.HandleVersions[id] = counts, v
 		},
 		Affinity: func(node string, cidr netip.Prefix) {
 			s.Affinities = append(s.Affinities, AffinityDoc{Node: node, CIDR: cidr})
@@ -169,9 +168,9 @@ func partitionProblems(b *calico.Block) []string {
 	return problems
 }
 
-// heldBy counts, per block, the addresses the snapshot saw under handle.
+// HeldBy counts, per block, the addresses the snapshot saw under handle.
 // The index is built on first use.
-func (s *Snapshot) heldBy(handle string) map[netip.Prefix]int {
+func (s *Snapshot) HeldBy(handle string) map[netip.Prefix]int {
 	if s.byHandle == nil {
 		s.byHandle = map[string]map[netip.Prefix]int{}
 		for _, al := range s.Allocations {

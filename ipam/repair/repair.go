@@ -1,4 +1,10 @@
-package audit
+// Package repair plans, and with --apply makes, only the fixes the audit
+// proves: it releases leaked and pod-name-handle addresses whose owner a
+// readable liveness source does not list, re-claims free addresses that a
+// running record still holds, and rewrites handle counts from the blocks.
+// Every write is guarded by the versions it read (etcd: one Txn;
+// Kubernetes: each object's resourceVersion, in calico-ipam's order).
+package repair
 
 import (
 	"context"
@@ -6,6 +12,9 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
@@ -35,12 +44,12 @@ type Action struct {
 
 // Refusal is a finding repair will not touch, and why.
 type Refusal struct {
-	Finding Finding `json:"finding"`
-	Why     string  `json:"why"`
+	Finding audit.Finding `json:"finding"`
+	Why     string        `json:"why"`
 }
 
 // Plan turns findings into actions, refusing what is not proven.
-func Plan(snap *Snapshot, findings []Finding, live *liveness.View) ([]Action, []Refusal) {
+func Plan(snap *snapshot.Snapshot, findings []audit.Finding, live *liveness.View) ([]Action, []Refusal) {
 	var actions []Action
 	var refused []Refusal
 	recs := recordsByName(snap)
@@ -55,11 +64,11 @@ func Plan(snap *Snapshot, findings []Finding, live *liveness.View) ([]Action, []
 	return actions, refused
 }
 
-func planOne(f Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
+func planOne(f audit.Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	switch f.Kind {
-	case Unverified, Quarantine:
+	case audit.Unverified, audit.Quarantine:
 		return nil, "" // informational: nothing to repair, nothing refused
-	case Leak, PodNameHandle:
+	case audit.Leak, audit.PodNameHandle:
 		if live == nil {
 			return nil, "no liveness source: an unknown set of running pods never means none run"
 		}
@@ -70,22 +79,22 @@ func planOne(f Finding, recs map[string]*record.Record, live *liveness.View) (*A
 			return nil, "the liveness source lists its owner or one of its addresses: it runs"
 		}
 		return &Action{Kind: ReleaseHandle, Handle: f.Handle, Address: f.Address, Why: string(f.Kind) + ": " + f.Why}, ""
-	case EarlyRelease:
+	case audit.EarlyRelease:
 		return planReclaim(f, recs, live)
-	case Inconsistent:
+	case audit.Inconsistent:
 		if f.Handle != "" && f.Address == "" && f.Block == "" {
 			return &Action{Kind: FixHandleCount, Handle: f.Handle, Why: f.Why}, ""
 		}
 		return nil, "repair does not rewrite blocks or affinities; fix by hand"
-	case Duplicate:
+	case audit.Duplicate:
 		return nil, "two owners: delete and recreate one of the pods (the address cannot be taken from either safely)"
-	case OrphanRecord:
+	case audit.OrphanRecord:
 		return nil, "the runtime's DEL or GC removes it; repair does not delete records"
 	}
 	return nil, ""
 }
 
-func planReclaim(f Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
+func planReclaim(f audit.Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	if len(f.Records) == 0 {
 		return nil, "no record names the handle to re-claim under; recreate the pod"
 	}
@@ -107,7 +116,7 @@ func planReclaim(f Finding, recs map[string]*record.Record, live *liveness.View)
 		Why: "re-claim the free address for the record that still holds it"}, ""
 }
 
-func recordsByName(snap *Snapshot) map[string]*record.Record {
+func recordsByName(snap *snapshot.Snapshot) map[string]*record.Record {
 	m := make(map[string]*record.Record, len(snap.Records))
 	for _, r := range snap.Records {
 		m[r.Attachment.String()] = r
@@ -119,8 +128,8 @@ func recordsByName(snap *Snapshot) map[string]*record.Record {
 type Repairer struct {
 	Data datastore.Datastore
 	// Records holds the records a re-claim is for; it re-checks them.
-	Records Records
-	Snap    *Snapshot
+	Records snapshot.Records
+	Snap    *snapshot.Snapshot
 	Live    *liveness.View
 	// BeforeCommit, when set, runs before every write (tests race it).
 	BeforeCommit func(a Action, attempt int)
@@ -129,8 +138,8 @@ type Repairer struct {
 
 const maxAttempts = 5
 
-// errStale means a fresh read no longer supports the action.
-var errStale = errors.New("no longer applies")
+// errNoRecords is why a repair that needs records cannot re-check one.
+var errNoRecords = errors.New("no record store to re-check the record in")
 
 // Apply runs every action, retrying each from a fresh read when it loses
 // a race, and records each outcome.
@@ -151,7 +160,7 @@ func (r *Repairer) Apply(ctx context.Context, actions []Action) error {
 func (r *Repairer) applyOne(ctx context.Context, a Action) string {
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		w, err := r.prepare(ctx, a)
-		if errors.Is(err, errStale) {
+		if errors.Is(err, snapshot.ErrStale) {
 			return "skipped: " + err.Error()
 		}
 		if err != nil {
@@ -164,7 +173,7 @@ func (r *Repairer) applyOne(ctx context.Context, a Action) string {
 		switch {
 		case err == nil:
 			return "done"
-		case errors.Is(err, errStale):
+		case errors.Is(err, snapshot.ErrStale):
 			return "skipped: " + err.Error()
 		case !errors.Is(err, datastore.ErrConflict):
 			return "failed: " + err.Error()
@@ -193,8 +202,8 @@ func (r *Repairer) commit(ctx context.Context, w write) error {
 		return errNoRecords
 	}
 	if es, ok := r.Data.(*datastore.EtcdStore); ok {
-		if er, ok := r.Records.(*EtcdRecords); ok && er.Client == es.Client {
-			return es.WriteComparing(ctx, w.change, er.compare(w.rec))
+		if er, ok := r.Records.(*snapshot.EtcdRecords); ok && er.Client == es.Client {
+			return es.WriteComparing(ctx, w.change, er.Compare(w.rec))
 		}
 	}
 	if err := r.Records.Recheck(ctx, w.rec); err != nil {
@@ -231,7 +240,7 @@ func (r *Repairer) readHandle(ctx context.Context, handle string, extra ...netip
 	}
 	d.handle = h
 	cidrs := append([]netip.Prefix(nil), extra...)
-	for cidr := range r.Snap.heldBy(handle) {
+	for cidr := range r.Snap.HeldBy(handle) {
 		cidrs = append(cidrs, cidr)
 	}
 	if h != nil {
@@ -288,7 +297,7 @@ func (r *Repairer) prepareRelease(ctx context.Context, a Action) (write, error) 
 	for cidr, doc := range d.blocks {
 		for _, ord := range doc.Block.OrdinalsOf(a.Handle) {
 			if ip, err := doc.Block.IP(ord); err == nil && r.Live != nil && r.Live.ListsAddr(ip) {
-				return write{}, fmt.Errorf("%w: %s is now held by a live attachment", errStale, ip)
+				return write{}, fmt.Errorf("%w: %s is now held by a live attachment", snapshot.ErrStale, ip)
 			}
 		}
 		if len(doc.Block.ReleaseHandle(a.Handle)) > 0 {
@@ -296,7 +305,7 @@ func (r *Repairer) prepareRelease(ctx context.Context, a Action) (write, error) 
 		}
 	}
 	if len(changed) == 0 {
-		return write{}, fmt.Errorf("%w: handle %s holds nothing", errStale, a.Handle)
+		return write{}, fmt.Errorf("%w: handle %s holds nothing", snapshot.ErrStale, a.Handle)
 	}
 	// A release frees the blocks first, then drops the handle, as
 	// calico-ipam does.
@@ -310,7 +319,7 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) 
 	}
 	cidr, ok := r.blockOf(addr)
 	if !ok {
-		return write{}, fmt.Errorf("%w: no block holds %s", errStale, addr)
+		return write{}, fmt.Errorf("%w: no block holds %s", snapshot.ErrStale, addr)
 	}
 	d, err := r.readHandle(ctx, a.Handle, cidr)
 	if err != nil {
@@ -324,17 +333,17 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) 
 	}
 	doc := d.blocks[cidr]
 	if doc == nil {
-		return write{}, fmt.Errorf("%w: block %s is gone", errStale, cidr)
+		return write{}, fmt.Errorf("%w: block %s is gone", snapshot.ErrStale, cidr)
 	}
 	ord, err := doc.Block.Ordinal(addr)
 	if err != nil {
 		return write{}, err
 	}
 	if _, taken := doc.Block.Attribute(ord); taken {
-		return write{}, fmt.Errorf("%w: %s is no longer free", errStale, addr)
+		return write{}, fmt.Errorf("%w: %s is no longer free", snapshot.ErrStale, addr)
 	}
 	if err := doc.Block.AllocateOrdinal(ord, a.Handle, r.secondary(a.rec)); err != nil {
-		return write{}, fmt.Errorf("%w: %v", errStale, err)
+		return write{}, fmt.Errorf("%w: %v", snapshot.ErrStale, err)
 	}
 	counts := calico.NewHandle()
 	if d.handle != nil {
@@ -356,10 +365,10 @@ func (r *Repairer) unchangedSinceAudit(handle string, d *freshDocs) error {
 	if err := r.handleUnchanged(handle, d); err != nil {
 		return err
 	}
-	seen := r.Snap.heldBy(handle)
+	seen := r.Snap.HeldBy(handle)
 	for cidr, doc := range d.blocks {
 		if n := len(doc.Block.OrdinalsOf(handle)); n != seen[cidr] {
-			return fmt.Errorf("%w: handle %s holds %d addresses in %s, the audit saw %d; re-run", errStale, handle, n, cidr, seen[cidr])
+			return fmt.Errorf("%w: handle %s holds %d addresses in %s, the audit saw %d; re-run", snapshot.ErrStale, handle, n, cidr, seen[cidr])
 		}
 	}
 	return nil
@@ -372,8 +381,8 @@ func (r *Repairer) handleUnchanged(handle string, d *freshDocs) error {
 	if d.handle != nil {
 		now = d.handle.Version
 	}
-	if now != r.Snap.handleVersions[handle] {
-		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", errStale, handle)
+	if now != r.Snap.HandleVersions[handle] {
+		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", snapshot.ErrStale, handle)
 	}
 	return nil
 }
@@ -414,8 +423,8 @@ func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (write, error)
 			counts.Add(cidr, n)
 		}
 	}
-	if d.handle != nil && sameCounts(d.handle.Handle.Block, counts.Block) {
-		return write{}, fmt.Errorf("%w: counts already match", errStale)
+	if d.handle != nil && audit.SameCounts(d.handle.Handle.Block, counts.Block) {
+		return write{}, fmt.Errorf("%w: counts already match", snapshot.ErrStale)
 	}
 	return write{change: d.change(a.Handle, counts, nil, false)}, nil
 }
