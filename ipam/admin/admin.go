@@ -1,7 +1,9 @@
 // Package admin is the command-line layer every admin subcommand shares:
-// one way to parse flags, shared flag groups (Calico's etcd and node from
-// --conf, the liveness source, output), and the same exit codes. The
-// commands themselves stay thin and call the packages that do the work.
+// one way to parse flags, shared flag groups (Calico's datastore and node
+// from --conf, the liveness source, output), and the same exit codes. The
+// groups take flags and give plain values (datastore.Settings, Place, a
+// liveness.Source value); they open no connection. The commands stay thin
+// and call the packages that do the work.
 package admin
 
 import (

@@ -1,17 +1,13 @@
 package admin
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -144,29 +140,30 @@ func (c *Calico) fill(name string, dst *string, v string) {
 	}
 }
 
-// OpenDatastore opens Calico's datastore. With etcd it also returns the
-// client, which safe-ipam's etcd records share; the caller closes both.
-func (c *Calico) OpenDatastore(ctx context.Context, timeout time.Duration) (datastore.Datastore, *clientv3.Client, error) {
-	if c.Datastore == datastore.Kubernetes {
-		ds, err := datastore.NewKube(c.Kubeconfig, timeout)
-		return ds, nil, err
-	}
-	cli, err := c.Connect(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return datastore.NewEtcd(cli), cli, nil
+// Settings are the resolved ways to reach Calico's datastore, as plain
+// values; a TLS fault names the file and the flag (or --conf key) that
+// gave it. Package datastore opens it.
+func (c *Calico) Settings() datastore.Settings {
+	return datastore.Settings{Type: c.Datastore, Endpoints: strings.Split(c.Endpoints, ","), Kubeconfig: c.Kubeconfig,
+		TLS: etcdconn.TLSFiles{
+			Cert: etcdconn.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
+			Key:  etcdconn.File{Path: c.KeyFile, Setting: c.setting("etcd-key", config.CalicoTLSKey("key"))},
+			CA:   etcdconn.File{Path: c.CAFile, Setting: c.setting("etcd-ca", config.CalicoTLSKey("ca"))},
+		}}
 }
 
-// Connect connects to Calico's etcd; a TLS fault names the file and the
-// flag (or --conf key) that gave it.
-func (c *Calico) Connect(ctx context.Context) (*clientv3.Client, error) {
-	files := etcdconn.TLSFiles{
-		Cert: etcdconn.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
-		Key:  etcdconn.File{Path: c.KeyFile, Setting: c.setting("etcd-key", config.CalicoTLSKey("key"))},
-		CA:   etcdconn.File{Path: c.CAFile, Setting: c.setting("etcd-ca", config.CalicoTLSKey("ca"))},
-	}
-	return etcdconn.Connect(ctx, etcdconn.Config{Endpoints: strings.Split(c.Endpoints, ","), TLS: files, DialTimeout: 5 * time.Second})
+// Place is where the command runs, as this group resolved it.
+func (c *Calico) Place() Place {
+	return Place{Node: c.Node, NodeErr: c.NodeErr, Datastore: c.Datastore, KubeconfigFlag: c.KubeconfigFlag, Kubeconfig: c.Kubeconfig}
+}
+
+// Place is the node and Calico's datastore a command runs against: plain
+// values the Calico group gives the liveness group.
+type Place struct {
+	Node    string
+	NodeErr error
+	// Datastore, KubeconfigFlag and Kubeconfig are as in Calico.
+	Datastore, KubeconfigFlag, Kubeconfig string
 }
 
 // setting names where a value came from: the flag, or the --conf key.

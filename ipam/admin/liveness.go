@@ -28,12 +28,16 @@ type Liveness struct {
 	// which need containers).
 	PodsByDefault bool
 
-	node     *Calico
+	// place gives the node and datastore once the Calico group, resolved
+	// before this one, knows them.
+	place    func() Place
+	node     Place
 	explicit bool
 }
 
-// NewLiveness is the liveness group, on the node that node resolves.
-func NewLiveness(node *Calico) *Liveness { return &Liveness{node: node} }
+// NewLiveness is the liveness group, on the node place gives (the Calico
+// group's Place).
+func NewLiveness(place func() Place) *Liveness { return &Liveness{place: place} }
 
 // Register adds --live, --cni-cache and --cri-endpoint; --kubeconfig is
 // Calico's, since it may name the datastore too.
@@ -47,6 +51,7 @@ func (l *Liveness) Register(fs *flag.FlagSet) {
 // node's CNI cache speaks for that node only; only a --live file may
 // claim to list every node (--node "").
 func (l *Liveness) Resolve(cmd *Command) error {
+	l.node = l.place()
 	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
 	// --cni-cache= given explicitly (no liveness) also sets the pods
 	// default aside.
@@ -108,19 +113,7 @@ func (l *Liveness) Source() liveness.Source {
 	return nil
 }
 
-// Read reads the chosen source. It returns a nil view with a note when
-// there is no liveness: no source named, or the default cache unreadable.
+// Read reads the chosen source (see liveness.ReadChosen).
 func (l *Liveness) Read(ctx context.Context) (*liveness.View, string, error) {
-	src := l.Source()
-	if src == nil {
-		return nil, "none", nil
-	}
-	v, err := src.Read(ctx)
-	if err != nil {
-		if l.explicit {
-			return nil, "", err
-		}
-		return nil, fmt.Sprintf("none (%v)", err), nil
-	}
-	return v, "", nil
+	return liveness.ReadChosen(ctx, l.Source(), l.explicit)
 }

@@ -34,7 +34,7 @@ func TestLivenessFlags(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calico := &admin.Calico{}
-			live := admin.NewLiveness(calico)
+			live := admin.NewLiveness(calico.Place)
 			cmd := admin.NewCommand("test", "", io.Discard, calico, live)
 			err := cmd.Parse(tt.args)
 			if (err != nil) != tt.wantErr {

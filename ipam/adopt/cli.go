@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
@@ -44,7 +45,7 @@ type cli struct {
 // Run is `safe-ipam adopt`.
 func Run(args []string, stdout, stderr io.Writer) int {
 	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr}
-	c.live = admin.NewLiveness(c.calico)
+	c.live = admin.NewLiveness(c.calico.Place)
 	c.cmd = admin.NewCommand("adopt", usage, stderr, c.calico, c.live, c.out)
 	c.cmd.Flags().BoolVar(&c.apply, "apply", false, "write the records (default: dry run, printing what would be written)")
 	if code, stop := c.cmd.ParseOrExit(args); stop {
@@ -117,7 +118,7 @@ func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 }
 
 func (c *cli) holders(ctx context.Context, network string) (Holders, error) {
-	ds, cli, err := c.calico.OpenDatastore(ctx, 0)
+	ds, cli, err := datastore.Open(ctx, c.calico.Settings())
 	if err != nil {
 		return Holders{}, err
 	}

@@ -68,7 +68,7 @@ type Session struct {
 // NewSession registers the shared flags of a command named name.
 func NewSession(name, usage string, stderr io.Writer) *Session {
 	s := &Session{Calico: &admin.Calico{}, Out: admin.NewOutput(2 * time.Minute)}
-	s.Live = admin.NewLiveness(s.Calico)
+	s.Live = admin.NewLiveness(s.Calico.Place)
 	s.Live.PodsByDefault = true
 	s.Cmd = admin.NewCommand(name, usage, stderr, s.Calico, s.Live, s.Out)
 	s.Cmd.Flags().DurationVar(&s.MinAge, "min-age", 5*time.Minute, "addresses allocated more recently than this are never judged leaked: their ADD may still run")
@@ -101,7 +101,7 @@ func (s *Session) Run(act func(context.Context, *Examined) (int, error)) int {
 }
 
 func (s *Session) examine(ctx context.Context, act func(context.Context, *Examined) (int, error)) (int, error) {
-	ds, cli, err := s.Calico.OpenDatastore(ctx, 0)
+	ds, cli, err := datastore.Open(ctx, s.Calico.Settings())
 	if err != nil {
 		return ExitError, err
 	}

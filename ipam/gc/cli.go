@@ -76,7 +76,7 @@ func (n *node) Resolve(cmd *admin.Command) error {
 func Run(args []string, stdout, stderr io.Writer) int {
 	calico := &admin.Calico{}
 	n := &node{calico: calico}
-	live := admin.NewLiveness(calico)
+	live := admin.NewLiveness(calico.Place)
 	out := admin.NewOutput(2 * time.Minute)
 	cmd := admin.NewCommand("gc", usage, stderr, n, live, out)
 	apply := cmd.Flags().Bool("apply", false, "release (default: dry run, printing what would be released)")

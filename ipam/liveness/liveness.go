@@ -162,3 +162,22 @@ func (v *View) NeedContainers(command string) error {
 	}
 	return nil
 }
+
+// ReadChosen reads the source a command chose. It returns a nil view with
+// a note when there is no liveness: no source chosen (src nil), or a
+// default source the operator did not name (required false) that cannot
+// be read. A source the operator named must be read: its failure is an
+// error, never "nothing runs".
+func ReadChosen(ctx context.Context, src Source, required bool) (*View, string, error) {
+	if src == nil {
+		return nil, "none", nil
+	}
+	v, err := src.Read(ctx)
+	if err != nil {
+		if required {
+			return nil, "", err
+		}
+		return nil, fmt.Sprintf("none (%v)", err), nil
+	}
+	return v, "", nil
+}

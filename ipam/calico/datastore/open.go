@@ -1,0 +1,37 @@
+package datastore
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+)
+
+// Settings say how to reach Calico's datastore: plain values, as the
+// admin commands resolve them from flags and --conf.
+type Settings struct {
+	// Type is Etcd or Kubernetes.
+	Type string
+	// Endpoints and TLS reach Calico's etcd; each TLS file names the
+	// setting (flag or --conf key) that gave it.
+	Endpoints []string
+	TLS       etcdconn.TLSFiles
+	// Kubeconfig reaches the API server of the kubernetes datastore.
+	Kubeconfig string
+}
+
+// Open opens Calico's datastore. With etcd it also returns the client,
+// which safe-ipam's etcd records share; the caller closes both.
+func Open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) {
+	if s.Type == Kubernetes {
+		ds, err := NewKube(s.Kubeconfig, 0)
+		return ds, nil, err
+	}
+	cli, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: s.Endpoints, TLS: s.TLS, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, nil, err
+	}
+	return NewEtcd(cli), cli, nil
+}
