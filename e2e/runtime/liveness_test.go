@@ -28,16 +28,16 @@ func (b *runtimeBackend) Node() string            { return nodeName }
 
 // Start runs a sandbox; containerd chooses its ID, and PodSandboxStatus
 // gives the address.
-func (b *runtimeBackend) Start(t *testing.T, namespace, name string) liveness.Attachment {
+func (b *runtimeBackend) Start(t *testing.T, namespace, name string) liveness.Running {
 	b.uid++
 	ctx := testContext(t)
 	id := b.n.run(ctx, Pod{Namespace: namespace, Name: name, UID: podUID(name, b.uid)})
-	return liveness.Attachment{ContainerID: id, IfName: testbed.IfName, PodNamespace: namespace, PodName: name,
+	return liveness.Running{ContainerID: id, IfName: testbed.IfName, PodNamespace: namespace, PodName: name,
 		IPs: []string{b.n.ip(ctx, id).String()}}
 }
 
 // Stop stops and removes it, as the kubelet does.
-func (b *runtimeBackend) Stop(t *testing.T, a liveness.Attachment) {
+func (b *runtimeBackend) Stop(t *testing.T, a liveness.Running) {
 	b.n.remove(testContext(t), a.ContainerID)
 }
 

@@ -51,7 +51,7 @@ const (
 // Entry is one running attachment the source lists, with what the
 // runtime kept of its ADD.
 type Entry struct {
-	liveness.Attachment
+	liveness.Running
 	// Result is the cached ADD result (CNI cache), nil when the source
 	// keeps none (CRI, a --live file).
 	Result []byte
@@ -142,14 +142,14 @@ func (p *Planner) plan(ctx context.Context, e Entry) (*Action, string, error) {
 		return nil, "", fmt.Errorf("reading the record of %s: %w", att, err)
 	}
 	if cur != nil {
-		return &Action{Kind: KindRecorded, Attachment: att.String(), Pod: podName(e.Attachment), IPs: cur.IPs, Handle: cur.Handle,
+		return &Action{Kind: KindRecorded, Attachment: att.String(), Pod: podName(e.Running), IPs: cur.IPs, Handle: cur.Handle,
 			Outcome: OutcomeRecorded, Why: fmt.Sprintf("safe-ipam has a %s record of it", cur.State)}, "", nil
 	}
 	rec, err := p.record(att, e, addrs)
 	if err != nil {
 		return nil, err.Error(), nil
 	}
-	act := &Action{Kind: KindAdopt, Attachment: att.String(), Pod: podName(e.Attachment), IPs: rec.IPs, Handle: rec.Handle,
+	act := &Action{Kind: KindAdopt, Attachment: att.String(), Pod: podName(e.Running), IPs: rec.IPs, Handle: rec.Handle,
 		Outcome: OutcomeDryRun, rec: rec}
 	act.Why = fmt.Sprintf("running, no record; Calico holds its addresses under %s", rec.Handle)
 	if lost := p.Holders.NotHeldBy(addrs, rec.Handle); lost != "" {
@@ -177,7 +177,7 @@ func (p *Planner) record(att record.Attachment, e Entry, addrs []netip.Addr) (*r
 		PodName:      e.PodName,
 		PodUID:       e.PodUID,
 		Node:         p.Node,
-		Handle:       p.Holders.HandleOf(att, e.Attachment, addrs, ownHandle(p.Cfg, att)),
+		Handle:       p.Holders.HandleOf(att, e.Running, addrs, ownHandle(p.Cfg, att)),
 		State:        record.Committed,
 		IPs:          ips,
 		Result:       result,
@@ -259,7 +259,7 @@ func (p *Plan) EarlyReleases() int {
 	return n
 }
 
-func podName(a liveness.Attachment) string {
+func podName(a liveness.Running) string {
 	if a.PodNamespace == "" && a.PodName == "" {
 		return ""
 	}

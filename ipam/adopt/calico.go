@@ -42,7 +42,7 @@ func HoldersFrom(snap *snapshot.Snapshot) Holders {
 // or the pod's `namespace.podname` (Calico 2.x with it). Otherwise, when
 // every address is free or another's, it is fallback: the handle the
 // plugin's own ADD would use, which its DEL releases.
-func (h Holders) HandleOf(att record.Attachment, a liveness.Attachment, addrs []netip.Addr, fallback string) string {
+func (h Holders) HandleOf(att record.Attachment, a liveness.Running, addrs []netip.Addr, fallback string) string {
 	own := []string{att.Network + "." + att.ContainerID, att.ContainerID}
 	if a.PodNamespace != "" && a.PodName != "" {
 		own = append(own, a.PodNamespace+"."+a.PodName)

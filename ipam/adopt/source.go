@@ -37,7 +37,7 @@ func readEntries(ctx context.Context, l *admin.Liveness, node string) (string, [
 		if a.IfName == "" && view.ContainersOnly {
 			a.IfName = kubeletIfName
 		}
-		entries = append(entries, Entry{Attachment: a, From: view.Source + ": " + a.ContainerID})
+		entries = append(entries, Entry{Running: a, From: view.Source + ": " + a.ContainerID})
 	}
 	return view.Source, entries, nil, nil
 }
@@ -49,7 +49,7 @@ func readCache(ctx context.Context, c liveness.CNICache) (string, []Entry, []Ski
 	}
 	entries := make([]Entry, 0, len(cached))
 	for _, a := range cached {
-		entries = append(entries, Entry{Attachment: a.Attachment, Result: a.Result, From: a.Path})
+		entries = append(entries, Entry{Running: a.Running, Result: a.Result, From: a.Path})
 	}
 	skips := make([]Skip, 0, len(skipped))
 	for _, s := range skipped {

@@ -30,7 +30,7 @@ func TestCleanStoreExitsZero(t *testing.T) {
 	w := newWorld(t)
 	ip := w.allocate(blk, "node1", "net1.c1", podAttrs("web-0"))
 	w.record("net1", "c1", "node1", ip, "web-0")
-	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0"})
+	live := w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"})
 	code, rep, stderr := w.run(false, "--live", live)
 	if code != audit.ExitClean || len(rep.Findings) != 0 {
 		t.Fatalf("exit %d, findings %+v, stderr %s", code, rep.Findings, stderr)
@@ -72,8 +72,8 @@ func TestEveryFindingKind(t *testing.T) {
 	w.allocate(blk, "node1", "ipip-tunnel-addr-node1", map[string]string{"node": "node1", "type": "ipipTunnelAddress"})
 
 	live := w.liveFile(
-		liveness.Attachment{ContainerID: "c2", IfName: "eth0"}, liveness.Attachment{ContainerID: "c3", IfName: "eth0"},
-		liveness.Attachment{ContainerID: "c4", IfName: "eth0"}, liveness.Attachment{ContainerID: "running", IfName: "eth0"},
+		liveness.Running{ContainerID: "c2", IfName: "eth0"}, liveness.Running{ContainerID: "c3", IfName: "eth0"},
+		liveness.Running{ContainerID: "c4", IfName: "eth0"}, liveness.Running{ContainerID: "running", IfName: "eth0"},
 	)
 	code, rep, _ := w.run(false, "--live", live)
 	want := map[audit.Kind]int{audit.PodNameHandle: 2, audit.EarlyRelease: 1, audit.Duplicate: 1, audit.Leak: 1, audit.OrphanRecord: 1, audit.Inconsistent: 3}
@@ -115,8 +115,8 @@ func TestRepairDryRunChangesNothingAndApplyAuditsClean(t *testing.T) {
 	w.put(calico.HandleKey("net1.c9"), h)
 	// Entries name their pods, as the CNI cache does, so the source can
 	// speak for the pod-name handle.
-	live := w.liveFile(liveness.Attachment{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"},
-		liveness.Attachment{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9"})
+	live := w.liveFile(liveness.Running{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"},
+		liveness.Running{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9"})
 
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live)
@@ -165,7 +165,7 @@ func TestRepairFailsClosed(t *testing.T) {
 	}{
 		{"no liveness", nil, audit.ExitFindings, "no liveness source"},
 		{"empty source with records on its node", []string{"--live", w.liveFile()}, audit.ExitFindings, "no liveness source"},
-		{"source for another node", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, audit.ExitFindings, "no liveness source covers its node"},
+		{"source for another node", []string{"--live", w.liveFile(liveness.Running{ContainerID: "x", IfName: "eth0"}), "--node", "node2"}, audit.ExitFindings, "no liveness source covers its node"},
 		{"unreadable source", []string{"--live", "/nonexistent/live.json"}, audit.ExitError, ""},
 		{"unreadable CNI cache", []string{"--cni-cache", "/nonexistent/results"}, audit.ExitError, ""},
 		{"two liveness sources", []string{"--live", w.liveFile(), "--cni-cache", w.t.TempDir()}, audit.ExitError, ""},
@@ -223,7 +223,7 @@ func TestRepairLosesRaceAndRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := liveness.NewView("test", "", []liveness.Attachment{{ContainerID: "c2", IfName: "eth0"}})
+	live := liveness.NewView("test", "", []liveness.Running{{ContainerID: "c2", IfName: "eth0"}})
 	actions, _ := repair.Plan(snap, audit.Analyze(snap, audit.Options{Liveness: live}), live)
 	if len(actions) != 1 || actions[0].Kind != repair.Reclaim {
 		t.Fatalf("plan %+v", actions)
@@ -275,7 +275,7 @@ func TestLegacyLateDelStateFromSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	liveB := w.liveFile(liveness.Attachment{ContainerID: "B", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{b.Prefix().String()}})
+	liveB := w.liveFile(liveness.Running{ContainerID: "B", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{b.Prefix().String()}})
 
 	code, rep, _ := w.run(false, "--live", liveB)
 	f := find(rep.Findings, audit.PodNameHandle)
@@ -310,10 +310,10 @@ func TestSettleRereadsLiveness(t *testing.T) {
 	w.allocate(blk, "node1", "net1.c1", podAttrs("web-1"))
 	w.record("net1", "c1", "node1", "10.244.0.0", "web-1")
 	w.allocate(blk, "node1", "net1.late", podAttrs("late"))
-	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0"})
+	live := w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"})
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		data, _ := json.Marshal([]liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}, {ContainerID: "late", IfName: "eth0"}})
+		data, _ := json.Marshal([]liveness.Running{{ContainerID: "c1", IfName: "eth0"}, {ContainerID: "late", IfName: "eth0"}})
 		_ = os.WriteFile(live, data, 0o600)
 	}()
 	code, rep, _ := w.run(true, "--live", live, "--apply", "--settle", "1s")

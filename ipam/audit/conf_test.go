@@ -30,7 +30,7 @@ func TestConfGivesEtcdNodeAndNetwork(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(list), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	live := w.liveFile(liveness.Attachment{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "web-1"})
+	live := w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "web-1"})
 
 	var stdout, stderr bytes.Buffer
 	code := runCmd([]string{"--conf", conf, "--live", live, "--json"}, &stdout, &stderr, false)

@@ -163,7 +163,7 @@ func (w *dsWorld) record(cid, ip, pod string) {
 	}
 }
 
-func (w *dsWorld) liveFile(atts ...liveness.Attachment) string {
+func (w *dsWorld) liveFile(atts ...liveness.Running) string {
 	w.t.Helper()
 	return writeLiveFile(w.t, atts...)
 }
@@ -232,55 +232,55 @@ func TestKubeAndEtcdFindAndFixTheSameDefects(t *testing.T) {
 	const blk = "10.244.0.0/26"
 	tests := []struct {
 		name  string
-		plant func(w *dsWorld) []liveness.Attachment
+		plant func(w *dsWorld) []liveness.Running
 		kinds map[audit.Kind]int
 		code  int // of repair --apply
 	}{
-		{"pod-name handle whose owner is gone", func(w *dsWorld) []liveness.Attachment {
+		{"pod-name handle whose owner is gone", func(w *dsWorld) []liveness.Running {
 			w.allocate(blk, "node1", "default.web-0", recent("web-0"))
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
-			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}
+			return []liveness.Running{{ContainerID: "c1", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}
 		}, map[audit.Kind]int{audit.PodNameHandle: 1}, audit.ExitClean},
-		{"leak", func(w *dsWorld) []liveness.Attachment {
+		{"leak", func(w *dsWorld) []liveness.Running {
 			w.allocate(blk, "node1", "net1.gone", recent("old"))
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
-			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
+			return []liveness.Running{{ContainerID: "c1", IfName: "eth0"}}
 		}, map[audit.Kind]int{audit.Leak: 1}, audit.ExitClean},
-		{"early release re-claimed", func(w *dsWorld) []liveness.Attachment {
+		{"early release re-claimed", func(w *dsWorld) []liveness.Running {
 			ip := w.allocate(blk, "node1", "net1.c2", recent("web-2"))
 			w.record("c2", ip, "web-2")
 			w.release(blk, "net1.c2")
-			return []liveness.Attachment{{ContainerID: "c2", IfName: "eth0"}}
+			return []liveness.Running{{ContainerID: "c2", IfName: "eth0"}}
 		}, map[audit.Kind]int{audit.EarlyRelease: 1}, audit.ExitClean},
-		{"handle count mismatch", func(w *dsWorld) []liveness.Attachment {
+		{"handle count mismatch", func(w *dsWorld) []liveness.Running {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			w.count("net1.c1", netip.MustParsePrefix(blk), 4)
-			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
+			return []liveness.Running{{ContainerID: "c1", IfName: "eth0"}}
 		}, map[audit.Kind]int{audit.Inconsistent: 1}, audit.ExitClean},
-		{"duplicate is refused", func(w *dsWorld) []liveness.Attachment {
+		{"duplicate is refused", func(w *dsWorld) []liveness.Running {
 			ip := w.allocate(blk, "node1", "net1.c4", recent("web-4"))
 			w.record("c3", ip, "web-3")
 			w.record("c4", ip, "web-4")
-			return []liveness.Attachment{{ContainerID: "c3", IfName: "eth0"}, {ContainerID: "c4", IfName: "eth0"}}
+			return []liveness.Running{{ContainerID: "c3", IfName: "eth0"}, {ContainerID: "c4", IfName: "eth0"}}
 		}, map[audit.Kind]int{audit.Duplicate: 1}, audit.ExitFindings},
-		{"inconsistent documents are reported, not rewritten", func(w *dsWorld) []liveness.Attachment {
+		{"inconsistent documents are reported, not rewritten", func(w *dsWorld) []liveness.Running {
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
 			w.b.Affinity(w.t, "node1", netip.MustParsePrefix("10.244.9.0/26"), false)
 			w.b.Garble(w.t, netip.MustParsePrefix("10.244.1.0/26"))
-			return []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}
+			return []liveness.Running{{ContainerID: "c1", IfName: "eth0"}}
 		}, map[audit.Kind]int{audit.Inconsistent: 2}, audit.ExitFindings},
-		{"no liveness: nothing is judged gone", func(w *dsWorld) []liveness.Attachment {
+		{"no liveness: nothing is judged gone", func(w *dsWorld) []liveness.Running {
 			w.allocate(blk, "node1", "default.web-0", recent("web-0"))
 			w.allocate(blk, "node1", "net1.gone", recent("old"))
 			return nil
 		}, map[audit.Kind]int{audit.PodNameHandle: 1, audit.Unverified: 1}, audit.ExitFindings},
-		{"an empty source beside pod addresses is not trusted", func(w *dsWorld) []liveness.Attachment {
+		{"an empty source beside pod addresses is not trusted", func(w *dsWorld) []liveness.Running {
 			w.allocate(blk, "node1", "default.web-0", recent("web-0"))
-			return []liveness.Attachment{}
+			return []liveness.Running{}
 		}, map[audit.Kind]int{audit.PodNameHandle: 1}, audit.ExitFindings},
 	}
 	for _, tt := range tests {
@@ -338,7 +338,7 @@ func TestKubeDatastoreAPIServerIsTheDefaultLiveness(t *testing.T) {
 		liveness string
 	}{
 		{"pods API by default", nil, audit.ExitError, ""},
-		{"--live replaces it", []string{"--live", w.liveFile(liveness.Attachment{ContainerID: "x", IfName: "eth0"})}, audit.ExitFindings, "file"},
+		{"--live replaces it", []string{"--live", w.liveFile(liveness.Running{ContainerID: "x", IfName: "eth0"})}, audit.ExitFindings, "file"},
 		{"--cni-cache= turns liveness off", []string{"--cni-cache="}, audit.ExitFindings, "none"},
 	}
 	for _, tt := range tests {
@@ -370,21 +370,21 @@ func TestKubeRepairLosesTheRace(t *testing.T) {
 	const blk = "10.244.0.0/26"
 	tests := []struct {
 		name  string
-		plant func(w *dsWorld) liveness.Attachment
+		plant func(w *dsWorld) liveness.Running
 		kind  string
 		done  bool
 	}{
-		{"release", func(w *dsWorld) liveness.Attachment {
+		{"release", func(w *dsWorld) liveness.Running {
 			w.allocate(blk, "node1", "net1.gone", recent("old"))
 			ip := w.allocate(blk, "node1", "net1.c1", recent("db-0"))
 			w.record("c1", ip, "db-0")
-			return liveness.Attachment{ContainerID: "c1", IfName: "eth0"}
+			return liveness.Running{ContainerID: "c1", IfName: "eth0"}
 		}, repair.ReleaseHandle, true},
-		{"re-claim", func(w *dsWorld) liveness.Attachment {
+		{"re-claim", func(w *dsWorld) liveness.Running {
 			ip := w.allocate(blk, "node1", "net1.c2", recent("web-2"))
 			w.record("c2", ip, "web-2")
 			w.release(blk, "net1.c2")
-			return liveness.Attachment{ContainerID: "c2", IfName: "eth0"}
+			return liveness.Running{ContainerID: "c2", IfName: "eth0"}
 		}, repair.Reclaim, false},
 	}
 	for _, tt := range tests {
@@ -395,7 +395,7 @@ func TestKubeRepairLosesTheRace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			live := liveness.NewView("test", "node1", []liveness.Attachment{att})
+			live := liveness.NewView("test", "node1", []liveness.Running{att})
 			actions, _ := repair.Plan(snap, audit.Analyze(snap, audit.Options{Liveness: live, MinAge: time.Minute}), live)
 			if len(actions) != 1 || actions[0].Kind != tt.kind {
 				t.Fatalf("plan %+v", actions)

@@ -57,17 +57,17 @@ func (w *world) simAddArgs(mode calicosim.HandleMode, cid, namespace, pod string
 func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 	tests := []struct {
 		name      string
-		live      []liveness.Attachment
+		live      []liveness.Running
 		released  bool
 		refusedBy string
 	}{
-		{"entry without pod or addresses", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0"}}, false, "cannot speak for pod names"},
-		{"one blind entry among named ones", []liveness.Attachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"},
+		{"entry without pod or addresses", []liveness.Running{{ContainerID: "v2era", IfName: "eth0"}}, false, "cannot speak for pod names"},
+		{"one blind entry among named ones", []liveness.Running{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"},
 			{ContainerID: "v2era", IfName: "eth0"}}, false, "1 of its 2 entries"},
-		{"an unparsable address names nothing", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{"garbage"}}}, false, "cannot speak for pod names"},
-		{"the pod is listed by name", []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", PodNamespace: "default", PodName: "web-0"}}, false, ""},
+		{"an unparsable address names nothing", []liveness.Running{{ContainerID: "v2era", IfName: "eth0", IPs: []string{"garbage"}}}, false, "cannot speak for pod names"},
+		{"the pod is listed by name", []liveness.Running{{ContainerID: "v2era", IfName: "eth0", PodNamespace: "default", PodName: "web-0"}}, false, ""},
 		{"the address is listed", nil, false, ""}, // filled in below with the address
-		{"a source that names pods and lists another pod", []liveness.Attachment{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}, true, ""},
+		{"a source that names pods and lists another pod", []liveness.Running{{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"}}, true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,7 +75,7 @@ func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 			ip := w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
 			live := tt.live
 			if live == nil {
-				live = []liveness.Attachment{{ContainerID: "v2era", IfName: "eth0", IPs: []string{ip + "/26"}}}
+				live = []liveness.Running{{ContainerID: "v2era", IfName: "eth0", IPs: []string{ip + "/26"}}}
 			}
 			// Calico 2.x wrote no timestamps; --min-age 0 leaves the pod-name
 			// rule as the only one that can hold the release back.
@@ -114,7 +114,7 @@ func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWorld(t)
 			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
-			live := w.liveFile(liveness.Attachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
+			live := w.liveFile(liveness.Running{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
 			before := w.dump()
 			code, rep, _ := w.run(true, append([]string{"--live", live, "--apply"}, tt.args...)...)
 			changed := !reflect.DeepEqual(before, w.dump())
@@ -136,8 +136,8 @@ func TestLiveAddressFreeInCalicoIsAnEarlyRelease(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			w := newWorld(t)
 			w.allocate(blk, "node1", "net1.other", podAttrs("other"))
-			live := w.liveFile(liveness.Attachment{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9", IPs: []string{form}},
-				liveness.Attachment{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "other"})
+			live := w.liveFile(liveness.Running{ContainerID: "c9", IfName: "eth0", PodNamespace: "default", PodName: "web-9", IPs: []string{form}},
+				liveness.Running{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "other"})
 			_, rep, _ := w.run(false, "--live", live)
 			if f := find(rep.Findings, audit.EarlyRelease); f == nil || f.Address != "10.244.0.9" {
 				t.Fatalf("findings %+v; want 10.244.0.9 early-released", rep.Findings)

@@ -223,7 +223,7 @@ func (a *analysis) checkLiveAddresses() {
 }
 
 // liveName names a running attachment by what its source knows of it.
-func liveName(att liveness.Attachment) string {
+func liveName(att liveness.Running) string {
 	if att.ContainerID == "" {
 		return "pod " + att.PodNamespace + "/" + att.PodName
 	}

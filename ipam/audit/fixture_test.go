@@ -119,16 +119,16 @@ func (w *world) record(network, cid, node, ip string, pod string) *record.Record
 	return out
 }
 
-func (w *world) liveFile(atts ...liveness.Attachment) string {
+func (w *world) liveFile(atts ...liveness.Running) string {
 	w.t.Helper()
 	return writeLiveFile(w.t, atts...)
 }
 
 // writeLiveFile writes a --live file listing atts (none: an empty list).
-func writeLiveFile(t *testing.T, atts ...liveness.Attachment) string {
+func writeLiveFile(t *testing.T, atts ...liveness.Running) string {
 	t.Helper()
 	if atts == nil {
-		atts = []liveness.Attachment{}
+		atts = []liveness.Running{}
 	}
 	path := filepath.Join(t.TempDir(), "live.json")
 	data, _ := json.Marshal(atts)

@@ -76,7 +76,7 @@ func TestQuarantineIsReportedAndNeverReleased(t *testing.T) {
 	if err := s.Quarantine(context.Background(), p, holder, record.Quarantine{Attachment: att, IPs: []string{ip + "/26"}}); err != nil {
 		t.Fatal(err)
 	}
-	live := w.liveFile(liveness.Attachment{ContainerID: "holder", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{ip + "/26"}})
+	live := w.liveFile(liveness.Running{ContainerID: "holder", IfName: "eth0", PodNamespace: "default", PodName: "web-0", IPs: []string{ip + "/26"}})
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live, "--min-age", "0", "--apply")
 	f := find(rep.Findings, audit.Quarantine)

@@ -30,7 +30,7 @@ func TestAuditAndRepairOverTLS(t *testing.T) {
 	early := w.allocate(blk, "node1", "net1.c2", podAttrs("web-2"))
 	w.record("net1", "c2", "node1", early, "web-2")
 	w.release(blk, "net1.c2")
-	live := w.liveFile(liveness.Attachment{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"})
+	live := w.liveFile(liveness.Running{ContainerID: "c2", IfName: "eth0", PodNamespace: "default", PodName: "web-2"})
 
 	code, rep, stderr := w.run(false, append(creds, "--live", live)...)
 	if code != audit.ExitFindings || find(rep.Findings, audit.EarlyRelease) == nil {

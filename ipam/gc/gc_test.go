@@ -111,7 +111,7 @@ func (n *node) calls(t *testing.T) []string {
 	return calls
 }
 
-func (n *node) live(t *testing.T, atts []liveness.Attachment) string {
+func (n *node) live(t *testing.T, atts []liveness.Running) string {
 	t.Helper()
 	path := filepath.Join(n.dir, "live.json")
 	data, _ := json.Marshal(atts)
@@ -134,7 +134,7 @@ func TestDryRunThenApply(t *testing.T) {
 	n.record(t, "running", "net1", time.Hour)
 	n.record(t, "gone", "eth0", time.Hour)
 	n.record(t, "creating", "eth0", time.Second)
-	live := n.live(t, []liveness.Attachment{{ContainerID: "running", IfName: "eth0", PodNamespace: "default", PodName: "pod-running"}})
+	live := n.live(t, []liveness.Running{{ContainerID: "running", IfName: "eth0", PodNamespace: "default", PodName: "pod-running"}})
 	code, out, errOut := n.run(t, "--live", live)
 	if code != admin.ExitAttention || !strings.Contains(out, "would release") || !strings.Contains(out, "gone/eth0") {
 		t.Fatalf("dry run: exit %d\n%s%s", code, out, errOut)
@@ -165,7 +165,7 @@ func TestContainersOnlySourceKeepsEveryInterface(t *testing.T) {
 	n := newNode(t)
 	n.record(t, "running", "eth0", time.Hour)
 	n.record(t, "running", "net1", time.Hour)
-	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Attachment{{ContainerID: "running"}}))
+	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Running{{ContainerID: "running"}}))
 	plan, _, err := c.Plan(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +204,7 @@ func TestPlanKeepsYoungAndListedThenApplyReleases(t *testing.T) {
 	n.record(t, "listed", "eth0", 2*time.Minute)
 	n.record(t, "gone", "eth0", 2*time.Minute)
 	n.record(t, "creating", "eth0", time.Second)
-	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Attachment{{ContainerID: "listed"}}))
+	c := newCollector(t, n, liveness.NewView("cri test", "node1", []liveness.Running{{ContainerID: "listed"}}))
 	plan, _, err := c.Plan(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestRefusals(t *testing.T) {
 func TestPodsOnlySourceIsRefused(t *testing.T) {
 	n := newNode(t)
 	n.record(t, "gone", "eth0", time.Hour)
-	v := liveness.NewView("pods test", "node1", []liveness.Attachment{{PodNamespace: "default", PodName: "web-0"}})
+	v := liveness.NewView("pods test", "node1", []liveness.Running{{PodNamespace: "default", PodName: "web-0"}})
 	c := newCollector(t, n, v)
 	v.ContainersOnly, v.PodsOnly = false, true
 	if _, _, err := c.Plan(t.Context()); !errors.Is(err, gc.ErrUntrusted) || !strings.Contains(err.Error(), "not containers") {

@@ -55,7 +55,7 @@ func (c CNICache) Read(context.Context) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CNI result cache: %w", err)
 	}
-	var atts []Attachment
+	var atts []Running
 	for _, e := range entries {
 		if e.IsDir() {
 			continue
@@ -83,7 +83,7 @@ type Skipped struct {
 // CachedAttachment is an attachment with what its cache entry kept: the
 // result the runtime got from ADD, as it stored it.
 type CachedAttachment struct {
-	Attachment
+	Running
 	Path   string
 	Result json.RawMessage
 }
@@ -119,7 +119,7 @@ func (c CNICache) ReadLenient(context.Context) ([]CachedAttachment, []Skipped, e
 			skipped = append(skipped, Skipped{Path: path, Reason: err.Error()})
 			continue
 		}
-		atts = append(atts, CachedAttachment{Attachment: a, Path: path, Result: entry.Result.Raw})
+		atts = append(atts, CachedAttachment{Running: a, Path: path, Result: entry.Result.Raw})
 	}
 	return atts, skipped, nil
 }
@@ -143,27 +143,27 @@ func (c CNICache) onThisNode(e cacheEntry) error {
 	return nil
 }
 
-func readCacheEntry(path string) (Attachment, error) {
+func readCacheEntry(path string) (Running, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Attachment{}, fmt.Errorf("CNI result cache: %w", err)
+		return Running{}, fmt.Errorf("CNI result cache: %w", err)
 	}
 	a, _, err := decodeCacheEntry(path, data)
 	if err != nil {
-		return Attachment{}, fmt.Errorf("CNI result cache %s: %w", path, err)
+		return Running{}, fmt.Errorf("CNI result cache %s: %w", path, err)
 	}
 	return a, nil
 }
 
-func decodeCacheEntry(path string, data []byte) (Attachment, cacheEntry, error) {
+func decodeCacheEntry(path string, data []byte) (Running, cacheEntry, error) {
 	var c cacheEntry
 	if err := json.Unmarshal(data, &c); err != nil {
-		return Attachment{}, c, err
+		return Running{}, c, err
 	}
 	if c.ContainerID == "" || c.IfName == "" {
-		return Attachment{}, c, fmt.Errorf("no containerId or ifName")
+		return Running{}, c, fmt.Errorf("no containerId or ifName")
 	}
-	a := Attachment{Network: c.NetworkName, ContainerID: c.ContainerID, IfName: c.IfName}
+	a := Running{Network: c.NetworkName, ContainerID: c.ContainerID, IfName: c.IfName}
 	for _, kv := range c.CNIArgs {
 		switch strings.ToUpper(kv[0]) {
 		case "K8S_POD_NAMESPACE":

@@ -89,16 +89,16 @@ func criTarget(endpoint string) (string, error) {
 // runtime no longer lists is gone (the kubelet removes stopped ones).
 // Any failed call fails the read; a sandbox removed between the list and
 // its status is gone, and not listed.
-func sandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]Attachment, error) {
+func sandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]Running, error) {
 	list, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("ListPodSandbox: %w", err)
 	}
-	var atts []Attachment
+	var atts []Running
 	for _, sb := range list.GetItems() {
 		if sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
 			md := sb.GetMetadata()
-			atts = append(atts, Attachment{ContainerID: sb.GetId(), PodNamespace: md.GetNamespace(), PodName: md.GetName(), PodUID: md.GetUid()})
+			atts = append(atts, Running{ContainerID: sb.GetId(), PodNamespace: md.GetNamespace(), PodName: md.GetName(), PodUID: md.GetUid()})
 			continue
 		}
 		a, found, err := sandboxAttachment(ctx, rt, sb.GetId())
@@ -112,20 +112,20 @@ func sandboxes(ctx context.Context, rt runtimeapi.RuntimeServiceClient) ([]Attac
 	return atts, nil
 }
 
-func sandboxAttachment(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) (Attachment, bool, error) {
+func sandboxAttachment(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) (Running, bool, error) {
 	resp, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 	if status.Code(err) == codes.NotFound {
-		return Attachment{}, false, nil
+		return Running{}, false, nil
 	}
 	if err != nil {
-		return Attachment{}, false, fmt.Errorf("PodSandboxStatus %s: %w", id, err)
+		return Running{}, false, fmt.Errorf("PodSandboxStatus %s: %w", id, err)
 	}
 	st := resp.GetStatus()
 	md := st.GetMetadata()
 	if md.GetNamespace() == "" || md.GetName() == "" {
-		return Attachment{}, false, fmt.Errorf("PodSandboxStatus %s: no pod namespace or name in its metadata", id)
+		return Running{}, false, fmt.Errorf("PodSandboxStatus %s: no pod namespace or name in its metadata", id)
 	}
-	a := Attachment{ContainerID: id, PodNamespace: md.GetNamespace(), PodName: md.GetName(), PodUID: md.GetUid()}
+	a := Running{ContainerID: id, PodNamespace: md.GetNamespace(), PodName: md.GetName(), PodUID: md.GetUid()}
 	if ip := st.GetNetwork().GetIp(); ip != "" {
 		a.IPs = append(a.IPs, ip)
 	}

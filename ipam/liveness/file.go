@@ -20,7 +20,7 @@ func (f File) Read(context.Context) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("liveness file: %w", err)
 	}
-	var atts []Attachment
+	var atts []Running
 	if err := json.Unmarshal(data, &atts); err != nil {
 		return nil, fmt.Errorf("liveness file %s: %w", f.Path, err)
 	}

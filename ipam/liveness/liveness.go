@@ -14,8 +14,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
-// Attachment is an attachment known to be running.
-type Attachment struct {
+// Running is an attachment known to be running.
+type Running struct {
 	Network      string   `json:"network,omitempty"`
 	ContainerID  string   `json:"containerID"`
 	IfName       string   `json:"ifname"`
@@ -36,7 +36,7 @@ type Source interface {
 type View struct {
 	Source      string
 	Node        string
-	Attachments []Attachment
+	Attachments []Running
 	// ContainersOnly marks a source that lists containers but not their
 	// interfaces (a runtime's CRI API knows a sandbox's IPs, not its
 	// ifnames): every interface of a listed container runs, so a record
@@ -59,7 +59,7 @@ type View struct {
 }
 
 // NewView indexes what a source listed.
-func NewView(source, node string, atts []Attachment) *View {
+func NewView(source, node string, atts []Running) *View {
 	v := &View{Source: source, Node: node, Attachments: atts,
 		containers: map[string]bool{}, pods: map[string]bool{}, addrs: map[netip.Addr]bool{}, attach: map[[2]string]bool{}}
 	for _, a := range atts {

@@ -88,9 +88,9 @@ func (p Pods) Read(ctx context.Context) (*View, error) {
 
 // nodePods lists every pod bound to node, page by page. The pages come
 // from one consistent snapshot; an expired continuation fails the read.
-func nodePods(ctx context.Context, client kubernetes.Interface, node string, page int64) ([]Attachment, error) {
+func nodePods(ctx context.Context, client kubernetes.Interface, node string, page int64) ([]Running, error) {
 	opts := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String(), Limit: page}
-	var atts []Attachment
+	var atts []Running
 	for {
 		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
@@ -111,13 +111,13 @@ func nodePods(ctx context.Context, client kubernetes.Interface, node string, pag
 
 // podAttachment is what a pod says of itself. The container ID and
 // ifname stay empty: the API does not know them.
-func podAttachment(pod *corev1.Pod, node string) (Attachment, error) {
+func podAttachment(pod *corev1.Pod, node string) (Running, error) {
 	if pod.Spec.NodeName != node {
 		// The field selector failed to apply: trusting the answer would
 		// mix nodes.
-		return Attachment{}, fmt.Errorf("pod %s/%s is bound to node %q, not %q", pod.Namespace, pod.Name, pod.Spec.NodeName, node)
+		return Running{}, fmt.Errorf("pod %s/%s is bound to node %q, not %q", pod.Namespace, pod.Name, pod.Spec.NodeName, node)
 	}
-	a := Attachment{PodNamespace: pod.Namespace, PodName: pod.Name, PodUID: string(pod.UID)}
+	a := Running{PodNamespace: pod.Namespace, PodName: pod.Name, PodUID: string(pod.UID)}
 	switch {
 	case pod.Spec.HostNetwork:
 		return a, nil // its IPs are the node's, not handed out by IPAM

@@ -80,7 +80,7 @@ func (b *podsBackend) Source() liveness.Source {
 }
 func (b *podsBackend) Node() string { return b.node }
 
-func (b *podsBackend) Start(t *testing.T, ns, name string) liveness.Attachment {
+func (b *podsBackend) Start(t *testing.T, ns, name string) liveness.Running {
 	b.n++
 	ip := fmt.Sprintf("10.244.1.%d", b.n)
 	pod, err := b.srv.RunPod(ns, name, b.node, ip, "fd00::"+fmt.Sprint(b.n))
@@ -88,10 +88,10 @@ func (b *podsBackend) Start(t *testing.T, ns, name string) liveness.Attachment {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.srv.DeletePod(ns, name) })
-	return liveness.Attachment{PodNamespace: ns, PodName: name, PodUID: string(pod.UID), IPs: []string{ip, "fd00::" + fmt.Sprint(b.n)}}
+	return liveness.Running{PodNamespace: ns, PodName: name, PodUID: string(pod.UID), IPs: []string{ip, "fd00::" + fmt.Sprint(b.n)}}
 }
 
-func (b *podsBackend) Stop(t *testing.T, a liveness.Attachment) {
+func (b *podsBackend) Stop(t *testing.T, a liveness.Running) {
 	if err := b.srv.DeletePod(a.PodNamespace, a.PodName); err != nil {
 		t.Fatal(err)
 	}

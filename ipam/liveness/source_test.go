@@ -16,7 +16,7 @@ import (
 // fileBackend keeps the list an operator would write.
 type fileBackend struct {
 	path string
-	atts []liveness.Attachment
+	atts []liveness.Running
 	n    int
 }
 
@@ -29,16 +29,16 @@ func newFileBackend(t *testing.T) livenesstest.Backend {
 func (b *fileBackend) Source() liveness.Source { return liveness.File{Path: b.path, Node: "node1"} }
 func (b *fileBackend) Node() string            { return "node1" }
 
-func (b *fileBackend) Start(t *testing.T, ns, name string) liveness.Attachment {
+func (b *fileBackend) Start(t *testing.T, ns, name string) liveness.Running {
 	b.n++
-	a := liveness.Attachment{ContainerID: fmt.Sprintf("c%d", b.n), IfName: "eth0", PodNamespace: ns, PodName: name, IPs: []string{fmt.Sprintf("10.244.0.%d/26", b.n)}}
+	a := liveness.Running{ContainerID: fmt.Sprintf("c%d", b.n), IfName: "eth0", PodNamespace: ns, PodName: name, IPs: []string{fmt.Sprintf("10.244.0.%d/26", b.n)}}
 	b.atts = append(b.atts, a)
 	b.write(t)
 	return a
 }
 
-func (b *fileBackend) Stop(t *testing.T, a liveness.Attachment) {
-	b.atts = slices.DeleteFunc(b.atts, func(x liveness.Attachment) bool { return x.ContainerID == a.ContainerID })
+func (b *fileBackend) Stop(t *testing.T, a liveness.Running) {
+	b.atts = slices.DeleteFunc(b.atts, func(x liveness.Running) bool { return x.ContainerID == a.ContainerID })
 	b.write(t)
 }
 
@@ -49,7 +49,7 @@ func (b *fileBackend) Break(t *testing.T) {
 }
 
 func (b *fileBackend) write(t *testing.T) {
-	data, _ := json.Marshal(append([]liveness.Attachment{}, b.atts...))
+	data, _ := json.Marshal(append([]liveness.Running{}, b.atts...))
 	if err := os.WriteFile(b.path, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +68,9 @@ func newCacheBackend(t *testing.T) livenesstest.Backend {
 func (b *cacheBackend) Source() liveness.Source { return liveness.CNICache{Dir: b.dir, Node: "node1"} }
 func (b *cacheBackend) Node() string            { return "node1" }
 
-func (b *cacheBackend) Start(t *testing.T, ns, name string) liveness.Attachment {
+func (b *cacheBackend) Start(t *testing.T, ns, name string) liveness.Running {
 	b.n++
-	a := liveness.Attachment{Network: "k8s-pod-network", ContainerID: fmt.Sprintf("%064x", b.n), IfName: "eth0", PodNamespace: ns, PodName: name,
+	a := liveness.Running{Network: "k8s-pod-network", ContainerID: fmt.Sprintf("%064x", b.n), IfName: "eth0", PodNamespace: ns, PodName: name,
 		IPs: []string{fmt.Sprintf("10.244.0.%d/26", b.n)}}
 	// libcni's cachedInfo form, as containerd and CRI-O leave it.
 	entry := fmt.Sprintf(`{"kind":"cniCacheV1","containerId":%q,"config":"e30=","ifName":"eth0","networkName":"k8s-pod-network",
@@ -82,11 +82,11 @@ func (b *cacheBackend) Start(t *testing.T, ns, name string) liveness.Attachment 
 	return a
 }
 
-func (b *cacheBackend) entry(a liveness.Attachment) string {
+func (b *cacheBackend) entry(a liveness.Running) string {
 	return filepath.Join(b.dir, a.Network+"-"+a.ContainerID+"-"+a.IfName)
 }
 
-func (b *cacheBackend) Stop(t *testing.T, a liveness.Attachment) {
+func (b *cacheBackend) Stop(t *testing.T, a liveness.Running) {
 	if err := os.Remove(b.entry(a)); err != nil {
 		t.Fatal(err)
 	}
@@ -123,16 +123,16 @@ func TestFileRejectsEntriesWithoutIdentity(t *testing.T) {
 func TestPodNamesGap(t *testing.T) {
 	tests := []struct {
 		name string
-		live []liveness.Attachment
+		live []liveness.Running
 		gap  bool
 	}{
 		{"no entries", nil, false},
-		{"pod identity", []liveness.Attachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns", PodName: "p"}}, false},
-		{"addresses", []liveness.Attachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1/32"}}}, false},
-		{"bare address", []liveness.Attachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1"}}}, false},
-		{"namespace without name", []liveness.Attachment{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns"}}, true},
-		{"unparsable address", []liveness.Attachment{{ContainerID: "a", IfName: "eth0", IPs: []string{"x"}}}, true},
-		{"nothing", []liveness.Attachment{{ContainerID: "a", IfName: "eth0"}}, true},
+		{"pod identity", []liveness.Running{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns", PodName: "p"}}, false},
+		{"addresses", []liveness.Running{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1/32"}}}, false},
+		{"bare address", []liveness.Running{{ContainerID: "a", IfName: "eth0", IPs: []string{"10.0.0.1"}}}, false},
+		{"namespace without name", []liveness.Running{{ContainerID: "a", IfName: "eth0", PodNamespace: "ns"}}, true},
+		{"unparsable address", []liveness.Running{{ContainerID: "a", IfName: "eth0", IPs: []string{"x"}}}, true},
+		{"nothing", []liveness.Running{{ContainerID: "a", IfName: "eth0"}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -145,7 +145,7 @@ func TestPodNamesGap(t *testing.T) {
 }
 
 func TestNeedContainers(t *testing.T) {
-	v := liveness.NewView("pods", "n", []liveness.Attachment{{PodNamespace: "ns", PodName: "p"}})
+	v := liveness.NewView("pods", "n", []liveness.Running{{PodNamespace: "ns", PodName: "p"}})
 	if err := v.NeedContainers("adopt"); err != nil {
 		t.Fatalf("a view that names containers refused: %v", err)
 	}

@@ -16,10 +16,10 @@ func TestReclaimNeedsProofTheRecordRuns(t *testing.T) {
 	const addr = "10.244.0.5"
 	rec := &record.Record{Attachment: record.Attachment{Network: "net", ContainerID: "c1", IfName: "eth0"},
 		Node: "node1", Handle: "net.c1", PodNamespace: "default", PodName: "web-0", PodUID: "uid-b", State: record.Committed}
-	pod := func(uid string, ips ...string) liveness.Attachment {
-		return liveness.Attachment{PodNamespace: "default", PodName: "web-0", PodUID: uid, IPs: ips}
+	pod := func(uid string, ips ...string) liveness.Running {
+		return liveness.Running{PodNamespace: "default", PodName: "web-0", PodUID: uid, IPs: ips}
 	}
-	podsView := func(atts ...liveness.Attachment) *liveness.View {
+	podsView := func(atts ...liveness.Running) *liveness.View {
 		v := liveness.NewView("pods", "node1", atts)
 		v.PodsOnly = true
 		return v
@@ -37,8 +37,8 @@ func TestReclaimNeedsProofTheRecordRuns(t *testing.T) {
 		{"pods: the pod reports another address", podsView(pod("uid-b", "10.244.0.6")), "uid-b", false},
 		{"pods: the record names no pod UID", podsView(pod("", addr)), "", false},
 		{"pods: the pod is not listed", podsView(), "uid-b", false},
-		{"file: lists the attachment", liveness.NewView("file", "node1", []liveness.Attachment{{ContainerID: "c1", IfName: "eth0"}}), "uid-b", true},
-		{"file: lists another", liveness.NewView("file", "node1", []liveness.Attachment{{ContainerID: "c2", IfName: "eth0"}}), "uid-b", false},
+		{"file: lists the attachment", liveness.NewView("file", "node1", []liveness.Running{{ContainerID: "c1", IfName: "eth0"}}), "uid-b", true},
+		{"file: lists another", liveness.NewView("file", "node1", []liveness.Running{{ContainerID: "c2", IfName: "eth0"}}), "uid-b", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := *rec

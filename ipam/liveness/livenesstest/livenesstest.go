@@ -21,9 +21,9 @@ type Backend interface {
 	// Start makes an attachment of pod namespace/name run and returns it
 	// as the source must list it (a runtime chooses its own container ID;
 	// a source that names no containers, PodsOnly, returns it without).
-	Start(t *testing.T, namespace, name string) liveness.Attachment
+	Start(t *testing.T, namespace, name string) liveness.Running
 	// Stop makes it stop running.
-	Stop(t *testing.T, a liveness.Attachment)
+	Stop(t *testing.T, a liveness.Running)
 	// Break makes the source unreadable: a file gone, a runtime or API
 	// server stopped.
 	Break(t *testing.T)
@@ -78,7 +78,7 @@ func listsRunning(t *testing.T, b Backend) {
 	a := b.Start(t, "default", "web-0")
 	c := b.Start(t, "prod", "db-0")
 	v := read(t, b)
-	for _, want := range []liveness.Attachment{a, c} {
+	for _, want := range []liveness.Running{a, c} {
 		if !v.ListsAttachment(want.ContainerID, want.IfName) || !v.ListsContainer(want.ContainerID) {
 			t.Errorf("%+v not listed in %+v", want, v.Attachments)
 		}
