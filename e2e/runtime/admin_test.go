@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -21,19 +23,19 @@ import (
 func TestAdminWithRuntimeSource(t *testing.T) {
 	ctx := testContext(t)
 	n := newNode(t, nodeOptions{safe: true, gen: testbed.Modern, etcdStore: true})
-	running := n.run(ctx, Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)})
+	running := n.run(ctx, containerd.Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)})
 	runningAddr := n.ip(ctx, running)
-	orphan := n.orphan(ctx, Pod{Namespace: "default", Name: "web-1", UID: podUID("web-1", 1)})
+	orphan := n.orphan(ctx, containerd.Pod{Namespace: "default", Name: "web-1", UID: podUID("web-1", 1)})
 	before := n.state(ctx)
 	if !slices.ContainsFunc(before, func(s string) bool { return strings.Contains(s, orphan) }) {
-		t.Fatalf("the orphan %s left nothing to collect: %v", short(orphan), before)
+		t.Fatalf("the orphan %s left nothing to collect: %v", containerd.Short(orphan), before)
 	}
 	cri := "--cri-endpoint=" + n.cd.Endpoint()
 
 	t.Run("gc dry run", func(t *testing.T) {
 		out := n.admin(t, 1, "gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, cri)
 		if !strings.Contains(out, "would release") || !containsLine(out, "would release", orphan) || containsLine(out, "would release", running) {
-			t.Errorf("the dry run should release %s only:\n%s", short(orphan), out)
+			t.Errorf("the dry run should release %s only:\n%s", containerd.Short(orphan), out)
 		}
 		n.assertUnchanged(before)
 	})
@@ -45,7 +47,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 	t.Run("audit", func(t *testing.T) {
 		out := n.admin(t, 1, "audit", "--conf", n.conflist(), "--min-age", "0s", cri)
 		if !containsLine(out, "orphan-record", orphan) || containsLine(out, "orphan-record", running) {
-			t.Errorf("audit should name %s, and only it, as an orphan record:\n%s", short(orphan), out)
+			t.Errorf("audit should name %s, and only it, as an orphan record:\n%s", containerd.Short(orphan), out)
 		}
 	})
 	for _, outage := range []struct {
@@ -91,11 +93,11 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 		}
 	})
 	t.Run("empty runtime while records exist", func(t *testing.T) {
-		orphan2 := n.orphan(ctx, Pod{Namespace: "default", Name: "web-2", UID: podUID("web-2", 1)})
+		orphan2 := n.orphan(ctx, containerd.Pod{Namespace: "default", Name: "web-2", UID: podUID("web-2", 1)})
 		n.remove(ctx, running)
 		held := n.state(ctx)
 		if len(held) == 0 {
-			t.Fatalf("the orphan %s left nothing", short(orphan2))
+			t.Fatalf("the orphan %s left nothing", containerd.Short(orphan2))
 		}
 		out := n.admin(t, 2, "gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, "--apply", cri)
 		t.Logf("%s", firstLine(out))
@@ -106,7 +108,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 // orphan runs a sandbox for pod and removes it while containerd's CNI
 // config routes DEL past safe-ipam, so the DEL never reaches it: its
 // record and address stay, as after incident 001.
-func (n *node) orphan(ctx context.Context, pod Pod) string {
+func (n *node) orphan(ctx context.Context, pod containerd.Pod) string {
 	n.t.Helper()
 	id := n.run(ctx, pod)
 	mark := "orphan-" + pod.UID
@@ -150,7 +152,7 @@ func (n *node) assertUnchanged(before []string) {
 func (n *node) admin(t *testing.T, want int, args ...string) string {
 	t.Helper()
 	cmd := exec.CommandContext(testContext(t), prepared.bin.Path(testbed.SafeIPAM), args...)
-	cmd.Env = append(processEnv(), n.pluginEnv()...)
+	cmd.Env = append(containerd.ProcessEnv(), n.pluginEnv()...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

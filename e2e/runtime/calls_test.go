@@ -4,8 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // What containerd 1.6 sends on the kubelet's path, which safe-ipam must
@@ -16,7 +18,7 @@ import (
 func TestContainerdCNICalls(t *testing.T) {
 	ctx := testContext(t)
 	n := newNode(t, nodeOptions{safe: true, gen: testbed.Modern})
-	pod := Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)}
+	pod := containerd.Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)}
 	id := n.run(ctx, pod)
 	n.ip(ctx, id)
 	n.remove(ctx, id)

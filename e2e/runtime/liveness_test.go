@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness/livenesstest"
@@ -31,7 +33,7 @@ func (b *runtimeBackend) Node() string            { return nodeName }
 func (b *runtimeBackend) Start(t *testing.T, namespace, name string) liveness.Running {
 	b.uid++
 	ctx := testContext(t)
-	id := b.n.run(ctx, Pod{Namespace: namespace, Name: name, UID: podUID(name, b.uid)})
+	id := b.n.run(ctx, containerd.Pod{Namespace: namespace, Name: name, UID: podUID(name, b.uid)})
 	return liveness.Running{ContainerID: id, IfName: testbed.IfName, PodNamespace: namespace, PodName: name,
 		IPs: []string{b.n.ip(ctx, id).String()}}
 }
@@ -73,7 +75,7 @@ func TestCRISourceHungRuntimeAndInterfaces(t *testing.T) {
 	}
 	for _, ifname := range []string{"eth0", "net1"} {
 		if !v.ListsAttachment(a.ContainerID, ifname) {
-			t.Errorf("running sandbox %s not listed for %s", short(a.ContainerID), ifname)
+			t.Errorf("running sandbox %s not listed for %s", containerd.Short(a.ContainerID), ifname)
 		}
 	}
 	if v.ListsAttachment("not-a-sandbox", "eth0") {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -60,16 +62,16 @@ func build(ctx context.Context, dir string) error {
 	if prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM")); err != nil {
 		return err
 	}
-	if err := goBuild(ctx, nil, filepath.Join(dir, recorderPlugin), "./cmd/cni-recorder"); err != nil {
+	if err := goBuild(ctx, nil, filepath.Join(dir, recorderPlugin), "../harness/containerd/cmd/cni-recorder"); err != nil {
 		return err
 	}
 	pause := filepath.Join(dir, pauseProgram)
 	// Static: the image has nothing but this file.
-	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, pause, "./cmd/pause"); err != nil {
+	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, pause, "../harness/containerd/cmd/pause"); err != nil {
 		return err
 	}
 	prepared.image = filepath.Join(dir, "pause-image.tar")
-	return BuildSandboxImage(pause, prepared.image)
+	return containerd.BuildSandboxImage(pause, prepared.image)
 }
 
 func goBuild(ctx context.Context, env []string, out, pkg string) error {

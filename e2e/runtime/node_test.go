@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // networkName is the network the kubelet's pods join, as Calico names it.
@@ -50,9 +52,9 @@ type node struct {
 	// cache is its results/.
 	cniLib  string
 	callLog string
-	holder  *Holder
-	cd      *Containerd
-	kube    *Kubelet
+	holder  *containerd.Holder
+	cd      *containerd.Containerd
+	kube    *containerd.Kubelet
 }
 
 func newNode(t *testing.T, opt nodeOptions) *node {
@@ -104,7 +106,7 @@ func (n *node) start(ctx context.Context, etcdEndpoint string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	h, err := StartHolder(ctx, prepared.bin.Path(pauseProgram))
+	h, err := containerd.StartHolder(ctx, prepared.bin.Path(pauseProgram))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,20 +119,20 @@ func (n *node) start(ctx context.Context, etcdEndpoint string) {
 	if err := h.Run(ctx, "mount", "--bind", n.cniLib, "/var/lib/cni"); err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := StartEtcdProxy(h.NetNSPath(), etcdEndpoint)
+	proxy, err := containerd.StartEtcdProxy(h.NetNSPath(), etcdEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(proxy.Close)
-	n.cd = &Containerd{Holder: h, Dir: dir, BinDir: prepared.bin.Dir, ConfDir: n.tb.ConfDir, Env: n.pluginEnv()}
+	n.cd = &containerd.Containerd{Holder: h, Dir: dir, BinDir: prepared.bin.Dir, ConfDir: n.tb.ConfDir, Env: n.pluginEnv()}
 	if err := n.cd.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.cd.Stop)
-	if err := ImportImage(ctx, n.cd.Socket(), prepared.image); err != nil {
+	if err := containerd.ImportImage(ctx, n.cd.Socket(), prepared.image); err != nil {
 		t.Fatal(err)
 	}
-	if n.kube, err = NewKubelet(n.cd.Endpoint(), filepath.Join(n.dir, "pods")); err != nil {
+	if n.kube, err = containerd.NewKubelet(n.cd.Endpoint(), filepath.Join(n.dir, "pods")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.kube.Close)
@@ -179,7 +181,7 @@ func (n *node) writeConflist(plugins []any) error {
 func (n *node) conflist() string { return filepath.Join(n.tb.ConfDir, "10-calico.conflist") }
 
 // run starts a sandbox for pod and returns its ID.
-func (n *node) run(ctx context.Context, pod Pod) string {
+func (n *node) run(ctx context.Context, pod containerd.Pod) string {
 	n.t.Helper()
 	id, err := n.kube.RunPodSandbox(ctx, pod)
 	if err != nil {

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // Scenario 3: containerd restarts (in the same namespaces, as on a node)
@@ -19,7 +21,7 @@ func TestRuntimeRestartWithLivePods(t *testing.T) {
 			n := newNode(t, nodeOptions{safe: safe, gen: testbed.Modern})
 			ids := map[string]string{}
 			for i := range 2 {
-				id := n.run(ctx, Pod{Namespace: "default", Name: fmt.Sprintf("web-%d", i), UID: podUID("web", i)})
+				id := n.run(ctx, containerd.Pod{Namespace: "default", Name: fmt.Sprintf("web-%d", i), UID: podUID("web", i)})
 				ids[id] = n.ip(ctx, id).String()
 			}
 			if err := n.cd.Restart(ctx); err != nil {
@@ -31,14 +33,14 @@ func TestRuntimeRestartWithLivePods(t *testing.T) {
 			}
 			for id, was := range ids {
 				if now := n.ip(ctx, id).String(); now != was {
-					t.Errorf("sandbox %s reported %s before the restart and %s after", short(id), was, now)
+					t.Errorf("sandbox %s reported %s before the restart and %s after", containerd.Short(id), was, now)
 				}
 				if a, held := snap.Lookup(n.ip(ctx, id)); !held || a.Handle != networkName+"."+id {
-					t.Errorf("after the restart Calico has %s of running sandbox %s: held=%v handle=%q", was, short(id), held, a.Handle)
+					t.Errorf("after the restart Calico has %s of running sandbox %s: held=%v handle=%q", was, containerd.Short(id), held, a.Handle)
 				}
 				for _, c := range calls.Of(n.calls(), id) {
 					if c.Command != "ADD" {
-						t.Errorf("the restart sent %s for running sandbox %s", c.Command, short(id))
+						t.Errorf("the restart sent %s for running sandbox %s", c.Command, containerd.Short(id))
 					}
 				}
 			}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -22,20 +24,20 @@ func TestRuntimeStatefulSetLateDel(t *testing.T) {
 		t.Run(label(safe), func(t *testing.T) {
 			ctx := testContext(t)
 			n := newNode(t, nodeOptions{safe: safe, gen: testbed.Legacy, handles: "pod"})
-			a := n.run(ctx, Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)})
-			b := n.run(ctx, Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 2)})
+			a := n.run(ctx, containerd.Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 1)})
+			b := n.run(ctx, containerd.Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 2)})
 			bAddr := n.ip(ctx, b)
 			n.remove(ctx, a) // the late StopPodSandbox and RemovePodSandbox of A
 			for i := range testbed.BlockAddrs {
-				n.run(ctx, Pod{Namespace: "default", Name: fmt.Sprintf("app-%d", i), UID: podUID("app", i)})
+				n.run(ctx, containerd.Pod{Namespace: "default", Name: fmt.Sprintf("app-%d", i), UID: podUID("app", i)})
 			}
 			dups := n.duplicates(ctx)
-			t.Logf("%s: B %s holds %s; addresses in more than one sandbox: %v", n.net.Label(), short(b), bAddr, dups)
+			t.Logf("%s: B %s holds %s; addresses in more than one sandbox: %v", n.net.Label(), containerd.Short(b), bAddr, dups)
 			if safe {
 				if len(dups) > 0 {
 					t.Errorf("addresses held by more than one sandbox: %v", dups)
 				}
-			} else if holders := dups[bAddr]; len(holders) < 2 || !slices.Contains(holders, short(b)) {
+			} else if holders := dups[bAddr]; len(holders) < 2 || !slices.Contains(holders, containerd.Short(b)) {
 				t.Errorf("control: B's %s is reported by %v, want B and another sandbox; the failure did not reproduce", bAddr, holders)
 			}
 			n.removeAll(ctx)
@@ -61,7 +63,7 @@ func (n *node) duplicates(ctx context.Context) map[netip.Addr][]string {
 	by := map[netip.Addr][]string{}
 	for _, sb := range sbs {
 		addr := n.ip(ctx, sb.Id)
-		by[addr] = append(by[addr], short(sb.Id))
+		by[addr] = append(by[addr], containerd.Short(sb.Id))
 	}
 	for addr, ids := range by {
 		if len(ids) < 2 {

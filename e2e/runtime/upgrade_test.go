@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd/calls"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
 )
 
 // legacyWeb0 is the handle Calico 2.x gave the running web-0 before the
@@ -40,7 +42,7 @@ func TestRuntimeUpgradedClusterSandbox(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod := Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 2)}
+			pod := containerd.Pod{Namespace: "default", Name: "web-0", UID: podUID("web-0", 2)}
 			if tc.failed {
 				n.failedSandbox(ctx, pod)
 			} else {
@@ -58,7 +60,7 @@ func TestRuntimeUpgradedClusterSandbox(t *testing.T) {
 
 // failedSandbox runs a sandbox whose chain fails after IPAM allocated and
 // checks that containerd answered with an error and an immediate DEL.
-func (n *node) failedSandbox(ctx context.Context, pod Pod) {
+func (n *node) failedSandbox(ctx context.Context, pod containerd.Pod) {
 	t := n.t
 	t.Helper()
 	if id, err := n.kube.RunPodSandbox(ctx, pod); err == nil || !strings.Contains(err.Error(), "failAdd") {

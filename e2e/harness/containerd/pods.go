@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func (k *Kubelet) PodSandboxStatus(ctx context.Context, id string) (*runtimeapi.
 	defer cancel()
 	resp, err := k.rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
 	if err != nil {
-		return nil, fmt.Errorf("PodSandboxStatus %s: %w", short(id), err)
+		return nil, fmt.Errorf("PodSandboxStatus %s: %w", Short(id), err)
 	}
 	return resp.Status, nil
 }
@@ -84,7 +84,7 @@ func (k *Kubelet) IP(ctx context.Context, id string) (netip.Addr, error) {
 	}
 	addr, err := netip.ParseAddr(st.GetNetwork().GetIp())
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("sandbox %s reports IP %q: %w", short(id), st.GetNetwork().GetIp(), err)
+		return netip.Addr{}, fmt.Errorf("sandbox %s reports IP %q: %w", Short(id), st.GetNetwork().GetIp(), err)
 	}
 	return addr, nil
 }
@@ -94,7 +94,7 @@ func (k *Kubelet) StopPodSandbox(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if _, err := k.rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-		return fmt.Errorf("StopPodSandbox %s: %w", short(id), err)
+		return fmt.Errorf("StopPodSandbox %s: %w", Short(id), err)
 	}
 	return nil
 }
@@ -104,7 +104,7 @@ func (k *Kubelet) RemovePodSandbox(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if _, err := k.rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-		return fmt.Errorf("RemovePodSandbox %s: %w", short(id), err)
+		return fmt.Errorf("RemovePodSandbox %s: %w", Short(id), err)
 	}
 	return nil
 }
@@ -141,7 +141,8 @@ func (k *Kubelet) CNIConfig(ctx context.Context) (string, error) {
 	return resp.Info["cniconfig"], nil
 }
 
-func short(id string) string {
+// Short abbreviates a container ID as runtimes print it.
+func Short(id string) string {
 	if len(id) > 12 {
 		return id[:12]
 	}

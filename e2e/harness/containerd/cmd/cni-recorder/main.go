@@ -13,7 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/safe-ipam/safe-ipam/e2e/runtime/calls"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd/calls"
 )
 
 type conf struct {

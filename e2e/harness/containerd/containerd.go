@@ -1,4 +1,4 @@
-package runtime
+package containerd
 
 import (
 	"context"
@@ -90,7 +90,7 @@ func (c *Containerd) Start(ctx context.Context) error {
 	}
 	// Not CommandContext: containerd outlives the call that starts it.
 	cmd := c.Holder.Command(context.Background(), "containerd", "--config", cfg)
-	cmd.Env = append(processEnv(), c.Env...)
+	cmd.Env = append(ProcessEnv(), c.Env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()
@@ -108,9 +108,9 @@ func (c *Containerd) Start(ctx context.Context) error {
 	return nil
 }
 
-// processEnv is the test's environment without CNI variables, with the
+// ProcessEnv is the test's environment without CNI variables, with the
 // directories of runc and the shim on PATH.
-func processEnv() []string {
+func ProcessEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "CNI_") || strings.HasPrefix(kv, "PATH=") {
