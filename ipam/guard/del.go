@@ -240,23 +240,51 @@ func (g *Guard) forwardGC(ctx context.Context, env Env) error {
 	return g.delegate.Run(ctx, "GC", conf, Env{Path: env.Path}.call())
 }
 
+// validAttachmentsKey is where the runtime lists what runs (CNI 1.1).
+const validAttachmentsKey = "cni.dev/valid-attachments"
+
 // validAttachments reads cni.dev/valid-attachments, telling an absent key
-// from an empty list.
+// from an empty list. GC releases whatever the list leaves out, so a list
+// it cannot read whole frees nothing: every entry must be an object with
+// a non-empty containerID and ifname, and anything else is an error
+// naming the entry (a lenient decoder read [null] or a misspelt key as an
+// attachment that runs nowhere, and freed the live one).
 func validAttachments(stdin []byte) (map[[2]string]bool, bool, error) {
-	var conf struct {
-		Valid *[]types.GCAttachment `json:"cni.dev/valid-attachments"`
-	}
+	var conf map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &conf); err != nil {
-		return nil, false, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding cni.dev/valid-attachments: %v", err), "")
+		return nil, false, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding %s: %v", validAttachmentsKey, err), "")
 	}
-	if conf.Valid == nil {
+	raw, listed := conf[validAttachmentsKey]
+	if !listed {
 		return nil, false, nil
 	}
-	valid := make(map[[2]string]bool, len(*conf.Valid))
-	for _, a := range *conf.Valid {
-		valid[[2]string{a.ContainerID, a.IfName}] = true
+	var entries []json.RawMessage
+	if err := json.Unmarshal(raw, &entries); err != nil || entries == nil {
+		return nil, false, invalidValid(validAttachmentsKey, "must be a list of {\"containerID\", \"ifname\"}")
+	}
+	valid := make(map[[2]string]bool, len(entries))
+	for i, e := range entries {
+		var a struct {
+			ContainerID *string `json:"containerID"`
+			IfName      *string `json:"ifname"`
+		}
+		where := fmt.Sprintf("%s[%d]", validAttachmentsKey, i)
+		if err := json.Unmarshal(e, &a); err != nil || len(e) == 0 || e[0] != '{' {
+			return nil, false, invalidValid(where, fmt.Sprintf("%s is not an attachment object", e))
+		}
+		if a.ContainerID == nil || *a.ContainerID == "" {
+			return nil, false, invalidValid(where, "has no containerID")
+		}
+		if a.IfName == nil || *a.IfName == "" {
+			return nil, false, invalidValid(where, "has no ifname")
+		}
+		valid[[2]string{*a.ContainerID, *a.IfName}] = true
 	}
 	return valid, true, nil
+}
+
+func invalidValid(where, why string) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("%s %s: GC releases nothing it cannot read", where, why), "")
 }
 
 func joinErrors(verb string, errs []error) error {

@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -467,5 +468,40 @@ func TestGCVerbCollectsYoungCommitted(t *testing.T) {
 	}
 	if recs := r.records(); len(recs) != 0 {
 		t.Fatalf("records after GC: %d", len(recs))
+	}
+}
+
+// GC frees whatever the list leaves out, so a list it cannot read must
+// free nothing: every malformed entry is a CNI error naming it, and the
+// live attachment keeps its record and address.
+func TestGCRefusesMalformedValidAttachments(t *testing.T) {
+	for _, tt := range []struct{ name, list, names string }{
+		{"null entry", `[null]`, "[0]"},
+		{"wrong key", `[{"id":"live","ifname":"eth0"}]`, "[0]"},
+		{"empty container ID", `[{"containerID":"","ifname":"eth0"}]`, "containerID"},
+		{"no ifname", `[{"containerID":"live"}]`, "ifname"},
+		{"not an object", `["live"]`, "[0]"},
+		{"second entry bad", `[{"containerID":"live","ifname":"eth0"},{"containerID":"x","ifname":""}]`, "[1]"},
+		{"not a list", `{"containerID":"live","ifname":"eth0"}`, "cni.dev/valid-attachments"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, "file")
+			r.cniVersion = "1.1.0"
+			r.add("live")
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(r.conf(), &m); err != nil {
+				t.Fatal(err)
+			}
+			m["cni.dev/valid-attachments"] = json.RawMessage(tt.list)
+			stdin, _ := json.Marshal(m)
+			_, err := r.run("GC", guard.Env{Path: binDir}, stdin)
+			var cniErr *types.Error
+			if !errors.As(err, &cniErr) || cniErr.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tt.names) {
+				t.Fatalf("GC with %s: %v; want CNI error %d naming %s", tt.list, err, types.ErrInvalidNetworkConfig, tt.names)
+			}
+			if recs := r.records(); len(recs) != 1 || len(r.calls("DEL")) != 0 {
+				t.Fatalf("a refused GC changed something: %d records, %d DELs", len(recs), len(r.calls("DEL")))
+			}
+		})
 	}
 }
