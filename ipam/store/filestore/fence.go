@@ -21,7 +21,8 @@ import (
 // quarantined attachment has "q:<containerID>:<ifname>" -> its holder's
 // file, made durable by the holder's synced write; the holder's record
 // lists the quarantine. Neither name can be a record's: container IDs
-// start with a letter or digit.
+// start with a letter or digit, and a record's name has one colon, a
+// mark's two (see isRecordName).
 
 func (s *Store) addressLink(network, addr string) string {
 	if a, ok := record.ParseAddr(addr); ok {

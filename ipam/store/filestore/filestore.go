@@ -238,7 +238,7 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 	}
 	var out []*record.Record
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || strings.HasPrefix(e.Name(), "@") || strings.HasPrefix(e.Name(), "q:") || !strings.Contains(e.Name(), ":") {
+		if !isRecordName(e.Name()) {
 			continue // lock and temp files, the address index, quarantine marks
 		}
 		rec, err := s.read(filepath.Join(s.networkDir(network), e.Name()))
@@ -250,6 +250,15 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 		}
 	}
 	return out, nil
+}
+
+// isRecordName says whether a network directory's entry is a record,
+// "<containerID>:<ifname>" with exactly one colon (neither part can hold
+// one), not a lock or temp file ("."), an address link ("@") or a
+// quarantine mark ("q:<containerID>:<ifname>", two colons: a container
+// may well be named "q").
+func isRecordName(name string) bool {
+	return !strings.HasPrefix(name, ".") && !strings.HasPrefix(name, "@") && strings.Count(name, ":") == 1
 }
 
 // Ping implements store.Store.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -125,5 +126,36 @@ func TestReadOnlyReadsAndNeverWrites(t *testing.T) {
 	}
 	if got, _ := rw.Get(context.Background(), att); got == nil {
 		t.Error("the record is gone")
+	}
+}
+
+// A record's file is "<containerID>:<ifname>", and a quarantine mark is
+// "q:<containerID>:<ifname>": the record of a container named "q" is a
+// record, and List must not take it for a mark.
+func TestListKeepsContainerNamedLikeAMark(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cid := range []string{"q", "qq", "abc"} {
+		att := record.Attachment{Network: "net1", ContainerID: cid, IfName: "eth0"}
+		if _, err := s.Swap(context.Background(), att, nil, &record.Record{Attachment: att, State: record.Committed}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A quarantine mark beside them, as fencing writes it.
+	if err := os.Symlink("abc:eth0", filepath.Join(s.networkDir("net1"), "q:zzz:eth0")); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.List(context.Background(), "net1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.ContainerID)
+	}
+	if strings.Join(got, ",") != "abc,q,qq" {
+		t.Errorf("List gives %v, want abc, q and qq", got)
 	}
 }
