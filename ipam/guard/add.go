@@ -172,9 +172,13 @@ func (g *Guard) abandon(ctx context.Context, pending *record.Record, env Env, ar
 }
 
 // keepClaim makes sure a record claims the attachment after a release
-// failed: a DEL that ran during this ADD may have removed or marked the
-// pending record, and nothing else would remember what the delegate holds.
-// The claim names no process, so the next ADD, DEL or GC releases it.
+// failed: a DEL that ran during this ADD may have removed the pending
+// record, and nothing else would remember what the delegate holds. The
+// claim names no process, so the next ADD, DEL or GC releases it. Any
+// other record of the attachment (a DEL's marker, a later ADD's pending
+// or committed record) already claims the same container handle, so it
+// is left as it is: replacing a later ADD's committed record would
+// unfence a running pod.
 func (g *Guard) keepClaim(ctx context.Context, pending *record.Record) {
 	claim := *pending
 	claim.Owner, claim.Updated = nil, g.now().UTC()
@@ -187,7 +191,10 @@ func (g *Guard) keepClaim(ctx context.Context, pending *record.Record) {
 			}
 			return
 		}
-		cur = got
+		if got != nil {
+			return // another record claims the handle
+		}
+		cur = nil
 	}
 }
 

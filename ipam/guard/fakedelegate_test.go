@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -25,7 +26,7 @@ import (
 const (
 	fakeDirEnv      = "FAKE_IPAM_DIR"      // state and call log
 	fakeVersionsEnv = "FAKE_IPAM_VERSIONS" // comma list; default up to 1.0.0
-	fakeFailEnv     = "FAKE_IPAM_FAIL"     // a verb that fails with code 999
+	fakeFailEnv     = "FAKE_IPAM_FAIL"     // verbs that fail with code 999, comma-separated
 	fakeHandlesEnv  = "FAKE_IPAM_HANDLES"  // "legacy": handle namespace.podname
 )
 
@@ -77,7 +78,7 @@ func envOr(k, def string) string {
 }
 
 func fakeFail(verb string) error {
-	if os.Getenv(fakeFailEnv) == verb {
+	if slices.Contains(strings.Split(os.Getenv(fakeFailEnv), ","), verb) {
 		code := types.ErrInternal
 		if verb == "STATUS" {
 			code = types.ErrLimitedConnectivity

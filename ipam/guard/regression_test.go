@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
@@ -185,6 +186,50 @@ func TestDelWithUnreadablePrevResult(t *testing.T) {
 		}
 		if rec, held := r.record("c1"), r.held(); rec != nil || len(held) != 0 {
 			t.Fatalf("after DEL: record %+v, delegate %v", rec, held)
+		}
+	})
+}
+
+// raceAtClaim runs a DEL and a new ADD of the attachment just before the
+// failed ADD leaves its claim, with the fake delegate healthy meanwhile.
+type raceAtClaim struct {
+	store.Store
+	r    *rig
+	cid  string
+	done bool
+}
+
+func (s *raceAtClaim) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	if !s.done && prev != nil && next != nil && next.State == record.Pending && next.Owner == nil {
+		s.done = true
+		failing := os.Getenv(fakeFailEnv)
+		os.Setenv(fakeFailEnv, "")
+		s.r.del(s.cid)
+		s.r.add(s.cid)
+		os.Setenv(fakeFailEnv, failing)
+	}
+	return s.Store.Swap(ctx, att, prev, next)
+}
+
+// ADD#1's delegate ADD fails and so does its release; meanwhile a DEL and
+// a new ADD of the same attachment complete. ADD#1's claim for what its
+// delegate may hold must not replace ADD#2's committed record: that record
+// claims the same container handle, and replacing it left the running pod
+// unfenced and its CHECK failing (issue 19, item 8).
+func TestFailedAddNeverOverwritesALaterCommit(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		t.Setenv(fakeFailEnv, "ADD,DEL")
+		g := r.guardOver(&raceAtClaim{Store: r.store(), r: r, cid: "c1"}, r.conf())
+		if _, err := g.Add(context.Background(), env("c1")); err == nil {
+			t.Fatal("ADD#1 succeeded with a failing delegate")
+		}
+		rec := r.record("c1")
+		if rec == nil || rec.State != record.Committed || len(rec.IPs) != 1 {
+			t.Fatalf("record after ADD#1 failed: %+v; want ADD#2's committed record", rec)
+		}
+		os.Setenv(fakeFailEnv, "")
+		if held := r.held(); len(held["net1.c1"]) != 1 || held["net1.c1"][0] != rec.IPs[0] {
+			t.Errorf("delegate holds %v, record %v", held, rec.IPs)
 		}
 	})
 }
