@@ -204,7 +204,7 @@ func attName(cid string) string { return network + "/" + cid + "/eth0" }
 
 func mustConfig(t *testing.T, path string) *config.Config {
 	t.Helper()
-	f, err := cninode.ReadFile(path)
+	f, err := cninode.ReadFile(path, "")
 	if err != nil || f.SafeIPAM == nil {
 		t.Fatalf("reading %s: %+v, %v", path, f, err)
 	}

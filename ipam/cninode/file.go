@@ -20,8 +20,11 @@ type File struct {
 
 // ReadFile reads a .conflist, or a single plugin's .conf, and picks the
 // plugin that has an ipam section (Calico's main plugin, or an IPAM-only
-// plugin), with its config as the runtime hands it over.
-func ReadFile(path string) (*File, error) {
+// plugin), with its config as the runtime hands it over. binDir is the
+// node's CNI bin dir: when its calico-ipam is safe-ipam (the takeover
+// install, which leaves every config as Calico wrote it), an IPAM of type
+// calico-ipam is safe-ipam's too. "" reads the file alone.
+func ReadFile(path, binDir string) (*File, error) {
 	c := ReadConf(path)
 	if c.Err != nil {
 		return nil, fmt.Errorf("CNI config: %w", c.Err)
@@ -34,12 +37,25 @@ func ReadFile(path string) (*File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CNI config %s: plugin %d: %w", path, i, err)
 		}
-		return fileFromPlugin(path, c.Network, stdin)
+		takenOver, err := isTakenOver(p, binDir)
+		if err != nil {
+			return nil, fmt.Errorf("CNI config %s: %w", path, err)
+		}
+		return fileFromPlugin(path, c.Network, stdin, takenOver)
 	}
 	return nil, fmt.Errorf("CNI config %s: no plugin of network %q has an ipam section", path, c.Network)
 }
 
-func fileFromPlugin(path, network string, stdin []byte) (*File, error) {
+// isTakenOver says whether p's IPAM is calico-ipam and binDir's
+// calico-ipam is safe-ipam: the runtime then runs safe-ipam for it.
+func isTakenOver(p Plugin, binDir string) (bool, error) {
+	if binDir == "" || p.IPAMType != CalicoIPAM {
+		return false, nil
+	}
+	return IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
+}
+
+func fileFromPlugin(path, network string, stdin []byte, takenOver bool) (*File, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &top); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)
@@ -49,7 +65,7 @@ func fileFromPlugin(path, network string, stdin []byte) (*File, error) {
 	if f.Calico, err = config.ReadCalico(top); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)
 	}
-	if !namesSafeIPAM(top) {
+	if !takenOver && !namesSafeIPAM(top) {
 		return f, nil
 	}
 	if f.SafeIPAM, err = config.Parse(stdin); err != nil {

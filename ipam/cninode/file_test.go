@@ -38,7 +38,7 @@ func TestReadFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			f, err := ReadFile(path)
+			f, err := ReadFile(path, "")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err %v, want one naming %q", err, tt.wantErr)
@@ -56,6 +56,49 @@ func TestReadFile(t *testing.T) {
 			}
 			if f.SafeIPAM != nil && (f.SafeIPAM.Store.Type != config.StoreEtcd || f.SafeIPAM.Store.Prefix != tt.prefix || f.SafeIPAM.Network != "k8s-pod-network") {
 				t.Fatalf("safe-ipam config %+v", f.SafeIPAM)
+			}
+		})
+	}
+}
+
+// The takeover install leaves Calico's config as Calico wrote it and puts
+// safe-ipam in the bin dir as calico-ipam: reading the config on that
+// node gives safe-ipam's config, so every admin command takes the node's
+// own conflist (issue 19, item 1). Elsewhere calico-ipam is Calico's.
+func TestReadFileOnATakenOverNode(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "10-calico.conflist")
+	conf := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","etcd_endpoints":"https://10.0.0.10:2379",
+		"nodename":"node1","ipam":{"type":"calico-ipam"}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := func(calicoIPAM string) string {
+		d := t.TempDir()
+		if err := os.WriteFile(filepath.Join(d, CalicoIPAM), []byte(calicoIPAM), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for _, tt := range []struct {
+		name, binDir string
+		safeIPAM     bool
+	}{
+		{"calico-ipam is safe-ipam", bin("#!/bin/sh\n# " + Mark + "\n"), true},
+		{"calico-ipam is Calico's", bin("#!/bin/sh\n# calico\n"), false},
+		{"no bin dir", "", false},
+		{"a bin dir without calico-ipam", t.TempDir(), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := ReadFile(path, tt.binDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (f.SafeIPAM != nil) != tt.safeIPAM {
+				t.Fatalf("safe-ipam config %+v, want one: %v", f.SafeIPAM, tt.safeIPAM)
+			}
+			if f.SafeIPAM != nil && (f.SafeIPAM.Delegate.File() != CalicoBinary || f.SafeIPAM.Store.Type != config.StoreEtcd) {
+				t.Errorf("delegate %q, store %q; want Calico's binary and Calico's etcd", f.SafeIPAM.Delegate.File(), f.SafeIPAM.Store.Type)
 			}
 		})
 	}

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -57,7 +59,7 @@ func (n *node) Resolve(cmd *admin.Command) error {
 	if n.kubeconfig != "" {
 		return errors.New("--kubeconfig: the pods API names pods and their addresses, not containers: gc needs --cri-endpoint, --cni-cache or --live")
 	}
-	file, err := cninode.ReadFile(n.conf)
+	file, err := cninode.ReadFile(n.conf, binDirOf(n.cniPath))
 	if err != nil {
 		return err
 	}
@@ -117,4 +119,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "safe-ipam gc: %s\n", report.Error)
 	}
 	return code
+}
+
+// binDirOf is the directory of CNI_PATH the runtime would run calico-ipam
+// from: the first that has one ("" when none does).
+func binDirOf(cniPath string) string {
+	for _, dir := range filepath.SplitList(cniPath) {
+		if _, err := os.Stat(filepath.Join(dir, cninode.CalicoIPAM)); err == nil {
+			return dir
+		}
+	}
+	return ""
 }

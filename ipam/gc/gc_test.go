@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
@@ -183,7 +184,7 @@ func (s viewSource) Read(context.Context) (*liveness.View, error) { return s.vie
 func newCollector(t *testing.T, n *node, v *liveness.View) *gc.Collector {
 	t.Helper()
 	v.ContainersOnly = true
-	file, err := cninode.ReadFile(n.conf)
+	file, err := cninode.ReadFile(n.conf, n.bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,5 +279,39 @@ func TestPodsOnlySourceIsRefused(t *testing.T) {
 	v.ContainersOnly, v.PodsOnly = false, true
 	if _, _, err := c.Plan(t.Context()); !errors.Is(err, gc.ErrUntrusted) || !strings.Contains(err.Error(), "not containers") {
 		t.Fatalf("plan with a pods-only view: %v; want it refused", err)
+	}
+}
+
+// After the default install (takeover), the node's conflist is Calico's
+// own, with calico-ipam as its IPAM: gc takes it, finding safe-ipam as
+// calico-ipam in --cni-path (issue 19, item 1: it said "not safe-ipam").
+func TestGCTakesATakenOverNodesConflist(t *testing.T) {
+	etcd := etcdtest.Start(t)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// safe-ipam in Calico's place, Calico's multi-call binary beside it.
+	if err := os.WriteFile(filepath.Join(bin, "calico-ipam"), []byte("#!/bin/sh\n# "+cninode.Mark+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "calico"), []byte(delegateScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "10-calico.conflist")
+	calico := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","etcd_endpoints":"` + etcd.Endpoint() +
+		`","nodename":"node1","ipam":{"type":"calico-ipam"}},{"type":"portmap","capabilities":{"portMappings":true}}]}`
+	if err := os.WriteFile(conf, []byte(calico), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(dir, "live.json")
+	if err := os.WriteFile(live, []byte(`[]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := gc.Run([]string{"--conf", conf, "--cni-path", bin, "--live", live}, &stdout, &stderr)
+	if code != admin.ExitOK || !strings.Contains(stdout.String(), "node1") {
+		t.Fatalf("gc on the installed conflist: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
 }
