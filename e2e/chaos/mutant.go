@@ -71,9 +71,9 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
-			File:   "ipam/guard/gcplan.go",
-			Old:    "case valid[[2]string{rec.ContainerID, rec.IfName}]:",
-			New:    "case false && valid[[2]string{rec.ContainerID, rec.IfName}]:",
+			File:   "ipam/keep/keep.go",
+			Old:    "case r.Listed(rec.ContainerID, rec.IfName):",
+			New:    "case false && r.Listed(rec.ContainerID, rec.IfName):",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return CrashScript(guard.GCForgotten, FollowRetry, Modern, EtcdStore) })
 			},
