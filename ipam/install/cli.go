@@ -121,7 +121,7 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "safe-ipam %s: %v\n", cmd, err)
-		if errors.Is(err, ErrRefused) || errors.Is(err, ErrLocked) {
+		if errors.Is(err, ErrRefused) || errors.Is(err, ErrLocked) || errors.Is(err, ErrWatched) {
 			return ExitRefused
 		}
 		return ExitError

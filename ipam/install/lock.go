@@ -30,6 +30,42 @@ func (n Node) lock() (unlock func(), err error) {
 	return func() { d.Close() }, nil
 }
 
+// ErrWatched means a watch (install --watch, as the DaemonSet runs it)
+// keeps safe-ipam on this node: an uninstall would be undone within
+// moments, so it is refused until the watch stops.
+var ErrWatched = errors.New("a watch (safe-ipam install --watch, as the DaemonSet runs it) keeps safe-ipam on this node: stop it first (delete the DaemonSet, or stop the process), then uninstall")
+
+// holdWatched marks the node watched for as long as the watch runs: a
+// shared flock on the bin dir (the conf dir's lock is install's own, and
+// no file may be left in either). Several watches may hold it; it waits
+// while an uninstall runs.
+func (n Node) holdWatched() (release func(), err error) {
+	return flockDir(n.BinDir, "--cni-bin-dir", syscall.LOCK_SH)
+}
+
+// notWatched holds the bin dir exclusively for an uninstall, refusing
+// with ErrWatched while a watch holds it; a watch that starts meanwhile
+// waits for the uninstall to end.
+func (n Node) notWatched() (release func(), err error) {
+	release, err = flockDir(n.BinDir, "--cni-bin-dir", syscall.LOCK_EX|syscall.LOCK_NB)
+	if errors.Is(err, syscall.EWOULDBLOCK) {
+		return nil, ErrWatched
+	}
+	return release, err
+}
+
+func flockDir(dir, flag string, how int) (func(), error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, dir, err)
+	}
+	if err := syscall.Flock(int(d.Fd()), how); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() { d.Close() }, nil
+}
+
 // Result is what one install or uninstall did.
 type Result struct {
 	Mode  string
@@ -48,8 +84,15 @@ func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
 	}, m.Name())
 }
 
-// Uninstall takes safe-ipam off the node in mode m.
+// Uninstall takes safe-ipam off the node in mode m. It refuses while a
+// watch keeps safe-ipam there (ErrWatched), dry run included: the plan
+// would not hold.
 func Uninstall(n Node, m Mode, dryRun bool) (*Result, error) {
+	release, err := n.notWatched()
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	return locked(n, dryRun, func() (*Plan, []string, error) { return m.Uninstall(n) }, m.Name())
 }
 

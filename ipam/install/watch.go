@@ -47,6 +47,11 @@ type Watcher struct {
 // Run installs, then watches until ctx ends. A failed install is logged
 // and retried on the next change: the node may not have Calico yet.
 func (w *Watcher) Run(ctx context.Context) error {
+	release, err := w.Node.holdWatched()
+	if err != nil {
+		return err
+	}
+	defer release()
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("starting inotify: %w", err)

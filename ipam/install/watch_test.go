@@ -2,9 +2,11 @@ package install
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 )
@@ -34,9 +36,43 @@ func TestWatchReassertsAfterCalicoRestarts(t *testing.T) {
 	}
 }
 
+// While a watch runs, uninstall refuses (the watch would put safe-ipam
+// back within moments while uninstall said it took it off, issue 19
+// item 2) and changes nothing; once the watch stops, it uninstalls.
+func TestUninstallRefusesWhileAWatchHoldsTheNode(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			_, stop := startWatchStoppable(t, f, mc.mode, 0)
+			if _, err := Uninstall(f.node, mc.mode, false); !errors.Is(err, ErrWatched) {
+				t.Fatalf("uninstall under a watch: %v; want ErrWatched", err)
+			}
+			if err := mc.protected(t, f); err != nil {
+				t.Fatalf("a refused uninstall changed the node: %v", err)
+			}
+			stop()
+			r, err := Uninstall(f.node, mc.mode, false)
+			if err != nil || !r.Applied {
+				t.Fatalf("uninstall once the watch stopped: %+v, %v", r, err)
+			}
+			if err := mc.protected(t, f); err == nil {
+				t.Fatal("still protected after uninstall")
+			}
+		})
+	}
+}
+
 // startWatch runs a watch on f's node until the test ends, waits for its
 // first install, and returns its re-assertions.
 func startWatch(t *testing.T, f *fixture, mode Mode, settle time.Duration) <-chan Reassertion {
+	t.Helper()
+	got, _ := startWatchStoppable(t, f, mode, settle)
+	return got
+}
+
+// startWatchStoppable is startWatch with a stop for the test to call
+// before it ends.
+func startWatchStoppable(t *testing.T, f *fixture, mode Mode, settle time.Duration) (<-chan Reassertion, func()) {
 	t.Helper()
 	got := make(chan Reassertion, 16)
 	w := &Watcher{Node: f.node, Mode: mode, Self: f.self, Settle: settle, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -44,14 +80,15 @@ func startWatch(t *testing.T, f *fixture, mode Mode, settle time.Duration) <-cha
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
+	stop := sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
 	})
+	t.Cleanup(stop)
 	waitFor(t, got, "the first install")
-	return got
+	return got, stop
 }
 
 func waitFor(t *testing.T, got <-chan Reassertion, what string) Reassertion {
