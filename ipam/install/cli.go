@@ -68,7 +68,11 @@ changed; the message says why), 2 on a usage error.
 	"uninstall": `usage: safe-ipam uninstall [flags]
 
 Takes safe-ipam off this node, restoring byte for byte what install
-replaced, unless it changed since. Exit codes as install's.
+replaced, unless it changed since, then forgets this node's records (with
+their address index entries and quarantines; Calico's allocations stay):
+no DEL or GC of safe-ipam comes for them any more. It refuses while a
+watch (install --watch) keeps safe-ipam on the node. Exit codes as
+install's; 2 when the record store does not answer (run it again).
 
 `,
 }
@@ -106,6 +110,11 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 	if f.mode != "" {
 		names = []string{f.mode}
 	}
+	records, err := recordsOf(f.node)
+	if err != nil {
+		fmt.Fprintln(stderr, "safe-ipam uninstall:", err)
+		return ExitError
+	}
 	for _, name := range names {
 		mode, err := ModeNamed(name)
 		if err != nil {
@@ -114,6 +123,21 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 		}
 		r, err := Uninstall(f.node, mode, f.dryRun)
 		code = max(code, report("uninstall", f, r, err, stdout, stderr))
+	}
+	if code != ExitOK {
+		return code // refused or failed: safe-ipam may still run, so its records stay
+	}
+	notes, err := records.forget(context.Background(), f.dryRun)
+	w := stdout
+	if f.out.JSON {
+		w = stderr // stdout is the JSON report
+	}
+	for _, note := range notes {
+		fmt.Fprintln(w, "uninstall: "+note)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "safe-ipam uninstall: %v; run uninstall again once the store answers\n", err)
+		return ExitError
 	}
 	return code
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,9 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // binDir holds safe-ipam and safe-ipam-admin side by side, as install
@@ -41,7 +46,7 @@ const versionOnly = "#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersi
 
 // calicoNodeDirs is a node with Calico installed from its manifest's
 // network config, its etcd the test's own.
-func calicoNodeDirs(t *testing.T) (bin, conf string) {
+func calicoNodeDirs(t *testing.T) (bin, conf string, etcd *etcdtest.Server) {
 	t.Helper()
 	root := t.TempDir()
 	bin, conf = filepath.Join(root, "bin"), filepath.Join(root, "net.d")
@@ -58,14 +63,15 @@ func calicoNodeDirs(t *testing.T) (bin, conf string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	network, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(etcdtest.Start(t).Endpoint()))
+	etcd = etcdtest.Start(t)
+	network, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(etcd.Endpoint()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := (testbed.CalicoInstaller{Binary: calico, BinDir: bin, ConfDir: conf, Network: network}).Run(); err != nil {
 		t.Fatal(err)
 	}
-	return bin, conf
+	return bin, conf, etcd
 }
 
 // run runs the built binary (or a script) and returns its exit code and
@@ -89,7 +95,7 @@ func run(t *testing.T, name string, args ...string) (int, string) {
 func TestInstallScriptThenUninstall(t *testing.T) {
 	for _, mode := range []string{"takeover", "conflist"} {
 		t.Run(mode, func(t *testing.T) {
-			bin, conf := calicoNodeDirs(t)
+			bin, conf, _ := calicoNodeDirs(t)
 			dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
 			safe := filepath.Join(binDir, "safe-ipam")
 			code, out := run(t, "bash", append([]string{"../../scripts/install.sh", "--binary", safe, "--mode=" + mode}, dirs...)...)
@@ -107,7 +113,7 @@ func TestInstallScriptThenUninstall(t *testing.T) {
 }
 
 func TestAdminCommandsExitCodes(t *testing.T) {
-	bin, conf := calicoNodeDirs(t)
+	bin, conf, _ := calicoNodeDirs(t)
 	empty := t.TempDir()
 	safe := filepath.Join(binDir, "safe-ipam")
 	tests := []struct {
@@ -133,5 +139,48 @@ func TestAdminCommandsExitCodes(t *testing.T) {
 				t.Errorf("safe-ipam %s: exit %d, want %d saying %q\n%s", strings.Join(tt.args, " "), code, tt.code, tt.says, out)
 			}
 		})
+	}
+}
+
+// Once uninstalled, no DEL or GC of safe-ipam comes, so uninstall forgets
+// this node's records with their address index entries: left behind, a
+// record fenced its address for ever after a re-install (issue 19, item
+// 3). Calico's allocations are left alone.
+func TestUninstallForgetsTheNodesRecords(t *testing.T) {
+	bin, conf, etcd := calicoNodeDirs(t)
+	safe := filepath.Join(binDir, "safe-ipam")
+	dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
+	if code, out := run(t, safe, append([]string{"install", "--mode=takeover"}, dirs...)...); code != 0 {
+		t.Fatalf("install: exit %d\n%s", code, out)
+	}
+	file, err := cninode.ReadFile(filepath.Join(conf, "10-calico.conflist"), bin)
+	if err != nil || file.SafeIPAM == nil {
+		t.Fatalf("the installed conflist is not safe-ipam's: %+v, %v", file, err)
+	}
+	cfg := file.SafeIPAM
+	node, err := cfg.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
+	att := record.Attachment{Network: cfg.Network, ContainerID: "gone", IfName: "eth0"}
+	rec := &record.Record{Attachment: att, Node: node, Handle: cfg.Network + ".gone", State: record.Committed, IPs: []string{"10.244.0.7/26"}}
+	if _, err := st.Commit(context.Background(), nil, rec); err != nil {
+		t.Fatal(err)
+	}
+	calicoKey := "/calico/ipam/v2/handle/" + cfg.Network + ".gone"
+	if _, err := etcd.Client().Put(context.Background(), calicoKey, `{"block":{"10.244.0.0/26":1},"deleted":false}`); err != nil {
+		t.Fatal(err)
+	}
+	code, out := run(t, safe, append([]string{"uninstall"}, dirs...)...)
+	if code != 0 || !strings.Contains(out, "forgot 1 record(s)") {
+		t.Fatalf("uninstall: exit %d\n%s", code, out)
+	}
+	left, err := etcd.Dump(cfg.Store.Prefix)
+	if err != nil || len(left) != 0 {
+		t.Errorf("safe-ipam's keys after uninstall: %v (%v)", left, err)
+	}
+	if calico, err := etcd.Dump(calicoKey); err != nil || len(calico) != 1 {
+		t.Errorf("Calico's handle after uninstall: %v (%v); it must stay", calico, err)
 	}
 }

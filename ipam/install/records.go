@@ -1,0 +1,88 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+)
+
+// Once uninstalled, no DEL or GC passes through safe-ipam any more, so its
+// records on the node can only go stale, and a stale record fences its
+// addresses for ever if safe-ipam is installed again. Uninstall therefore
+// forgets this node's records, with their address index entries and
+// quarantines, and leaves Calico's allocations as they are: what Calico
+// holds is Calico's to release.
+
+// nodeRecords are the record stores the node's configs route through
+// safe-ipam, read before uninstall changes any config (afterwards no
+// config names safe-ipam).
+type nodeRecords struct {
+	configs []*config.Config
+	paths   []string
+}
+
+// recordsOf finds every network config of the node whose IPAM goes
+// through safe-ipam, in either mode.
+func recordsOf(n Node) (*nodeRecords, error) {
+	files, err := cninode.ConfFiles(n.ConfDir)
+	if err != nil {
+		return nil, err
+	}
+	r := &nodeRecords{}
+	for _, path := range files {
+		f, err := cninode.ReadFile(path, n.BinDir)
+		if err != nil || f.SafeIPAM == nil {
+			continue // not safe-ipam's: nothing of ours to forget
+		}
+		r.configs, r.paths = append(r.configs, f.SafeIPAM), append(r.paths, path)
+	}
+	return r, nil
+}
+
+// forget removes the node's records of every config (dry run: counts
+// them) and says what it did; a store it cannot reach is an error that
+// names it, and uninstall can be run again.
+func (r *nodeRecords) forget(ctx context.Context, dryRun bool) ([]string, error) {
+	var notes []string
+	for i, cfg := range r.configs {
+		n, err := forgetNetwork(ctx, cfg, r.paths[i], dryRun)
+		if err != nil {
+			return notes, fmt.Errorf("forgetting the records of %s: %w", r.paths[i], err)
+		}
+		verb := "forgot"
+		if dryRun {
+			verb = "would forget"
+		}
+		notes = append(notes, fmt.Sprintf("%s %d record(s) of network %q on this node, with their address index entries and quarantines (%s); Calico's allocations are left as they are",
+			verb, n, cfg.Network, cfg.Store.Type))
+	}
+	return notes, nil
+}
+
+func forgetNetwork(ctx context.Context, cfg *config.Config, path string, dryRun bool) (int, error) {
+	node, err := cfg.Node()
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := opener.Open(ctx, cfg, node, opener.Options{In: path})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	recs, err := st.List(ctx, cfg.Network)
+	if err != nil || dryRun {
+		return len(recs), err
+	}
+	for i, rec := range recs {
+		if _, err := st.Swap(ctx, rec.Attachment, rec, nil); err != nil {
+			return i, fmt.Errorf("%s: %w", rec.Attachment, err)
+		}
+	}
+	return len(recs), nil
+}
