@@ -328,3 +328,41 @@ func TestSettleRereadsLiveness(t *testing.T) {
 		t.Fatal("the late pod's address was released")
 	}
 }
+
+// The incident itself: a running pod's record holds an address that
+// Calico handed to another running pod with no record (a node without
+// safe-ipam, or before install) is a duplicate, not an early release. A
+// stale record (its pod gone) whose address Calico freed or re-used is
+// one orphan-record finding, not also an early release (issue 19, item
+// 10). A record whose address went to a handle whose owner is not
+// running stays an early release.
+func TestRecordsAgainstCalicoAreJudgedByWhatRuns(t *testing.T) {
+	w := newWorld(t)
+	// Calico has each address under another handle than the record's.
+	shared := w.allocate(blk, "node1", "net1.c7", podAttrs("other-7"))
+	w.record("net1", "c6", "node1", shared, "web-6")
+	early := w.allocate(blk, "node1", "net1.c10", podAttrs("gone-10"))
+	w.record("net1", "c9", "node1", early, "web-9")
+	stale := w.allocate(blk, "node1", "net1.c8", podAttrs("web-8"))
+	w.record("net1", "c8", "node1", stale, "web-8")
+	w.release(blk, "net1.c8")
+	live := w.liveFile(liveness.Running{ContainerID: "c6", IfName: "eth0"}, liveness.Running{ContainerID: "c7", IfName: "eth0"},
+		liveness.Running{ContainerID: "c9", IfName: "eth0"})
+	_, rep, _ := w.run(false, "--live", live, "--min-age", "0s")
+	at := map[string][]audit.Kind{}
+	for _, f := range rep.Findings {
+		at[f.Address] = append(at[f.Address], f.Kind)
+	}
+	for _, tt := range []struct {
+		addr string
+		want []audit.Kind
+	}{
+		{shared, []audit.Kind{audit.Duplicate}},
+		{stale + "/26", []audit.Kind{audit.OrphanRecord}},
+		{early, []audit.Kind{audit.EarlyRelease, audit.Leak}}, // and c10's own handle, not running, leaks
+	} {
+		if !reflect.DeepEqual(at[tt.addr], tt.want) {
+			t.Errorf("%s: findings %v, want %v\n%+v", tt.addr, at[tt.addr], tt.want, rep.Findings)
+		}
+	}
+}

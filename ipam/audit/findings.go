@@ -171,6 +171,9 @@ func (a *analysis) checkRecords() {
 		rec := recs[0]
 		al := a.byAddr[addr]
 		switch {
+		case a.knownGone(rec):
+			// A stale record: its attachment is gone, so it guards no
+			// running pod; checkOrphans reports it, once.
 		case al == nil:
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: rec.Handle, Records: recordNames(recs), Node: rec.Node,
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
@@ -180,6 +183,9 @@ func (a *analysis) checkRecords() {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
 				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.Handle]...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
+		case a.runs(rec) && a.holderRuns(al):
+			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node, Records: recordNames(recs),
+				Why: fmt.Sprintf("running %s holds the address (its record), and Calico gave it to handle %s, whose owner runs too: two running pods share it (incident 002)", rec.Attachment, al.Handle)})
 		default:
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Records: recordNames(recs), Node: rec.Node,
 				Why: fmt.Sprintf("the record holds the address under %s but Calico has it under %s", rec.Handle, al.Handle)})
@@ -188,6 +194,37 @@ func (a *analysis) checkRecords() {
 	a.checkOrphans()
 	a.checkLiveAddresses()
 	a.checkQuarantines()
+}
+
+// knownGone: a liveness source covering the record's node positively
+// does not list its attachment (the orphan-record rule).
+func (a *analysis) knownGone(rec *record.Record) bool {
+	l := a.opts.Liveness
+	return l.Covers(rec.Node) && !l.ListsAttachment(rec.ContainerID, rec.IfName)
+}
+
+// runs: a covering liveness source lists the record's attachment.
+func (a *analysis) runs(rec *record.Record) bool {
+	l := a.opts.Liveness
+	return l.Covers(rec.Node) && l.ListsAttachment(rec.ContainerID, rec.IfName)
+}
+
+// holderRuns: a covering liveness source lists the owner of the handle
+// Calico holds the address under, by that owner's own name (its container,
+// or its pod), never by the address, which the record's pod holds too.
+func (a *analysis) holderRuns(al *snapshot.Allocation) bool {
+	l := a.opts.Liveness
+	if !l.Covers(al.Node) {
+		return false
+	}
+	if a.isPodNameHandle(al.Handle, al) {
+		return l.ListsPod(al.Handle)
+	}
+	if l.PodsOnly {
+		return al.Pod != "" && l.ListsPod(al.Namespace+"."+al.Pod)
+	}
+	cid, ok := a.containerOf(al.Handle)
+	return ok && l.ListsContainer(cid)
 }
 
 // checkQuarantines reports every quarantine with both attachments.
