@@ -16,8 +16,10 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/repair"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 const blk = "10.244.0.0/26"
@@ -364,5 +366,49 @@ func TestRecordsAgainstCalicoAreJudgedByWhatRuns(t *testing.T) {
 		if !reflect.DeepEqual(at[tt.addr], tt.want) {
 			t.Errorf("%s: findings %v, want %v\n%+v", tt.addr, at[tt.addr], tt.want, rep.Findings)
 		}
+	}
+}
+
+// A stale record (its attachment positively gone: no DEL or GC of it will
+// come) is forgotten by repair --apply, with its address index entry;
+// Calico's allocation stays, for the audit to judge on its own. A record
+// the source lists stays. Repair refused it before ("the runtime's DEL or
+// GC removes it"), which never happens (issue 19, item 10).
+func TestRepairForgetsAStaleRecord(t *testing.T) {
+	w := newWorld(t)
+	stale := w.allocate(blk, "node1", "net1.c5", podAttrs("web-5"))
+	st := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
+	rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c5", IfName: "eth0"}, PodNamespace: "default",
+		PodName: "web-5", Node: "node1", Handle: "net1.c5", State: record.Committed, IPs: []string{stale + "/26"}, Created: time.Now(), Updated: time.Now()}
+	if _, err := st.Commit(context.Background(), nil, rec); err != nil { // with its address index entry
+		t.Fatal(err)
+	}
+	if index, _ := w.etcd.Dump(recordsPrefix + "/addresses/"); len(index) != 1 {
+		t.Fatalf("index before repair: %v", index)
+	}
+	kept := w.allocate(blk, "node1", "net1.c6", podAttrs("web-6"))
+	w.record("net1", "c6", "node1", kept, "web-6")
+	live := w.liveFile(liveness.Running{ContainerID: "c6", IfName: "eth0", PodNamespace: "default", PodName: "web-6"})
+
+	code, rep, _ := w.run(true, "--live", live)
+	if code != audit.ExitFindings || len(rep.Actions) != 1 || rep.Actions[0].Kind != repair.ForgetRecord || rep.Actions[0].Record != "net1/c5/eth0" {
+		t.Fatalf("dry run: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
+	}
+	if _, rep, _ = w.run(true, "--live", live, "--apply"); len(rep.Actions) != 1 || rep.Actions[0].Outcome != "done" {
+		t.Fatalf("apply: actions %+v, refused %+v", rep.Actions, rep.Refused)
+	}
+	recs, err := st.List(context.Background(), "net1")
+	if err != nil || len(recs) != 1 || recs[0].ContainerID != "c6" {
+		t.Fatalf("records after repair: %v (%v); want c6 only", recs, err)
+	}
+	if h := w.handle("net1.c5"); h.Block[blk] != 1 {
+		t.Errorf("Calico's handle net1.c5 after repair: %+v; repair must leave Calico's allocation", h)
+	}
+	index, err := w.etcd.Dump(recordsPrefix + "/addresses/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(index) != 0 {
+		t.Errorf("index entries of the forgotten record are left: %v", index)
 	}
 }

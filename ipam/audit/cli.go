@@ -63,6 +63,9 @@ type Session struct {
 	// Settle is repair's wait before it reads the liveness source again;
 	// the analysis takes it into account.
 	Settle time.Duration
+	// Writes opens the record store for writing (repair forgets stale
+	// records); the audit only reads.
+	Writes bool
 }
 
 // NewSession registers the shared flags of a command named name.
@@ -177,24 +180,31 @@ func (s *Session) records(ctx context.Context, cli *clientv3.Client) (snapshot.R
 	node := s.Calico.Node
 	switch {
 	case s.Calico.StoreDir != "":
-		return openFileRecords(s.Calico.StoreDir, node)
+		return openFileRecords(s.Calico.StoreDir, node, s.access())
 	case cli != nil:
 		return &snapshot.EtcdRecords{Client: cli, Prefix: s.Calico.RecordsPrefix}, func() {}, nil
 	}
 	if s.Calico.NodeErr != nil {
 		return nil, nil, fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", s.Calico.NodeErr)
 	}
-	st, err := opener.Open(ctx, s.Calico.File.SafeIPAM, node, opener.Options{Access: opener.ReadOnly, In: s.Calico.Conf})
+	st, err := opener.Open(ctx, s.Calico.File.SafeIPAM, node, opener.Options{Access: s.access(), In: s.Calico.Conf})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--conf %s: record store: %w", s.Calico.Conf, err)
 	}
 	return &snapshot.StoreRecords{Store: st, Of: node, Where: "etcd store of --conf " + s.Calico.Conf}, func() { _ = st.Close() }, nil
 }
 
-// openFileRecords opens the node's file store for reading. A directory
-// that does not exist is an error, not "no records": a wrong path must
-// not read as an empty store.
-func openFileRecords(dir, node string) (snapshot.Records, func(), error) {
+func (s *Session) access() opener.Access {
+	if s.Writes {
+		return opener.ReadWrite
+	}
+	return opener.ReadOnly
+}
+
+// openFileRecords opens the node's file store. A directory that does not
+// exist is an error, not "no records": a wrong path must not read as an
+// empty store.
+func openFileRecords(dir, node string, access opener.Access) (snapshot.Records, func(), error) {
 	if node == "" {
 		return nil, nil, fmt.Errorf("--store-dir %s holds one node's records: --node must name that node", dir)
 	}
@@ -202,7 +212,7 @@ func openFileRecords(dir, node string) (snapshot.Records, func(), error) {
 		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}
 	cfg := &config.Config{Store: config.Store{Type: config.StoreFile, Dir: dir}}
-	st, err := opener.Open(context.Background(), cfg, node, opener.Options{Access: opener.ReadOnly})
+	st, err := opener.Open(context.Background(), cfg, node, opener.Options{Access: access})
 	if err != nil {
 		return nil, nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}

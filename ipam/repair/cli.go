@@ -16,8 +16,9 @@ const usage = `Usage: safe-ipam repair [flags]
 
 Plans (and with --apply makes) only proven fixes: releases leaked and
 pod-name-handle addresses whose owner a readable liveness source does not
-list, re-claims free addresses that a running record still holds, and
-rewrites handle counts from the blocks. Every write is guarded by the
+list, re-claims free addresses that a running record still holds,
+rewrites handle counts from the blocks, and forgets records whose
+attachment the source positively does not list. Every write is guarded by the
 versions it read (etcd: one Txn; Kubernetes: each object's resourceVersion,
 in calico-ipam's order). Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
 
@@ -37,6 +38,7 @@ type Report struct {
 // Run is `safe-ipam repair`.
 func Run(args []string, stdout, stderr io.Writer) int {
 	s := audit.NewSession("repair", usage, stderr)
+	s.Writes = true // forgetting a stale record writes the record store
 	fs := s.Cmd.Flags()
 	apply := fs.Bool("apply", false, "make the changes (default: dry run, printing what would change)")
 	fs.DurationVar(&s.Settle, "settle", 10*time.Second, "with --apply: wait this long, read the liveness source again, and act only on what still holds and did not change since the audit")

@@ -1,7 +1,8 @@
 // Package repair plans, and with --apply makes, only the fixes the audit
 // proves: it releases leaked and pod-name-handle addresses whose owner a
 // readable liveness source does not list, re-claims free addresses that a
-// running record still holds, and rewrites handle counts from the blocks.
+// running record still holds, rewrites handle counts from the blocks, and
+// forgets records whose attachment is positively gone.
 // Every write is guarded by the versions it read (etcd: one Txn;
 // Kubernetes: each object's resourceVersion, in calico-ipam's order).
 package repair
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
@@ -27,6 +29,7 @@ const (
 	ReleaseHandle  = "release-handle"
 	Reclaim        = "reclaim"
 	FixHandleCount = "fix-handle-count"
+	ForgetRecord   = "forget-record"
 )
 
 // Action is one change repair would make.
@@ -89,7 +92,7 @@ func planOne(f audit.Finding, recs map[string]*record.Record, live *liveness.Vie
 	case audit.Duplicate:
 		return nil, "two owners: delete and recreate one of the pods (the address cannot be taken from either safely)"
 	case audit.OrphanRecord:
-		return nil, "the runtime's DEL or GC removes it; repair does not delete records"
+		return planForget(f, recs, live)
 	}
 	return nil, ""
 }
@@ -114,6 +117,29 @@ func planReclaim(f audit.Finding, recs map[string]*record.Record, live *liveness
 	}
 	return &Action{Kind: Reclaim, Handle: rec.Handle, Address: f.Address, Record: rec.Attachment.String(), rec: rec,
 		Why: "re-claim the free address for the record that still holds it"}, ""
+}
+
+// planForget forgets a committed record whose attachment a liveness
+// source positively does not list: no DEL or GC of it will come (its
+// sandbox went while safe-ipam was off the node, or a DEL never came),
+// and kept, it would fence its addresses for ever. Calico's allocations
+// are left alone; an address still under the record's handle is then a
+// leak, judged as any other.
+func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
+	if live == nil || len(f.Records) != 1 {
+		return nil, "no liveness source: an unknown set of running pods never means none run"
+	}
+	rec := recs[f.Records[0]]
+	switch {
+	case rec == nil:
+		return nil, "record not found"
+	case live.PodsOnly || !live.Covers(rec.Node) || live.ListsAttachment(rec.ContainerID, rec.IfName):
+		return nil, "the liveness source does not prove its attachment gone"
+	case rec.State != record.Committed:
+		return nil, fmt.Sprintf("a %s record is a DEL or ADD at work: its DEL, ADD or GC settles it", rec.State)
+	}
+	return &Action{Kind: ForgetRecord, Handle: rec.Handle, Record: rec.Attachment.String(), Address: strings.Join(rec.IPs, ","), rec: rec,
+		Why: "forget the record of an attachment that is gone: no DEL or GC will come for it"}, ""
 }
 
 func recordsByName(snap *snapshot.Snapshot) map[string]*record.Record {
@@ -158,6 +184,9 @@ func (r *Repairer) Apply(ctx context.Context, actions []Action) error {
 }
 
 func (r *Repairer) applyOne(ctx context.Context, a Action) string {
+	if a.Kind == ForgetRecord {
+		return r.forget(ctx, a)
+	}
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		w, err := r.prepare(ctx, a)
 		if errors.Is(err, snapshot.ErrStale) {
@@ -180,6 +209,26 @@ func (r *Repairer) applyOne(ctx context.Context, a Action) string {
 		}
 	}
 	return fmt.Sprintf("failed: lost the race %d times", maxAttempts)
+}
+
+// forget removes a stale record from the record store, comparing it with
+// what the audit read: one that changed (an ADD re-used the attachment)
+// is skipped.
+func (r *Repairer) forget(ctx context.Context, a Action) string {
+	if r.Records == nil {
+		return "failed: " + errNoRecords.Error()
+	}
+	if r.BeforeCommit != nil {
+		r.BeforeCommit(a, 1)
+	}
+	err := r.Records.Forget(ctx, a.rec)
+	switch {
+	case err == nil:
+		return "done"
+	case errors.Is(err, snapshot.ErrStale):
+		return "skipped: " + err.Error()
+	}
+	return "failed: " + err.Error()
 }
 
 // write is one prepared change, and the record a re-claim is for.

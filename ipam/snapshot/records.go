@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -23,6 +24,10 @@ type Records interface {
 	Recheck(ctx context.Context, rec *record.Record) error
 	// Node is the one node whose records this store holds ("" for all).
 	Node() string
+	// Forget removes rec, with its address index entries and
+	// quarantines, if it is still the record the audit read (else
+	// ErrStale).
+	Forget(ctx context.Context, rec *record.Record) error
 }
 
 // EtcdRecords are the records of safe-ipam's etcd store under Prefix.
@@ -110,3 +115,22 @@ func (s *StoreRecords) Recheck(ctx context.Context, rec *record.Record) error {
 // ErrStale means what was read no longer holds: a record changed since
 // the snapshot, or a fresh read no longer supports a planned action.
 var ErrStale = errors.New("no longer applies")
+
+// Forget implements Records through the etcd store's own compare-and-swap.
+func (e *EtcdRecords) Forget(ctx context.Context, rec *record.Record) error {
+	st := etcdstore.NewWithClient(e.Client, e.Prefix, rec.Node, 5*time.Second)
+	return forget(ctx, st, rec)
+}
+
+// Forget implements Records.
+func (s *StoreRecords) Forget(ctx context.Context, rec *record.Record) error {
+	return forget(ctx, s.Store, rec)
+}
+
+func forget(ctx context.Context, st store.Store, rec *record.Record) error {
+	_, err := st.Swap(ctx, rec.Attachment, rec, nil)
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("%w: record %s changed since the audit", ErrStale, rec.Attachment)
+	}
+	return err
+}
