@@ -17,6 +17,7 @@ var shortSeeds = seedRange(1, 8)
 // Each also has a script that pins its case.
 var regressionSeeds = []uint64{
 	186559945, // an ADD retried during an outage over the record of a crashed commit: RecordedRetryInOutageScript
+	607448584, // the DEL of a quarantined attachment during an outage, answered from the file store: TestOutageExpectForAQuarantinedDel
 }
 
 // TestHistories plays the short set of random histories with safe-ipam in

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -63,6 +64,17 @@ type Attachment struct {
 	// quarantined for it; what must hold is that no other live attachment
 	// gets it.
 	Victim bool
+	// QuarantinedBy: an ADD of it was fenced, so its allocation is a
+	// quarantine tied to this holder (README, "Fencing") until the holder
+	// is released; until then its DEL releases nothing and calls no
+	// delegate.
+	QuarantinedBy *Attachment
+}
+
+// Quarantined says whether the attachment's allocation is still a
+// quarantine: its holder has not been released.
+func (a *Attachment) Quarantined() bool {
+	return a.QuarantinedBy != nil && a.QuarantinedBy.State != Deleted
 }
 
 func (a *Attachment) String() string {
@@ -145,6 +157,9 @@ func (m *Model) Apply(call Call, out Outcome) {
 			a.State, a.IPs, a.result = Live, out.IPs, out.Result
 		} else {
 			a.State, a.IPs, a.result = Failed, nil, nil
+			if holder := m.fencedBy(out); holder != nil {
+				a.QuarantinedBy = holder
+			}
 			// A crash after the commit leaves the record; a later failed
 			// retry (an outage, a crash before the record is read) does
 			// not remove it.
@@ -171,6 +186,23 @@ func (m *Model) Apply(call Call, out Outcome) {
 			}
 		}
 	}
+}
+
+// fenced is how a fenced ADD's error names the holder of its address
+// (package guard, fence.go): "... gave <addr>, which <network>/<cid>/<ifname> holds".
+var fenced = regexp.MustCompile(`gave \S+, which ([^/\s]+)/([^/\s]+)/(\S+) holds`)
+
+// fencedBy is the holder a fenced ADD's allocation is quarantined for, nil
+// when the failure was not a fence.
+func (m *Model) fencedBy(out Outcome) *Attachment {
+	if out.Code != 11 {
+		return nil
+	}
+	match := fenced.FindStringSubmatch(out.Msg)
+	if match == nil {
+		return nil
+	}
+	return m.find(match[1], match[2], match[3])
 }
 
 // afterCommit says whether an ADD crash point comes at or after the

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -35,6 +36,47 @@ func TestOutageExpectAfterCrashedCommit(t *testing.T) {
 			retry := Call{Verb: Add, Node: node1, Att: a, Outage: true}
 			if got := outageExpect(tt.store, retry); got != tt.want {
 				t.Errorf("retried ADD during an outage must give %s, model expects %s", tt.want, got)
+			}
+		})
+	}
+}
+
+// TestOutageExpectForAQuarantinedDel: a fenced ADD leaves its allocation
+// quarantined for the holder it names; the attachment's DEL releases
+// nothing and calls no delegate until the holder is released (README,
+// "Fencing"), so with a file store it succeeds during an outage. Once the
+// holder is released the quarantine goes with it, and the DEL is an
+// ordinary one again. Seed 607448584 failed on this expectation.
+func TestOutageExpectForAQuarantinedDel(t *testing.T) {
+	tests := []struct {
+		name           string
+		store          StoreKind
+		holderReleased bool
+		notAFence      bool
+		want           Expect
+	}{
+		{"quarantined, file store", FileStore, false, false, Succeeds},
+		{"quarantined, etcd store", EtcdStore, false, false, TryAgain},
+		{"holder released since, file store", FileStore, true, false, Fails},
+		{"failed with 11 for another reason, file store", FileStore, false, true, Fails},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := NewModel(Setup{Generation: Modern, Store: tt.store, Nodes: 1})
+			holder := m.Incarnate("web-1", node1, "sandbox-1")
+			m.Apply(Call{Verb: Add, Node: node1, Att: holder}, Outcome{IPs: []netip.Addr{netip.MustParseAddr("10.97.0.1")}})
+			a := m.Incarnate("web-3", node1, "sandbox-2")
+			msg := Network + "/sandbox-2/eth0: calico-ipam gave 10.97.0.1/30, which " + Network + "/sandbox-1/eth0 holds (it was freed behind that attachment's back)"
+			if tt.notAFence {
+				msg = "record store: etcd unavailable"
+			}
+			m.Apply(Call{Verb: Add, Node: node1, Att: a}, Outcome{Code: 11, Msg: msg})
+			if tt.holderReleased {
+				m.Apply(Call{Verb: Del, Node: node1, Att: holder}, Outcome{})
+			}
+			del := Call{Verb: Del, Node: node1, Att: a, Outage: true}
+			if got := outageExpect(tt.store, del); got != tt.want {
+				t.Errorf("DEL during an outage must give %s, model expects %s", tt.want, got)
 			}
 		})
 	}
