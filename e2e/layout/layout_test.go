@@ -171,3 +171,29 @@ func TestNothingReadsBesideTheRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The top level is the one the project was specified with, and nothing
+// else: a newcomer finds the binaries, the logic, the tests, the
+// scripts, the manifests and the docs where they expect them.
+func TestTopLevelIsTheSpecifiedOne(t *testing.T) {
+	root := moduleRoot(t)
+	want := map[string]bool{"plugin": true, "ipam": true, "e2e": true, "scripts": true, "deploy": true, "docs": true,
+		"go.mod": true, "go.sum": true, "Makefile": true, "LICENSE": true, "README.md": true, ".ci": true, ".gitignore": true}
+	out, err := exec.Command("git", "-C", root, "ls-files").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, f := range strings.Fields(string(out)) {
+		top, _, _ := strings.Cut(f, "/")
+		if !want[top] && !seen[top] {
+			t.Errorf("%s at the top level: the layout is plugin/, ipam/, e2e/, scripts/, deploy/, docs/ and the module's files", top)
+		}
+		seen[top] = true
+	}
+	for _, dir := range []string{"plugin", "ipam", "e2e", "scripts", "deploy", "docs"} {
+		if !seen[dir] {
+			t.Errorf("%s/ is missing", dir)
+		}
+	}
+}
