@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -97,7 +98,15 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 		return runWatch(f, mode, self, stderr)
 	}
 	r, err := Install(f.node, mode, self, f.dryRun)
-	return report("install", f, r, err, stdout, stderr)
+	code = report("install", f, r, err, stdout, stderr)
+	if code == ExitOK && !f.dryRun {
+		w := stdout
+		if f.out.JSON {
+			w = stderr // stdout is the JSON report
+		}
+		reindex(f.node, w, stderr)
+	}
+	return code
 }
 
 // RunUninstall is `safe-ipam uninstall`.
@@ -182,6 +191,12 @@ func runWatch(f *cliFlags, mode Mode, self string, stderr io.Writer) int {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("cmd", "install --watch")
 	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settle: f.settle, Log: log}
+	// Once safe-ipam is in place, records written before the address
+	// index get their entries: every start of the DaemonSet (an upgrade
+	// of safe-ipam included) runs the migration.
+	// In the background: a slow store must not hold up re-assertions.
+	first := sync.OnceFunc(func() { go reindex(f.node, stderr, stderr) })
+	w.Reasserted = func(Reassertion) { first() }
 	log.Info("watching", "bin", f.node.BinDir, "conf", f.node.ConfDir, "mode", mode.Name(), "settle", f.settle)
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "safe-ipam install --watch:", err)

@@ -3,10 +3,12 @@ package install
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
@@ -85,4 +87,43 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path string, dryRun 
 		}
 	}
 	return len(recs), nil
+}
+
+// reindex gives the records of every config of the node that goes
+// through safe-ipam their address index entries (store.Reindex), and says
+// so. It never fails the install it follows: the node is protected, and
+// an address a record without an entry holds is fenced once the next
+// install or watch start has indexed it.
+func reindex(n Node, out, errOut io.Writer) {
+	r, err := recordsOf(n)
+	if err != nil {
+		fmt.Fprintf(errOut, "safe-ipam install: indexing records: %v\n", err)
+		return
+	}
+	for i, cfg := range r.configs {
+		indexed, held, err := reindexNetwork(cfg, r.paths[i])
+		if err != nil {
+			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; the next install or watch start does it\n", r.paths[i], err)
+			continue
+		}
+		fmt.Fprintf(out, "install: indexed the addresses of %d record(s) of network %q on this node\n", indexed, cfg.Network)
+		for _, h := range held {
+			fmt.Fprintf(errOut, "safe-ipam install: %s is held by two records, %s among them: run safe-ipam audit (duplicate)\n", h.Addr, h.Holder.Attachment)
+		}
+	}
+}
+
+func reindexNetwork(cfg *config.Config, path string) (int, []*store.HeldError, error) {
+	node, err := cfg.Node()
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := opener.Open(ctx, cfg, node, opener.Options{In: path})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer st.Close()
+	return store.Reindex(ctx, st, cfg.Network)
 }

@@ -95,3 +95,37 @@ func Releasing(rec *record.Record, now time.Time) *record.Record {
 func Damaged(att record.Attachment, revision int64) *record.Record {
 	return &record.Record{Attachment: att, State: record.Pending, Revision: revision}
 }
+
+// Reindex gives every committed record of network in st its address
+// index entries, as Commit claims them. Records committed before the
+// index existed have none, so fencing could not see their addresses: an
+// address freed behind such a pod's back was handed out and committed
+// again. Each record is re-committed over itself, one atomic step that
+// compares its revision, so the migration is idempotent (an entry the
+// record already has is its own) and safe to cut short anywhere. A record
+// that changed meanwhile is skipped: whoever changed it indexed it. An
+// address another committed record holds is a duplicate already, which
+// is returned and left for the operator (the audit reports it).
+func Reindex(ctx context.Context, st Store, network string) (indexed int, held []*HeldError, err error) {
+	recs, err := st.List(ctx, network)
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, rec := range recs {
+		if rec.State != record.Committed || len(rec.IPs) == 0 {
+			continue
+		}
+		_, err := st.Commit(ctx, rec, rec)
+		var h *HeldError
+		switch {
+		case err == nil:
+			indexed++
+		case errors.As(err, &h):
+			held = append(held, h)
+		case errors.Is(err, ErrConflict):
+		default:
+			return indexed, held, fmt.Errorf("indexing the addresses of %s: %w", rec.Attachment, err)
+		}
+	}
+	return indexed, held, nil
+}

@@ -184,3 +184,39 @@ func TestUninstallForgetsTheNodesRecords(t *testing.T) {
 		t.Errorf("Calico's handle after uninstall: %v (%v); it must stay", calico, err)
 	}
 }
+
+// Records written before the address index existed do not fence their
+// addresses; install gives them their entries (each DaemonSet start runs
+// it), and says so (issue 19, item 7).
+func TestInstallIndexesOldRecords(t *testing.T) {
+	bin, conf, etcd := calicoNodeDirs(t)
+	safe := filepath.Join(binDir, "safe-ipam")
+	dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
+	if code, out := run(t, safe, append([]string{"install", "--mode=takeover"}, dirs...)...); code != 0 {
+		t.Fatalf("install: exit %d\n%s", code, out)
+	}
+	file, err := cninode.ReadFile(filepath.Join(conf, "10-calico.conflist"), bin)
+	if err != nil || file.SafeIPAM == nil {
+		t.Fatalf("the installed conflist is not safe-ipam's: %+v, %v", file, err)
+	}
+	cfg := file.SafeIPAM
+	node, err := cfg.Node()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As safe-ipam wrote records before fencing: no index entry.
+	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
+	att := record.Attachment{Network: cfg.Network, ContainerID: "old", IfName: "eth0"}
+	rec := &record.Record{Attachment: att, Node: node, Handle: cfg.Network + ".old", State: record.Committed, IPs: []string{"10.244.0.7/26"}}
+	if _, err := st.Swap(context.Background(), att, nil, rec); err != nil {
+		t.Fatal(err)
+	}
+	index := etcdstore.AddressKey(cfg.Store.Prefix, cfg.Network, "10.244.0.7/26")
+	code, out := run(t, safe, append([]string{"install", "--mode=takeover"}, dirs...)...)
+	if code != 0 || !strings.Contains(out, "indexed the addresses of 1 record(s)") {
+		t.Fatalf("install again: exit %d\n%s", code, out)
+	}
+	if got, err := etcd.Dump(index); err != nil || len(got) != 1 {
+		t.Fatalf("index entry %s after install: %v (%v)", index, got, err)
+	}
+}

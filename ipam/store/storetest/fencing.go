@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -23,6 +24,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a mark carries quarantines tied after the read", quarantineAfterRead},
 		{"a retried mark knows the addresses", retriedMark},
 		{"an ADD's takeover drops the quarantines, a retried mark keeps them", takeoverDropsQuarantines},
+		{"records written before the index get their entries", reindexOldRecords},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -228,5 +230,36 @@ func takeoverDropsQuarantines(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); err != nil {
 		t.Fatalf("the quarantine outlived its holder's takeover: %v", err)
+	}
+}
+
+// reindexOldRecords: a committed record written without index entries
+// (as safe-ipam wrote them before fencing existed, with Swap) does not
+// fence its address until store.Reindex gives it its entries; a second
+// run changes nothing, and an address two records hold is reported.
+func reindexOldRecords(t *testing.T, s store.Store) {
+	old := func(cid, ip string) *record.Record {
+		att := attachment(cid)
+		rec := &record.Record{Attachment: att, Handle: "net1." + cid, Node: "node1", State: record.Committed, IPs: []string{ip}, Created: time.Now()}
+		out, err := s.Swap(ctx, att, nil, rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	old("old", "10.0.0.1/26")
+	old("twin-a", "10.0.0.9/26")
+	old("twin-b", "10.0.0.9/26")
+	n, held, err := store.Reindex(ctx, s, "net1")
+	if err != nil || n != 2 || len(held) != 1 || held[0].Addr != "10.0.0.9/26" {
+		t.Fatalf("Reindex: %d indexed, held %v, %v; want old and one twin, the other twin held", n, held, err)
+	}
+	_, _, err = commitWith(t, s, "new", "10.0.0.1/26")
+	var h *store.HeldError
+	if !errors.As(err, &h) || h.Holder.ContainerID != "old" {
+		t.Fatalf("committing the old record's address after Reindex: %v; want it held by old", err)
+	}
+	if n, held, err := store.Reindex(ctx, s, "net1"); err != nil || n != 2 || len(held) != 1 {
+		t.Fatalf("Reindex again: %d, %v, %v; want the same", n, held, err)
 	}
 }
