@@ -21,6 +21,7 @@ import (
 const DefaultCNIPath = "/opt/cni/bin"
 
 const usage = `Usage: safe-ipam gc --conf FILE (--cri-endpoint SOCKET | --cni-cache DIR | --live FILE) [--apply]
+       safe-ipam gc --conf FILE --dead-nodes [--apply]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
 declares CNI 1.0.0 at most; containerd 1.6 sends no GC). Lists this
@@ -30,6 +31,15 @@ mark, delegate DEL, forget. Records younger than gcGracePeriod and pending
 records whose ADD still runs are kept. A dry run unless --apply.
 Fails closed: a source that cannot be read, or that lists nothing while the
 node has records, releases nothing.
+
+With --dead-nodes it releases instead the records (and their quarantines)
+of every other node that Calico's datastore, as calico-ipam reaches it from
+FILE, answers it does not know: kube-controllers frees a deleted node's
+addresses, and its records would fence them for ever. A datastore that does
+not answer releases nothing. Records are cluster-wide only in the etcd store.
+
+Example: safe-ipam gc --conf /etc/cni/net.d/10-calico.conflist \
+           --cri-endpoint unix:///run/containerd/containerd.sock --apply
 Exit 0: nothing left to release; 1: a dry run would release; 2: error.
 
 `
@@ -82,8 +92,15 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	out := admin.NewOutput(2 * time.Minute)
 	cmd := admin.NewCommand("gc", usage, stderr, n, live, out)
 	apply := cmd.Flags().Bool("apply", false, "release (default: dry run, printing what would be released)")
+	deadNodes := cmd.Flags().Bool("dead-nodes", false, "release the records of other nodes that Calico's datastore answers it does not know, instead of judging this node's by a liveness source")
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
+	}
+	if *deadNodes {
+		if live.Explicit() {
+			return cmd.Fail(errors.New("--dead-nodes judges by Calico's Nodes: name no liveness source"))
+		}
+		return runDeadNodes(cmd, n, out, *apply, stdout, stderr)
 	}
 	if !live.Explicit() {
 		return cmd.Fail(errors.New("name the liveness source: --cri-endpoint, --cni-cache or --live; gc never guesses what runs"))
@@ -130,4 +147,47 @@ func binDirOf(cniPath string) string {
 		}
 	}
 	return ""
+}
+
+// runDeadNodes is gc --dead-nodes.
+func runDeadNodes(cmd *admin.Command, n *node, out *admin.Output, apply bool, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
+	defer cancel()
+	cfg := n.file.SafeIPAM
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-dead-nodes")
+	defer closeLog()
+	node, err := OpenNode(ctx, n.file, n.cniPath, log)
+	if err != nil {
+		return cmd.Fail(err)
+	}
+	defer node.Close()
+	ds, closeDS, err := CalicoDatastore(ctx, cfg, n.conf)
+	if err != nil {
+		return cmd.Fail(err)
+	}
+	defer closeDS()
+	plan, report, err := node.PlanDeadNodes(ctx, ds)
+	if errors.Is(err, ErrNodeLocalStore) {
+		fmt.Fprintf(stdout, "gc --dead-nodes: %v; nothing to do\n", err)
+		return admin.ExitOK
+	}
+	if err != nil {
+		return cmd.Fail(err)
+	}
+	code := admin.ExitOK
+	switch {
+	case apply && plan.Len() > 0:
+		if err := node.ApplyDeadNodes(ctx, plan, report); err != nil {
+			code = admin.ExitError
+		}
+	case plan.Len() > 0:
+		code = admin.ExitAttention
+	}
+	if err := out.Print(stdout, report, report.WriteText); err != nil {
+		return cmd.Fail(err)
+	}
+	if code == admin.ExitError {
+		fmt.Fprintf(stderr, "safe-ipam gc: %s\n", report.Error)
+	}
+	return code
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,12 +15,15 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
@@ -314,4 +318,137 @@ func TestGCTakesATakenOverNodesConflist(t *testing.T) {
 	if code != admin.ExitOK || !strings.Contains(stdout.String(), "node1") {
 		t.Fatalf("gc on the installed conflist: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
+}
+
+// deadNodesWorld is a cluster's etcd with safe-ipam's records of three
+// nodes, and node2's conflist (Calico's etcd as the record store).
+type deadNodesWorld struct {
+	etcd *etcdtest.Server
+	dir  string
+	bin  string
+}
+
+func newDeadNodesWorld(t *testing.T) *deadNodesWorld {
+	t.Helper()
+	w := &deadNodesWorld{etcd: etcdtest.Start(t), dir: t.TempDir()}
+	w.bin = filepath.Join(w.dir, "bin")
+	if err := os.MkdirAll(w.bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.bin, "calico-ipam"), []byte(delegateScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
+	for i, node := range []string{"node1", "node2", "node3"} {
+		cid := "c" + node[len(node)-1:]
+		rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: cid, IfName: "eth0"},
+			Node: node, Handle: "k8s-pod-network." + cid, State: record.Committed, IPs: []string{fmt.Sprintf("10.244.0.%d/26", i+1)},
+			Created: time.Now().Add(-time.Hour), Updated: time.Now().Add(-time.Hour)}
+		if _, err := st.ForNode(node).Commit(context.Background(), nil, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return w
+}
+
+// conf writes node2's conflist; calico is the top-level Calico keys.
+func (w *deadNodesWorld) conf(t *testing.T, calico string) string {
+	t.Helper()
+	path := filepath.Join(w.dir, "10-calico.conflist")
+	conf := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico",` + calico + `,"nodename":"node2",
+		"ipam":{"type":"safe-ipam","delegate":{"type":"calico-ipam"},"logFile":"","cacheDir":"",
+		"store":{"type":"etcd","endpoints":["` + w.etcd.Endpoint() + `"]}}}]}`
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (w *deadNodesWorld) calicoNode(t *testing.T, name string) {
+	t.Helper()
+	if _, err := w.etcd.Client().Put(context.Background(), calico.NodeKey(name), `{"kind":"Node","metadata":{"name":"`+name+`"},"spec":{}}`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *deadNodesWorld) records(t *testing.T) []string {
+	t.Helper()
+	recs, err := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second).ListEveryNode(context.Background(), "k8s-pod-network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Node+"/"+r.ContainerID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (w *deadNodesWorld) gc(t *testing.T, conf string, args ...string) (int, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := gc.Run(append([]string{"--conf", conf, "--cni-path", w.bin, "--dead-nodes"}, args...), &stdout, &stderr)
+	return code, stdout.String() + stderr.String()
+}
+
+// A node Calico no longer knows (kube-controllers deleted its Node and
+// freed its addresses) leaves records that would fence those addresses
+// for ever; gc --dead-nodes releases them, and only them (issue 19, item
+// 4). While Calico knows the node, its records stay.
+func TestDeadNodesReleasesOnlyRecordsOfNodesCalicoForgot(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	w.calicoNode(t, "node2")
+	w.calicoNode(t, "node3")
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	code, out := w.gc(t, conf)
+	t.Logf("dry run:\n%s", out)
+	if code != admin.ExitAttention || !strings.Contains(out, "1 to release, 1 kept") || !strings.Contains(out, "node node1 is gone") {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	if got := calls(t, w.bin); got != nil {
+		t.Fatalf("a dry run called the delegate: %v", got)
+	}
+	if code, out := w.gc(t, conf, "--apply"); code != admin.ExitOK {
+		t.Fatalf("apply: exit %d\n%s", code, out)
+	}
+	if got := w.records(t); !slices.Equal(got, []string{"node2/c2", "node3/c3"}) {
+		t.Errorf("records after apply: %v; want node1's released only", got)
+	}
+	if got := calls(t, w.bin); !slices.Equal(got, []string{"DEL c1"}) {
+		t.Errorf("delegate calls %v; want one DEL of node1's c1", got)
+	}
+	if index, _ := w.etcd.Dump(config.DefaultEtcdPrefix + "/addresses/"); len(index) != 2 {
+		t.Errorf("address index after apply: %v; want node2's and node3's entries", index)
+	}
+}
+
+// The control: while Calico still knows node1, nothing of it is released.
+func TestDeadNodesKeepsRecordsOfKnownNodes(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	for _, n := range []string{"node1", "node2", "node3"} {
+		w.calicoNode(t, n)
+	}
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	if code, out := w.gc(t, conf, "--apply"); code != admin.ExitOK || len(w.records(t)) != 3 || calls(t, w.bin) != nil {
+		t.Fatalf("exit %d, records %v, calls %v\n%s", code, w.records(t), calls(t, w.bin), out)
+	}
+}
+
+// Fail closed: a Calico datastore that does not answer is no evidence
+// that a node is gone; nothing is released (exit 2).
+func TestDeadNodesFailsClosedWithoutCalicosAnswer(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	kubeconfig := filepath.Join(w.dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\nusers: [{name: u, user: {token: x}}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := w.conf(t, `"datastore_type":"kubernetes","kubernetes":{"kubeconfig":"`+kubeconfig+`"}`)
+	if code, out := w.gc(t, conf, "--apply"); code != admin.ExitError || len(w.records(t)) != 3 || calls(t, w.bin) != nil {
+		t.Fatalf("exit %d, records %v, calls %v\n%s", code, w.records(t), calls(t, w.bin), out)
+	}
+}
+
+func calls(t *testing.T, bin string) []string {
+	return (&node{bin: bin}).calls(t)
 }

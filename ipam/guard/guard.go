@@ -194,3 +194,12 @@ func (g *Guard) delPrevResult() []byte {
 func (e Env) call() delegate.Call {
 	return delegate.Call{ContainerID: e.ContainerID, NetNS: e.NetNS, IfName: e.IfName, Args: e.Args, Path: e.Path}
 }
+
+// ForNode is a Guard over another node's records in st, for releasing the
+// records of a node that is gone (safe-ipam gc --dead-nodes): the same
+// config, delegate and version, that node's name and store.
+func (g *Guard) ForNode(node string, st store.Store) *Guard {
+	other := *g
+	other.node, other.store = node, st
+	return &other
+}

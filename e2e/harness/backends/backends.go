@@ -46,6 +46,9 @@ func Etcd(t *testing.T, cli *clientv3.Client) *datastoretest.Backend {
 		MarkDeleted: func(t *testing.T, handle string) {
 			put(t, calico.HandleKey(handle), `{"block":{"10.244.0.0/26":1},"deleted":true}`)
 		},
+		Node: func(t *testing.T, name string) {
+			put(t, calico.NodeKey(name), `{"kind":"Node","apiVersion":"projectcalico.org/v3","metadata":{"name":"`+name+`"},"spec":{}}`)
+		},
 	}
 }
 
@@ -85,6 +88,7 @@ func Kube(t *testing.T, srv *kubetest.Server) *datastoretest.Backend {
 		Affinity:    k.affinity,
 		Garble:      k.garble,
 		MarkDeleted: k.markDeleted,
+		Node:        k.node,
 	}
 }
 
@@ -140,4 +144,18 @@ func (k kubePlanter) markDeleted(t *testing.T, handle string) {
 	if _, err := r.Update(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// node registers a Kubernetes Node, as a kubelet does.
+func (k kubePlanter) node(t *testing.T, name string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{}}
+	obj.SetAPIVersion("v1")
+	obj.SetKind("Node")
+	obj.SetName(name)
+	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	if _, err := k.dyn.Resource(nodes).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.dyn.Resource(nodes).Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }

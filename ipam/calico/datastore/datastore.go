@@ -50,6 +50,12 @@ type Datastore interface {
 	// Write makes c, each object only if it is still at the version it
 	// was read at; ErrConflict (wrapped) when one was not.
 	Write(ctx context.Context, c Change) error
+	// NodeExists says whether Calico knows node name: its Node resource
+	// (etcd), the Kubernetes Node (the Kubernetes datastore). Its absence,
+	// in a datastore that answered, is the evidence kube-controllers acts
+	// on when it frees a deleted node's addresses; any failure to read is
+	// an error, never "absent".
+	NodeExists(ctx context.Context, name string) (bool, error)
 	Close() error
 }
 

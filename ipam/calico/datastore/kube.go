@@ -296,3 +296,19 @@ func missingResource(err error) bool {
 	d := status.Status().Details
 	return d == nil || d.Name == ""
 }
+
+// gvrNodes are the Kubernetes Nodes, which are Calico's Nodes on the
+// Kubernetes datastore.
+var gvrNodes = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
+// NodeExists implements Datastore: the Kubernetes Node.
+func (k *KubeStore) NodeExists(ctx context.Context, name string) (bool, error) {
+	_, err := k.Client.Resource(gvrNodes).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, k.explain("reading Node "+name, gvrNodes, err)
+}

@@ -380,3 +380,22 @@ func decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
 	}
 	return rec
 }
+
+// ForNode is the store of another node's records on the same client: the
+// etcd store is cluster-wide, and releasing a dead node's records (safe-ipam
+// gc --dead-nodes) writes under that node's keys.
+func (s *Store) ForNode(node string) *Store {
+	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout}
+}
+
+// ListEveryNode lists the records of network on every node, with their
+// quarantines, at one revision.
+func (s *Store) ListEveryNode(ctx context.Context, network string) ([]*record.Record, error) {
+	if err := record.ValidateNetwork(network); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	recs, _, err := lister{client: s.client, prefix: s.prefix}.list(ctx, network, "", 0)
+	return recs, err
+}

@@ -30,6 +30,9 @@ type Backend struct {
 	// MarkDeleted sets deleted on the handle document, as the first half
 	// of a delete does.
 	MarkDeleted func(t *testing.T, handle string)
+	// Node makes node name known, as Calico (etcd) or the kubelet (the
+	// Kubernetes datastore) registers it.
+	Node func(t *testing.T, name string)
 }
 
 // Run runs the contract. fresh returns a backend over empty data.
@@ -46,6 +49,7 @@ func Run(t *testing.T, fresh func(t *testing.T) *Backend) {
 		{"a large list pages completely", pages},
 		{"a handle write deletes when it counts nothing", handleDelete},
 		{"a rewrite keeps an attribute's unknown keys", attributeKeysKept},
+		{"a node is known once registered, absent before", nodeExists},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, fresh(t)) })
@@ -342,5 +346,15 @@ func attributeKeysKept(t *testing.T, b *Backend) {
 	got, err := json.Marshal(attr)
 	if want := `{"handle_id":"net1.c2","secondary":{"node":"node1"},` + keys + `}`; !ok || err != nil || string(got) != want || len(blk.Block.Attributes) != 1 {
 		t.Errorf("attribute of net1.c2 after the rewrite: %s (of %d), %v; want %s", got, len(blk.Block.Attributes), err, want)
+	}
+}
+
+func nodeExists(t *testing.T, b *Backend) {
+	if ok, err := b.Store.NodeExists(ctx(t), "node-gone"); err != nil || ok {
+		t.Fatalf("NodeExists of a node never registered: %v, %v; want false", ok, err)
+	}
+	b.Node(t, "node-here")
+	if ok, err := b.Store.NodeExists(ctx(t), "node-here"); err != nil || !ok {
+		t.Fatalf("NodeExists of a registered node: %v, %v; want true", ok, err)
 	}
 }
