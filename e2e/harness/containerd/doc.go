@@ -1,6 +1,6 @@
-// Package containerd runs safe-ipam on the kubelet's path for the suites: a real containerd,
-// driven over the CRI API (k8s.io/cri-api runtime/v1) exactly as the
-// kubelet drives it, calls the CNI plugins. Each node of a test gets its
+// Package containerd is the suites' node on the kubelet's path: a real
+// containerd, driven over the CRI API (k8s.io/cri-api runtime/v1) exactly
+// as the kubelet drives it, calls the CNI plugins. Each node of a test gets its
 // own containerd, with its own root, state, socket and CNI directories,
 // inside a private mount, network and PID namespace that a long-lived
 // holder process keeps: libcni's result cache path is fixed at
