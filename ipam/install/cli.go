@@ -119,11 +119,7 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 	if f.mode != "" {
 		names = []string{f.mode}
 	}
-	records, err := recordsOf(f.node)
-	if err != nil {
-		fmt.Fprintln(stderr, "safe-ipam uninstall:", err)
-		return ExitError
-	}
+	records := recordsOf(f.node)
 	for _, name := range names {
 		mode, err := ModeNamed(name)
 		if err != nil {

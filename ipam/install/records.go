@@ -29,12 +29,12 @@ type nodeRecords struct {
 
 // recordsOf finds every network config of the node whose IPAM goes
 // through safe-ipam, in either mode.
-func recordsOf(n Node) (*nodeRecords, error) {
+func recordsOf(n Node) *nodeRecords {
+	r := &nodeRecords{}
 	files, err := cninode.ConfFiles(n.ConfDir)
 	if err != nil {
-		return nil, err
+		return r // no configs, no records of ours: install and uninstall say why themselves
 	}
-	r := &nodeRecords{}
 	for _, path := range files {
 		f, err := cninode.ReadFile(path, n.BinDir)
 		if err != nil || f.SafeIPAM == nil {
@@ -42,7 +42,7 @@ func recordsOf(n Node) (*nodeRecords, error) {
 		}
 		r.configs, r.paths = append(r.configs, f.SafeIPAM), append(r.paths, path)
 	}
-	return r, nil
+	return r
 }
 
 // forget removes the node's records of every config (dry run: counts
@@ -95,11 +95,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path string, dryRun 
 // an address a record without an entry holds is fenced once the next
 // install or watch start has indexed it.
 func reindex(n Node, out, errOut io.Writer) {
-	r, err := recordsOf(n)
-	if err != nil {
-		fmt.Fprintf(errOut, "safe-ipam install: indexing records: %v\n", err)
-		return
-	}
+	r := recordsOf(n)
 	for i, cfg := range r.configs {
 		indexed, held, err := reindexNetwork(cfg, r.paths[i])
 		if err != nil {
