@@ -23,3 +23,15 @@ func ReadJSON(ctx context.Context, cli *clientv3.Client, key string, v any) (int
 	}
 	return resp.Kvs[0].ModRevision, nil
 }
+
+// NodeKnown says whether Calico's etcd holds the Node resource called
+// name. kube-controllers deletes it with the Kubernetes node and frees the
+// node's addresses, so its absence, read from an etcd that answered, is
+// the evidence that the node is gone.
+func NodeKnown(ctx context.Context, cli *clientv3.Client, name string) (bool, error) {
+	resp, err := cli.Get(ctx, NodeKey(name), clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("reading Calico's Node %s: %w", name, err)
+	}
+	return resp.Count > 0, nil
+}

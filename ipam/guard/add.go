@@ -37,7 +37,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 	if err != nil {
 		return nil, g.abandon(ctx, rec, env, args, err)
 	}
-	if err := g.commit(ctx, rec, result); err != nil {
+	if err := g.commit(ctx, rec, result, env.Path); err != nil {
 		return nil, g.commitFailed(ctx, rec, env, args, err)
 	}
 	g.at(AddCommitted)
@@ -111,7 +111,7 @@ func (g *Guard) addCall(att record.Attachment, env Env, args cniargs.Args) deleg
 	return delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: cniArgs, Path: env.Path}
 }
 
-func (g *Guard) commit(ctx context.Context, pending *record.Record, result types.Result) error {
+func (g *Guard) commit(ctx context.Context, pending *record.Record, result types.Result, cniPath string) error {
 	ips, err := resultIPs(result)
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("%s result for %s: %v", g.delegate.Type, pending.Attachment, err), "")
@@ -125,6 +125,9 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	committed.Owner = nil
 	_, err = g.store.Commit(ctx, pending, &committed)
 	var held *store.HeldError
+	if errors.As(err, &held) && g.settleDeadHolder(ctx, held.Holder, cniPath) {
+		_, err = g.store.Commit(ctx, pending, &committed)
+	}
 	if errors.As(err, &held) {
 		err = g.fence(ctx, pending, &committed, held)
 	}

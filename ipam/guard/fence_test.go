@@ -1,10 +1,13 @@
 package guard_test
 
 import (
+	"cmp"
+	"context"
 	"slices"
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
@@ -87,4 +90,61 @@ func TestGCReleasesQuarantinesWithTheHolder(t *testing.T) {
 		}
 		r.add("late") // no longer quarantined
 	})
+}
+
+// Issue 19, item 4: a record of a node that is gone (Calico's etcd
+// answers and has no Node of that name: kube-controllers deleted it and
+// freed the node's addresses) does not fence. The ADD given its address
+// releases it, with its quarantines, and proceeds. Any doubt fences.
+func TestFencingSettlesAHolderOnADeadNode(t *testing.T) {
+	tests := []struct {
+		name       string
+		holderNode bool   // Calico still has the holder's Node
+		calicoEtcd string // "" is the shared etcd
+		settles    map[string]bool
+	}{
+		{name: "the holder's node is gone", settles: map[string]bool{"etcd": true}},
+		{name: "the holder's node is known", holderNode: true},
+		{name: "Calico's etcd does not answer", calicoEtcd: "http://127.0.0.1:9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachStore(t, func(t *testing.T, r *rig) {
+				etcd := sharedEtcd.get(t)
+				r.calicoEtcd = cmp.Or(tt.calicoEtcd, etcd.Endpoint())
+				dead, alive := "gone"+r.prefix[1:], "here"+r.prefix[1:]
+				if tt.holderNode {
+					if _, err := etcd.Client().Put(context.Background(), calico.NodeKey(dead), `{"kind":"Node"}`); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r.node = dead
+				ips, _ := resultIPs(r.add("holder"))
+				r.freeBehindBack("net1.holder") // kube-controllers frees the dead node's addresses
+
+				r.node = alive
+				res, err := r.run("ADD", env("new"), r.conf())
+				if !tt.settles[r.kind] {
+					if cniCode(err) != types.ErrTryAgainLater {
+						t.Fatalf("ADD given the address of a holder that may live = %v; want fenced, code 11", err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("ADD given the address of a dead node's record = %v; want it to succeed", err)
+				}
+				if got, _ := resultIPs(res); !slices.Equal(got, ips) {
+					t.Fatalf("ADD got %v; want the freed %v", got, ips)
+				}
+				r.node = dead
+				if rec := r.record("holder"); rec != nil {
+					t.Fatalf("the dead node's record stayed: %+v", rec)
+				}
+				r.node = alive
+				if rec := r.record("new"); rec == nil || !slices.Equal(rec.IPs, ips) {
+					t.Fatalf("record of the new attachment %+v; want it to hold %v", rec, ips)
+				}
+			})
+		})
+	}
 }

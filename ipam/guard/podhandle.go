@@ -8,9 +8,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
-	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -43,17 +41,13 @@ func (g *Guard) releasePodHandle(ctx context.Context, rec *record.Record, env En
 // and says why they do not prove the handle holds only rec's addresses,
 // or "".
 func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record) string {
-	c := g.cfg.Calico
-	if c.Datastore() != config.DatastoreEtcd {
-		return "Calico's datastore is " + c.Datastore() + ", which safe-ipam does not read"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cli, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, TLS: c.EtcdTLS("")})
+	cli, err := g.calicoEtcd(ctx)
 	if err != nil {
-		return fmt.Sprintf("Calico's etcd: %v", err)
+		return err.Error()
 	}
 	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	var h calico.Handle
 	rev, err := calico.ReadJSON(ctx, cli, calico.HandleKey(rec.Handle), &h)
 	if err != nil || rev == 0 {

@@ -74,6 +74,14 @@ type Store interface {
 	Close() error
 }
 
+// Cluster is a store that holds every node's records (the etcd store; a
+// file store holds its own node's only). Releasing the records of a node
+// that is gone writes under that node's keys.
+type Cluster interface {
+	// ForNode is the same store over node's records.
+	ForNode(node string) Store
+}
+
 // SameRevision says whether the stored record cur is the one prev names.
 func SameRevision(cur, prev *record.Record) bool {
 	if cur == nil || prev == nil {

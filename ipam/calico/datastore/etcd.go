@@ -252,9 +252,5 @@ func etcdChange(c Change) ([]clientv3.Cmp, []clientv3.Op, error) {
 
 // NodeExists implements Datastore: the Node resource's key.
 func (e *EtcdStore) NodeExists(ctx context.Context, name string) (bool, error) {
-	resp, err := e.Client.Get(ctx, calico.NodeKey(name), clientv3.WithCountOnly())
-	if err != nil {
-		return false, fmt.Errorf("reading Calico's Node %s from etcd: %w", name, err)
-	}
-	return resp.Count > 0, nil
+	return calico.NodeKnown(ctx, e.Client, name)
 }

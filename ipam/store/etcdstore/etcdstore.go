@@ -381,10 +381,9 @@ func decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
 	return rec
 }
 
-// ForNode is the store of another node's records on the same client: the
-// etcd store is cluster-wide, and releasing a dead node's records (safe-ipam
-// gc --dead-nodes) writes under that node's keys.
-func (s *Store) ForNode(node string) *Store {
+// ForNode implements store.Cluster: another node's records on the same
+// client.
+func (s *Store) ForNode(node string) store.Store {
 	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout}
 }
 
