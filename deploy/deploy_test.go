@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -82,10 +83,10 @@ func TestDaemonSetRunsWhereCalicoNodeRuns(t *testing.T) {
 
 func TestDaemonSetInstallsWatchesAndProbes(t *testing.T) {
 	spec := daemonSet(t).Spec.Template.Spec
-	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
-		t.Fatalf("%d init containers, %d containers; want one of each", len(spec.InitContainers), len(spec.Containers))
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 2 {
+		t.Fatalf("%d init containers, %d containers; want install, then watch and gc", len(spec.InitContainers), len(spec.Containers))
 	}
-	init, watch := spec.InitContainers[0], spec.Containers[0]
+	init, watch := spec.InitContainers[0], container(t, spec, "watch")
 	if args := strings.Join(init.Command, " "); !strings.Contains(args, "safe-ipam install ") || strings.Contains(args, "--watch") {
 		t.Errorf("init container runs %q; want a one-shot safe-ipam install", args)
 	}
@@ -123,8 +124,65 @@ func modeOf(cmd []string) string {
 	return ""
 }
 
-// The host's CNI dirs are mounted at their own paths in both containers,
-// so the paths in Calico's config mean the same inside.
+func container(t *testing.T, spec corev1.PodSpec, name string) corev1.Container {
+	t.Helper()
+	for _, c := range spec.Containers {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %s", name)
+	return corev1.Container{}
+}
+
+// flagValue is the value of --name=value in cmd.
+func flagValue(cmd []string, name string) string {
+	for _, a := range cmd {
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// The gc container collects, as no runtime sends CNI GC (issue 19, item
+// 5): this node's records by the CRI, the records of dead nodes, applied,
+// on a period; its socket, conf and delegate are where it mounts them.
+// e2e/runtime runs this very command against a real containerd.
+func TestDaemonSetCollects(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	gc := container(t, spec, "gc")
+	cmd := gc.Command
+	if len(cmd) < 2 || !strings.HasSuffix(cmd[0], "/safe-ipam") || cmd[1] != "gc" {
+		t.Fatalf("gc container runs %q; want safe-ipam gc", cmd)
+	}
+	for _, want := range []string{"--apply", "--dead-nodes"} {
+		if !slices.Contains(cmd, want) {
+			t.Errorf("gc container does not pass %s: %q", want, cmd)
+		}
+	}
+	if flagValue(cmd, "every") == "" {
+		t.Errorf("gc container runs once: %q; want --every", cmd)
+	}
+	mounts := map[string]bool{}
+	for _, m := range gc.VolumeMounts {
+		mounts[m.MountPath] = true
+	}
+	socket, ok := strings.CutPrefix(flagValue(cmd, "cri-endpoint"), "unix://")
+	if !ok || !mounts[filepath.Dir(socket)] {
+		t.Errorf("--cri-endpoint %q is not a unix socket in a mounted dir %v", flagValue(cmd, "cri-endpoint"), mounts)
+	}
+	if conf := flagValue(cmd, "conf"); filepath.Dir(conf) != install.DefaultConfDir || !mounts[install.DefaultConfDir] {
+		t.Errorf("--conf %q is not in the mounted conf dir", conf)
+	}
+	if flagValue(cmd, "cni-path") != install.DefaultBinDir || !mounts[install.DefaultBinDir] {
+		t.Errorf("--cni-path %q is not the mounted bin dir", flagValue(cmd, "cni-path"))
+	}
+}
+
+// The host's dirs are mounted at their own paths in every container, so
+// the paths in Calico's config mean the same inside. Install and watch
+// write the CNI dirs; gc only reads them.
 func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 	spec := daemonSet(t).Spec.Template.Spec
 	hostPaths := map[string]string{}
@@ -137,8 +195,13 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 	}
 	// path: writable. The file store must be writable for filestore.Open,
 	// which doctor uses too; Calico's nodename is only read.
-	need := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: true, "/var/lib/calico": false}
+	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: true, "/var/lib/calico": false}
+	collects := map[string]bool{install.DefaultBinDir: false, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/run/containerd": false}
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		need := installs
+		if c.Name == "gc" {
+			need = collects
+		}
 		mounted := map[string]corev1.VolumeMount{}
 		for _, m := range c.VolumeMounts {
 			if hostPaths[m.Name] != m.MountPath {

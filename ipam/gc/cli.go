@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -20,27 +22,31 @@ import (
 // DefaultCNIPath is where the node's CNI plugins, and so the delegate, are.
 const DefaultCNIPath = "/opt/cni/bin"
 
-const usage = `Usage: safe-ipam gc --conf FILE (--cri-endpoint SOCKET | --cni-cache DIR | --live FILE) [--apply]
-       safe-ipam gc --conf FILE --dead-nodes [--apply]
+const usage = `Usage: safe-ipam gc --conf FILE [--cri-endpoint SOCKET | --cni-cache DIR | --live FILE]
+                    [--dead-nodes] [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
-declares CNI 1.0.0 at most; containerd 1.6 sends no GC). Lists this
-node's safe-ipam records of the network in FILE, reads the liveness source,
-and releases every record the source does not list, as the GC verb does:
-mark, delegate DEL, forget. Records younger than gcGracePeriod and pending
-records whose ADD still runs are kept. A dry run unless --apply.
-Fails closed: a source that cannot be read, or that lists nothing while the
-node has records, releases nothing.
+declares CNI 1.0.0 at most; containerd never sends GC). With a liveness
+source, it lists this node's safe-ipam records of the network in FILE,
+reads the source, and releases every record the source does not list, as
+the GC verb does: mark, delegate DEL, forget. Records younger than
+gcGracePeriod and pending records whose ADD still runs are kept. Fails
+closed: a source that cannot be read, or that lists nothing while the node
+has records, releases nothing.
 
-With --dead-nodes it releases instead the records (and their quarantines)
-of every other node that Calico's datastore, as calico-ipam reaches it from
+With --dead-nodes it also releases the records (and their quarantines) of
+every other node that Calico's datastore, as calico-ipam reaches it from
 FILE, answers it does not know: kube-controllers frees a deleted node's
 addresses, and its records would fence them for ever. A datastore that does
 not answer releases nothing. Records are cluster-wide only in the etcd store.
 
+A dry run unless --apply. With --every it runs again every DURATION until
+SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
+
 Example: safe-ipam gc --conf /etc/cni/net.d/10-calico.conflist \
-           --cri-endpoint unix:///run/containerd/containerd.sock --apply
+           --cri-endpoint unix:///run/containerd/containerd.sock --dead-nodes --apply
 Exit 0: nothing left to release; 1: a dry run would release; 2: error.
+With --every it exits 0 when stopped; each run's errors go to stderr.
 
 `
 
@@ -48,6 +54,7 @@ Exit 0: nothing left to release; 1: a dry run would release; 2: error.
 // and this node's name as the plugin resolves it.
 type node struct {
 	conf, name, cniPath string
+	nodeSet             bool
 	// kubeconfig is accepted only to refuse it with the reason.
 	kubeconfig string
 	file       *cninode.File
@@ -69,6 +76,12 @@ func (n *node) Resolve(cmd *admin.Command) error {
 	if n.kubeconfig != "" {
 		return errors.New("--kubeconfig: the pods API names pods and their addresses, not containers: gc needs --cri-endpoint, --cni-cache or --live")
 	}
+	n.nodeSet = cmd.Set("node")
+	return n.read()
+}
+
+// read reads --conf: at the start, and again before each run of --every.
+func (n *node) read() error {
 	file, err := cninode.ReadFile(n.conf, binDirOf(n.cniPath))
 	if err != nil {
 		return err
@@ -76,7 +89,7 @@ func (n *node) Resolve(cmd *admin.Command) error {
 	if file.SafeIPAM == nil {
 		return fmt.Errorf("--conf %s: the IPAM of network %q is not safe-ipam", n.conf, file.Network)
 	}
-	if cmd.Set("node") {
+	if n.nodeSet {
 		file.SafeIPAM.Calico.Nodename = n.name
 	}
 	n.file = file
@@ -84,56 +97,129 @@ func (n *node) Resolve(cmd *admin.Command) error {
 	return nil
 }
 
-// Run is `safe-ipam gc`.
+// Run is `safe-ipam gc`; --every runs until SIGTERM or SIGINT.
 func Run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return RunContext(ctx, args, stdout, stderr)
+}
+
+// RunContext is Run until ctx ends.
+func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	calico := &admin.Calico{}
 	n := &node{calico: calico}
 	live := admin.NewLiveness(calico.Place)
 	out := admin.NewOutput(2 * time.Minute)
 	cmd := admin.NewCommand("gc", usage, stderr, n, live, out)
-	apply := cmd.Flags().Bool("apply", false, "release (default: dry run, printing what would be released)")
-	deadNodes := cmd.Flags().Bool("dead-nodes", false, "release the records of other nodes that Calico's datastore answers it does not know, instead of judging this node's by a liveness source")
+	r := &runner{cmd: cmd, node: n, live: live, out: out, stdout: stdout, stderr: stderr}
+	cmd.Flags().BoolVar(&r.apply, "apply", false, "release (default: dry run, printing what would be released)")
+	cmd.Flags().BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
+	cmd.Flags().DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}
-	if *deadNodes {
-		if live.Explicit() {
-			return cmd.Fail(errors.New("--dead-nodes judges by Calico's Nodes: name no liveness source"))
+	if !live.Explicit() && !r.deadNodes {
+		return cmd.Fail(errors.New("name what to collect: a liveness source (--cri-endpoint, --cni-cache or --live) for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
+	}
+	if r.every < 0 {
+		return cmd.Fail(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
+	}
+	if r.every == 0 {
+		return r.round(ctx)
+	}
+	return r.loop(ctx)
+}
+
+// runner is one gc invocation: what to collect, and where to report it.
+type runner struct {
+	cmd            *admin.Command
+	node           *node
+	live           *admin.Liveness
+	out            *admin.Output
+	apply          bool
+	deadNodes      bool
+	every          time.Duration
+	stdout, stderr io.Writer
+}
+
+// round is one gc: this node's records judged by the liveness source,
+// then other nodes' records judged by Calico's Nodes. Its exit code is
+// the worse of the two.
+func (r *runner) round(ctx context.Context) int {
+	code := admin.ExitOK
+	if r.live.Explicit() {
+		code = max(code, r.collectNode(ctx))
+	}
+	if r.deadNodes {
+		code = max(code, r.collectDeadNodes(ctx))
+	}
+	return code
+}
+
+// loop runs a round every period until ctx ends. The node's config is
+// read again each time: calico-node may rewrite it, and a round that
+// cannot read it only waits for the next.
+func (r *runner) loop(ctx context.Context) int {
+	for {
+		if err := r.node.read(); err != nil {
+			r.cmd.Fail(err)
+		} else {
+			r.round(ctx)
 		}
-		return runDeadNodes(cmd, n, out, *apply, stdout, stderr)
+		select {
+		case <-ctx.Done():
+			return admin.ExitOK
+		case <-time.After(r.every):
+		}
 	}
-	if !live.Explicit() {
-		return cmd.Fail(errors.New("name the liveness source: --cri-endpoint, --cni-cache or --live; gc never guesses what runs"))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
+}
+
+// collectNode releases this node's records the liveness source does not
+// list.
+func (r *runner) collectNode(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, r.out.Timeout)
 	defer cancel()
-	cfg := n.file.SafeIPAM
+	cfg := r.node.file.SafeIPAM
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-admin")
 	defer closeLog()
-	node, err := OpenNode(ctx, n.file, n.cniPath, log)
+	node, err := OpenNode(ctx, r.node.file, r.node.cniPath, log)
 	if err != nil {
-		return cmd.Fail(err)
+		return r.cmd.Fail(err)
 	}
 	defer node.Close()
-	c := &Collector{Node: node, Source: live.Source()}
+	c := &Collector{Node: node, Source: r.live.Source()}
 	plan, report, err := c.Plan(ctx)
 	if err != nil {
-		return cmd.Fail(err)
+		return r.cmd.Fail(err)
 	}
 	code := admin.ExitOK
 	switch {
-	case *apply && len(plan.Release) > 0:
+	case r.apply && len(plan.Release) > 0:
 		if err := c.Apply(ctx, plan, report); err != nil {
 			code = admin.ExitError
 		}
 	case len(plan.Release) > 0:
 		code = admin.ExitAttention
 	}
-	if err := out.Print(stdout, report, report.WriteText); err != nil {
-		return cmd.Fail(err)
+	return r.print(report, r.text(report), code, report.Error)
+}
+
+// text is how a round's report is printed: whole, except in a --every
+// loop's run that released nothing.
+func (r *runner) text(report *Report) func(io.Writer) error {
+	if r.every > 0 && len(report.Release) == 0 {
+		return report.WriteSummary
+	}
+	return report.WriteText
+}
+
+// print writes a round's report and, when it failed, its error.
+func (r *runner) print(report any, text func(io.Writer) error, code int, reportErr string) int {
+	if err := r.out.Print(r.stdout, report, text); err != nil {
+		return r.cmd.Fail(err)
 	}
 	if code == admin.ExitError {
-		fmt.Fprintf(stderr, "safe-ipam gc: %s\n", report.Error)
+		fmt.Fprintf(r.stderr, "safe-ipam gc: %s\n", reportErr)
 	}
 	return code
 }
@@ -149,45 +235,40 @@ func binDirOf(cniPath string) string {
 	return ""
 }
 
-// runDeadNodes is gc --dead-nodes.
-func runDeadNodes(cmd *admin.Command, n *node, out *admin.Output, apply bool, stdout, stderr io.Writer) int {
-	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
+// collectDeadNodes is --dead-nodes: the records of other nodes that
+// Calico's datastore answers it does not know.
+func (r *runner) collectDeadNodes(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, r.out.Timeout)
 	defer cancel()
-	cfg := n.file.SafeIPAM
+	cfg := r.node.file.SafeIPAM
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-dead-nodes")
 	defer closeLog()
-	node, err := OpenNode(ctx, n.file, n.cniPath, log)
+	node, err := OpenNode(ctx, r.node.file, r.node.cniPath, log)
 	if err != nil {
-		return cmd.Fail(err)
+		return r.cmd.Fail(err)
 	}
 	defer node.Close()
-	ds, closeDS, err := CalicoDatastore(ctx, cfg, n.conf)
+	ds, closeDS, err := CalicoDatastore(ctx, cfg, r.node.conf)
 	if err != nil {
-		return cmd.Fail(err)
+		return r.cmd.Fail(err)
 	}
 	defer closeDS()
 	plan, report, err := node.PlanDeadNodes(ctx, ds)
 	if errors.Is(err, ErrNodeLocalStore) {
-		fmt.Fprintf(stdout, "gc --dead-nodes: %v; nothing to do\n", err)
+		fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
 		return admin.ExitOK
 	}
 	if err != nil {
-		return cmd.Fail(err)
+		return r.cmd.Fail(err)
 	}
 	code := admin.ExitOK
 	switch {
-	case apply && plan.Len() > 0:
+	case r.apply && plan.Len() > 0:
 		if err := node.ApplyDeadNodes(ctx, plan, report); err != nil {
 			code = admin.ExitError
 		}
 	case plan.Len() > 0:
 		code = admin.ExitAttention
 	}
-	if err := out.Print(stdout, report, report.WriteText); err != nil {
-		return cmd.Fail(err)
-	}
-	if code == admin.ExitError {
-		fmt.Fprintf(stderr, "safe-ipam gc: %s\n", report.Error)
-	}
-	return code
+	return r.print(report, r.text(report), code, report.Error)
 }

@@ -125,6 +125,13 @@ func (r *Report) WriteText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	return r.WriteSummary(w)
+}
+
+// WriteSummary prints the report's summary line alone: what --every
+// prints for a run that released nothing, so that a node's log does not
+// list every running pod every few minutes.
+func (r *Report) WriteSummary(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "gc: %d records of network %s on node %s; %d to release, %d kept; %s; liveness: %s\n",
 		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept), r.outcome(), r.Liveness)
 	return err

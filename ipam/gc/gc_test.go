@@ -252,7 +252,7 @@ func TestRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no source named", nil, "name the liveness source"},
+		{"nothing named to collect", nil, "name what to collect"},
 		{"runtime not answering", []string{"--cri-endpoint", "unix://" + filepath.Join(n.dir, "absent.sock")}, "CRI runtime"},
 		{"empty source while records exist", []string{"--live", empty}, "lists nothing running"},
 		{"unreadable cache", []string{"--cni-cache", filepath.Join(n.dir, "absent")}, "CNI result cache"},
@@ -451,4 +451,88 @@ func TestDeadNodesFailsClosedWithoutCalicosAnswer(t *testing.T) {
 
 func calls(t *testing.T, bin string) []string {
 	return (&node{bin: bin}).calls(t)
+}
+
+// The DaemonSet runs gc --every: each run judges the node as it is then,
+// a run that fails releases nothing and the loop goes on, and the loop
+// ends cleanly with its context (issue 19, item 5).
+func TestEveryCollectsOnEachRunAndOutlivesAFailedOne(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "running", "eth0", time.Hour)
+	live := n.live(t, []liveness.Running{{ContainerID: "running", IfName: "eth0"}})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan int, 1)
+	var stdout, stderr bytes.Buffer // read only after the loop ended
+	go func() {
+		done <- gc.RunContext(ctx, []string{"--conf", n.conf, "--cni-path", n.bin, "--live", live, "--apply", "--every", "20ms"}, &stdout, &stderr)
+	}()
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cancel()
+				<-done
+				t.Fatalf("%s: records %v, calls %v\n%s%s", what, n.left(t), n.calls(t), stdout.String(), stderr.String())
+			}
+		}
+	}
+
+	// A sandbox whose DEL never came, after the loop started.
+	n.record(t, "gone", "eth0", time.Hour)
+	waitFor("a later run releases it", func() bool { return slices.Equal(n.left(t), []string{"running/eth0"}) })
+
+	// The source goes away: runs fail and release nothing; then it is back.
+	if err := os.Rename(live, live+".away"); err != nil {
+		t.Fatal(err)
+	}
+	n.record(t, "gone-2", "eth0", time.Hour)
+	time.Sleep(100 * time.Millisecond)
+	if got := n.left(t); !slices.Equal(got, []string{"gone-2/eth0", "running/eth0"}) {
+		t.Fatalf("a run without its source released: records %v", got)
+	}
+	if err := os.Rename(live+".away", live); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the loop outlived the failed runs", func() bool { return slices.Equal(n.left(t), []string{"running/eth0"}) })
+
+	cancel()
+	if code := <-done; code != admin.ExitOK {
+		t.Fatalf("the loop ended with exit %d; want 0\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "liveness source") {
+		t.Errorf("the failed runs were not reported on stderr:\n%s", stderr.String())
+	}
+	if got := n.calls(t); !slices.Equal(got, []string{"DEL gone", "DEL gone-2"}) {
+		t.Errorf("delegate calls %v; want one DEL of each gone sandbox", got)
+	}
+}
+
+// A liveness source and --dead-nodes in one run (the DaemonSet's):
+// this node's records the source does not list, and the records of nodes
+// Calico forgot, both go; the rest stays.
+func TestDeadNodesWithALivenessSource(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	w.calicoNode(t, "node2")
+	w.calicoNode(t, "node3")
+	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "node2", 5*time.Second)
+	old := time.Now().Add(-time.Hour)
+	gone := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: "c4", IfName: "eth0"},
+		Node: "node2", Handle: "k8s-pod-network.c4", State: record.Committed, IPs: []string{"10.244.0.9/26"}, Created: old, Updated: old}
+	if _, err := st.Commit(context.Background(), nil, gone); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(w.dir, "live.json")
+	if err := os.WriteFile(live, []byte(`[{"containerID":"c2","ifname":"eth0"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	if code, out := w.gc(t, conf, "--live", live, "--apply"); code != admin.ExitOK {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	if got := w.records(t); !slices.Equal(got, []string{"node2/c2", "node3/c3"}) {
+		t.Errorf("records %v; want node2's unlisted c4 and dead node1's c1 released", got)
+	}
+	if got := calls(t, w.bin); !slices.Equal(got, []string{"DEL c1", "DEL c4"}) {
+		t.Errorf("delegate calls %v", got)
+	}
 }
