@@ -27,6 +27,10 @@ type Liveness struct {
 	// source unless another is named (audit, repair; not adopt or gc,
 	// which need containers).
 	PodsByDefault bool
+	// ThisNode: the source speaks for the node the command runs on,
+	// whatever name each config gives it (doctor reads the names from
+	// the node's configs, after the flags), so no node is resolved.
+	ThisNode bool
 
 	// place gives the node and datastore once the Calico group, resolved
 	// before this one, knows them.
@@ -69,7 +73,7 @@ func (l *Liveness) Resolve(cmd *Command) error {
 	if l.CRIEndpoint != "" || l.File != "" || l.Kubeconfig != "" {
 		l.CNICache = "" // the default cache is not read beside a named source
 	}
-	if l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" && l.Kubeconfig == "" {
+	if l.ThisNode || (l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" && l.Kubeconfig == "") {
 		return nil
 	}
 	if l.node.NodeErr != nil {

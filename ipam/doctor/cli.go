@@ -10,6 +10,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // Exit codes of doctor: admin's, named for what they mean here.
@@ -23,23 +24,35 @@ const usage = `usage: safe-ipam doctor [flags]
 
 Reports whether this node is protected: for each Calico network config,
 whether its IPAM goes through safe-ipam, whether safe-ipam's delegate
-resolves and speaks a common CNI version, whether the record store answers
-and how many records it holds, and the datastore and node name as Calico
-infers them. It only reads. Exit 0 when protected, 1 when not, 2 on error.
+resolves and speaks a common CNI version, whether the record store answers,
+how many records of this node it holds and how many quarantines are tied
+to them, and the datastore and node name as Calico infers them. With a
+liveness source (--cri-endpoint, --cni-cache or --live) it also counts the
+stale records: those safe-ipam gc would release. It only reads.
+Exit 0 when protected, 1 when not, 2 on error. Stale records do not change
+the exit code: the DaemonSet's gc container releases them.
+
+Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 
 `
 
 // Run is `safe-ipam doctor`.
 func Run(args []string, stdout, stderr io.Writer) int {
 	dirs, out := &admin.NodeDirs{}, admin.NewOutput(10*time.Second)
-	cmd := admin.NewCommand("doctor", usage, stderr, dirs, out)
+	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
+	live.ThisNode = true
+	cmd := admin.NewCommand("doctor", usage, stderr, dirs, live, out)
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}
 	n := cninode.Dirs{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
 	defer cancel()
-	r, err := Check(ctx, n)
+	var src liveness.Source
+	if live.Explicit() {
+		src = live.Source()
+	}
+	r, err := Check(ctx, n, src)
 	if err != nil {
 		return cmd.Fail(err)
 	}
@@ -53,13 +66,24 @@ func Run(args []string, stdout, stderr io.Writer) int {
 // WriteTable prints the report for a terminal.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FILE\tNETWORK\tIPAM\tPROTECTED\tDELEGATE\tSTORE\tRECORDS\tDATASTORE\tNODE")
+	fmt.Fprintln(tw, "FILE\tNETWORK\tIPAM\tPROTECTED\tDELEGATE\tSTORE\tRECORDS\tSTALE\tQUARANTINES\tDATASTORE\tNODE")
 	for _, n := range r.Networks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.File, dash(n.Network), dash(n.IPAM), yesNo(n.Protected),
-			n.delegateCell(), n.storeCell(), n.recordsCell(), dash(n.Datastore), dash(n.Node))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.File, dash(n.Network), dash(n.IPAM), yesNo(n.Protected),
+			n.delegateCell(), n.storeCell(), n.recordsCell(), n.staleCell(), n.quarantinesCell(), dash(n.Datastore), dash(n.Node))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "calico-ipam in %s: %s\n", r.BinDir, r.CalicoIPAM)
+	for _, n := range r.Networks {
+		if n.Store == nil {
+			continue
+		}
+		switch {
+		case n.Store.StaleError != "":
+			fmt.Fprintf(w, "stale records of %s: not judged: %s\n", n.Network, n.Store.StaleError)
+		case n.Store.StaleBy != "" && n.Store.Stale > 0:
+			fmt.Fprintf(w, "stale records of %s: %d not listed by %s; safe-ipam gc releases them\n", n.Network, n.Store.Stale, n.Store.StaleBy)
+		}
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "problem:", p)
 	}
@@ -95,6 +119,24 @@ func (n Network) recordsCell() string {
 		return "-"
 	}
 	return fmt.Sprint(n.Store.Records)
+}
+
+// staleCell is "-" when no liveness source judged, "?" when it could not.
+func (n Network) staleCell() string {
+	switch {
+	case n.Store == nil || !n.Store.Answers || (n.Store.StaleBy == "" && n.Store.StaleError == ""):
+		return "-"
+	case n.Store.StaleError != "":
+		return "?"
+	}
+	return fmt.Sprint(n.Store.Stale)
+}
+
+func (n Network) quarantinesCell() string {
+	if n.Store == nil || !n.Store.Answers {
+		return "-"
+	}
+	return fmt.Sprint(n.Store.Quarantines)
 }
 
 func yesNo(b bool) string {

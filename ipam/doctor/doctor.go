@@ -9,8 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/keep"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -63,27 +67,42 @@ type DelegateReport struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// StoreReport says whether the record store answers, and how many
-// records it holds for this network on this node.
+// StoreReport says whether the record store answers, and what it holds
+// for this network on this node: records, the quarantines tied to them,
+// and, when a liveness source was named, the stale records (those gc
+// would release: the source does not list them).
 type StoreReport struct {
-	Type    string `json:"type"`
-	Where   string `json:"where"`
-	Answers bool   `json:"answers"`
-	Records int    `json:"records"`
-	Error   string `json:"error,omitempty"`
+	Type        string `json:"type"`
+	Where       string `json:"where"`
+	Answers     bool   `json:"answers"`
+	Records     int    `json:"records"`
+	Quarantines int    `json:"quarantines"`
+	// Stale is judged by StaleBy, the liveness source; "" when none was
+	// named. StaleError says why the source could not judge.
+	Stale      int    `json:"stale"`
+	StaleBy    string `json:"staleBy,omitempty"`
+	StaleError string `json:"staleError,omitempty"`
+	Error      string `json:"error,omitempty"`
 }
 
-// Check looks at the node. Its error means the check itself could not
-// run (the conf dir cannot be read); anything wrong with the node is in
-// the report.
-func Check(ctx context.Context, n cninode.Dirs) (*Report, error) {
+// Check looks at the node; live, when not nil, judges which records are
+// stale. Its error means the check itself could not run (the conf dir
+// cannot be read); anything wrong with the node is in the report.
+func Check(ctx context.Context, n cninode.Dirs, live liveness.Source) (*Report, error) {
 	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
 		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
 	}
 	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(n.Bin(cninode.CalicoIPAM))}
+	j := judge{}
+	if live != nil {
+		j.view, j.err = live.Read(ctx)
+		if j.err == nil {
+			j.err = j.view.NeedContainers("doctor")
+		}
+	}
 	for _, c := range confs {
-		r.addConf(ctx, n, c)
+		r.addConf(ctx, n, c, j)
 	}
 	if len(r.Networks) == 0 {
 		r.problem("no network config in %s uses calico-ipam", n.ConfDir)
@@ -106,7 +125,7 @@ func (r *Report) problem(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
-func (r *Report) addConf(ctx context.Context, n cninode.Dirs, c *cninode.Conf) {
+func (r *Report) addConf(ctx context.Context, n cninode.Dirs, c *cninode.Conf, j judge) {
 	if c.Err != nil {
 		r.Networks = append(r.Networks, Network{File: c.Path, Error: c.Err.Error()})
 		r.problem("%v", c.Err)
@@ -116,7 +135,7 @@ func (r *Report) addConf(ctx context.Context, n cninode.Dirs, c *cninode.Conf) {
 		if !p.UsesCalicoIPAM() && !p.RoutedThroughSafeIPAM() {
 			continue
 		}
-		net := checkPlugin(ctx, n, c, i)
+		net := checkPlugin(ctx, n, c, i, j)
 		if !net.Protected {
 			r.problem("%s (plugin %d): %s", c.Path, i, firstNonEmpty(net.Error, "its IPAM does not go through safe-ipam"))
 		}
@@ -125,7 +144,7 @@ func (r *Report) addConf(ctx context.Context, n cninode.Dirs, c *cninode.Conf) {
 }
 
 // checkPlugin follows the IPAM of plugin i the way the runtime would.
-func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int) Network {
+func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j judge) Network {
 	p := c.Plugins[i]
 	net := Network{File: c.Path, Network: c.Network, Plugin: i}
 	name := p.IPAMType
@@ -155,7 +174,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int) Ne
 		net.Error = "node name: " + err.Error()
 	}
 	net.Delegate = checkDelegate(ctx, n, cfg)
-	net.Store = checkStore(ctx, cfg, c.Network, net.Node)
+	net.Store = checkStore(ctx, cfg, c.Network, net.Node, j)
 	switch {
 	case net.Error != "":
 	case net.Delegate.Error != "":
@@ -197,7 +216,7 @@ func checkDelegate(ctx context.Context, n cninode.Dirs, cfg *config.Config) *Del
 // checkStore asks the record store for this node's records of the
 // network. A file store whose directory does not exist yet answers with
 // none: doctor creates nothing.
-func checkStore(ctx context.Context, cfg *config.Config, network, node string) *StoreReport {
+func checkStore(ctx context.Context, cfg *config.Config, network, node string, j judge) *StoreReport {
 	s := cfg.Store
 	out := &StoreReport{Type: s.Type, Where: s.Dir}
 	if s.Type == config.StoreEtcd {
@@ -218,7 +237,46 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string) *
 		return out
 	}
 	out.Answers, out.Records = true, len(recs)
+	for _, rec := range recs {
+		out.Quarantines += len(rec.Quarantined)
+	}
+	j.stale(out, cfg, node, recs)
 	return out
+}
+
+// judge is the liveness view doctor judges stale records by, read once
+// for every network; a zero judge judges nothing.
+type judge struct {
+	view *liveness.View
+	err  error
+}
+
+// stale counts the records gc would release, by gc's rules, with the
+// same distrust: a source that speaks for another node, or lists nothing
+// while records exist, judges nothing.
+func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*record.Record) {
+	switch {
+	case j.view == nil && j.err == nil:
+		return
+	case j.err != nil:
+		out.StaleError = j.err.Error()
+		return
+	}
+	out.StaleBy = j.view.Source
+	switch {
+	case !j.view.Covers(node):
+		out.StaleError = fmt.Sprintf("%s speaks for node %q, not %q", j.view.Source, j.view.Node, node)
+		return
+	case len(j.view.Attachments) == 0 && len(recs) > 0:
+		out.StaleError = j.view.Source + " lists nothing running while records exist; a wrongly mounted socket or directory looks empty"
+		return
+	}
+	rules := keep.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true}
+	for _, rec := range recs {
+		if rules.Why(rec) == "" {
+			out.Stale++
+		}
+	}
 }
 
 func firstNonEmpty(s ...string) string {

@@ -126,7 +126,7 @@ func TestDoctor(t *testing.T) {
 func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	n := newNode(t)
 	n.install(t, install.TakeoverMode{})
-	r, err := Check(context.Background(), cninode.Dirs(n.Node))
+	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
 	must(t, err)
 	if !r.Protected || len(r.Networks) != 1 {
 		t.Fatalf("not protected: %+v", r)
@@ -134,7 +134,7 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	net := r.Networks[0]
 	n.storeRecord(t, net.Node)
 	n.storeRecord(t, "another-node")
-	r, err = Check(context.Background(), cninode.Dirs(n.Node))
+	r, err = Check(context.Background(), cninode.Dirs(n.Node), nil)
 	must(t, err)
 	net = r.Networks[0]
 	d, s := net.Delegate, net.Store
@@ -185,5 +185,67 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// doctor counts this node's records, the quarantines tied to them and,
+// given a liveness source, the stale records gc would release; a source
+// that cannot judge is said so, never taken for "nothing runs" (issue
+// 19, item 5).
+func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
+	n := newNode(t)
+	n.install(t, install.TakeoverMode{})
+	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
+	must(t, err)
+	node := r.Networks[0].Node
+	ctx := context.Background()
+	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", node, 5*time.Second)
+	old := time.Now().Add(-time.Hour)
+	commit := func(cid, ip string) *record.Record {
+		rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: cid, IfName: "eth0"}, Node: node,
+			Handle: "k8s-pod-network." + cid, State: record.Committed, IPs: []string{ip}, Created: old, Updated: old}
+		got, err := st.Commit(ctx, nil, rec)
+		must(t, err)
+		return got
+	}
+	holder := commit("running", "10.244.0.1/26")
+	commit("gone", "10.244.0.2/26")
+	fenced := record.Attachment{Network: "k8s-pod-network", ContainerID: "fenced", IfName: "eth0"}
+	pending, err := st.Swap(ctx, fenced, nil, &record.Record{Attachment: fenced, Node: node, State: record.Pending, Created: old, Updated: old})
+	must(t, err)
+	must(t, st.Quarantine(ctx, pending, holder, record.Quarantine{Attachment: fenced, IPs: holder.IPs}))
+
+	live := filepath.Join(t.TempDir(), "live.json")
+	tests := []struct {
+		name, listed string // listed: the --live file, "" for no source
+		stale        int
+		staleBy      bool
+		staleError   string
+	}{
+		{name: "no liveness source"},
+		{name: "the runtime lists one of two", listed: `[{"containerID":"running","ifname":"eth0"}]`, stale: 1, staleBy: true},
+		{name: "a source that lists nothing", listed: `[]`, staleBy: true, staleError: "lists nothing running"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := []string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}
+			if tt.listed != "" {
+				must(t, os.WriteFile(live, []byte(tt.listed), 0o644))
+				args = append(args, "--live", live)
+			}
+			var out, errOut bytes.Buffer
+			if code := Run(args, &out, &errOut); code != ExitProtected {
+				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+			}
+			var r Report
+			must(t, json.Unmarshal(out.Bytes(), &r))
+			s := r.Networks[0].Store
+			if s.Records != 2 || s.Quarantines != 1 || s.Stale != tt.stale || (s.StaleBy != "") != tt.staleBy || !strings.Contains(s.StaleError, tt.staleError) {
+				t.Errorf("store %+v; want 2 records, 1 quarantine, %d stale, judged %v, error %q", s, tt.stale, tt.staleBy, tt.staleError)
+			}
+			out.Reset()
+			Run(args[1:], &out, &errOut)
+			t.Logf("doctor:\n%s", out.String())
+		})
 	}
 }
