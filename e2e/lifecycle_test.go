@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
+)
+
+// Issue 19, item 4, end to end: node1 runs a pod with address X and dies.
+// As kube-controllers does for a deleted node, Calico frees node1's
+// addresses and block and deletes its Node, so node2 is handed X. No DEL
+// or GC of node1 will ever come, so its safe-ipam record must not fence X
+// for ever: node2's ADD settles it (or `safe-ipam gc --dead-nodes` did
+// first). The control keeps node1's Node: X was freed behind a live
+// holder's back, and stays fenced. With a file store node2 holds none of
+// node1's records: nothing to settle, nothing fenced.
+func TestDeadNodeRecordsDoNotFence(t *testing.T) {
+	for _, tc := range []struct {
+		name, tag  string
+		etcdStore  bool
+		nodeGone   bool
+		gcFirst    bool
+		wantFenced bool
+	}{
+		{name: "etcd store: node2's ADD settles the dead node's record", tag: "dna", etcdStore: true, nodeGone: true},
+		{name: "etcd store: gc --dead-nodes settles it first", tag: "dng", etcdStore: true, nodeGone: true, gcFirst: true},
+		{name: "etcd store, control: node1 still known, X stays fenced", tag: "dnc", etcdStore: true, wantFenced: true},
+		{name: "file store: node1's records died with it", tag: "dnf", nodeGone: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			c := newCluster(t, tc.tag)
+			dumpOnFailure(t, c)
+			if err := c.Seed(ctx, "node1", "node2"); err != nil {
+				t.Fatal(err)
+			}
+			var st *testbed.Store
+			if tc.etcdStore {
+				s := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
+				st = &s
+			}
+			n1, n2 := c.Node("node1", testbed.Modern), c.Node("node2", testbed.Modern)
+			safe2 := c.SafeConfig(n2, "container", st)
+			for _, n := range []*testbed.Node{n1, n2} {
+				if err := c.Network(calicoNetwork, "1.0.0", n, c.SafeConfig(n, "container", st)).WriteConflist(n.ConfDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sandbox := func(name string) testbed.Sandbox {
+				ns, err := c.Netns.Add(ctx, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return testbed.Sandbox{Pod: testbed.Pod{Namespace: "default", Name: name}, Netns: ns}
+			}
+
+			onNode1 := sandbox("on-node1")
+			x := addr(t, ctx, n1, onNode1)
+			node1Dies(t, ctx, c, onNode1, tc.nodeGone)
+			if tc.gcFirst {
+				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), "gc", "--conf", filepath.Join(n2.ConfDir, calicoNetwork+".conflist"),
+					"--cni-path", c.Bin.Dir, "--dead-nodes", "--apply")
+				if code != 0 || !strings.Contains(out, "node node1 is gone") {
+					t.Fatalf("gc --dead-nodes --apply: exit %d\n%s", code, out)
+				}
+			}
+
+			// node2 starts pods until Calico hands it X.
+			var others []testbed.Sandbox
+			fenced, got := false, false
+			for i := 0; i <= 2*testbed.BlockAddrs && !fenced && !got; i++ {
+				sb := sandbox(fmt.Sprintf("on-node2-%d", i))
+				res, err := n2.Add(ctx, calicoNetwork, sb)
+				var cmdErr *testbed.CommandError
+				switch {
+				case err == nil:
+					p, err := testbed.ResultIPv4(res)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = p.Addr() == x
+					others = append(others, sb)
+				case errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()):
+					fenced = true
+					t.Logf("fenced: %s", cmdErr.Message)
+					if err := n2.Del(ctx, calicoNetwork, sb); err != nil {
+						t.Fatal(err)
+					}
+				default:
+					t.Fatalf("ADD on node2: %v", err)
+				}
+			}
+			switch {
+			case !got && !fenced:
+				t.Fatalf("Calico never handed node2 the dead node's %s: the scenario did not happen", x)
+			case fenced != tc.wantFenced:
+				t.Fatalf("node2's ADD given %s: fenced %v, want %v", x, fenced, tc.wantFenced)
+			}
+			recs, err := c.Records(ctx, calicoNetwork, safe2.Store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			node1Recs := 0
+			for _, rec := range recs {
+				if rec.Node == "node1" {
+					node1Recs++
+				}
+			}
+			if tc.wantFenced {
+				if node1Recs != 1 || !calicoHolds(t, ctx, c, x) {
+					t.Fatalf("control: node1's records %d, %s allocated %v; want the live holder's record and X quarantined", node1Recs, x, calicoHolds(t, ctx, c, x))
+				}
+				return
+			}
+			if node1Recs != 0 {
+				t.Errorf("the dead node's record outlived node2's ADD of its address: %v", recs)
+			}
+			for _, sb := range others {
+				if err := n2.Del(ctx, calicoNetwork, sb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left, err := c.Leftovers(ctx, calicoNetwork, safe2)
+			if err != nil || len(left) > 0 {
+				t.Errorf("after every DEL on node2: %v, %v", left, err)
+			}
+			if st != nil {
+				if keys := etcdKeys(t, ctx, c.Etcd, "/safe-ipam/v1/"); len(keys) > 0 {
+					t.Errorf("safe-ipam keys left: %v", keys)
+				}
+			}
+		})
+	}
+}
+
+// node1Dies does what kube-controllers does for a deleted node: it frees
+// the node's addresses (through calico-ipam alone: safe-ipam died with
+// the node) and its empty blocks and affinities; gone also deletes
+// Calico's Node. The control keeps the Node: the same frees, behind a
+// live holder's back.
+func node1Dies(t *testing.T, ctx context.Context, c *testbed.Cluster, onNode1 testbed.Sandbox, gone bool) {
+	t.Helper()
+	alone := c.Node("node1", testbed.Modern)
+	alone.ConfDir = filepath.Join(c.Dir, "node1", "calico-alone")
+	if err := c.Network(calicoNetwork, "1.0.0", alone, nil).WriteConflist(alone.ConfDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := alone.Del(ctx, calicoNetwork, onNode1); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Etcd.Get(ctx, calico.HostAffinityPrefix("node1", calico.IPv4), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		_, cidr, err := calico.ParseAffinityKey(string(kv.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Etcd.Delete(ctx, calico.BlockKey(cidr)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Etcd.Delete(ctx, string(kv.Key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if gone {
+		if _, err := c.Etcd.Delete(ctx, calico.NodeKey("node1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func addr(t *testing.T, ctx context.Context, n *testbed.Node, sb testbed.Sandbox) netip.Addr {
+	t.Helper()
+	res, err := n.Add(ctx, calicoNetwork, sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := testbed.ResultIPv4(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Addr()
+}
+
+func calicoHolds(t *testing.T, ctx context.Context, c *testbed.Cluster, a netip.Addr) bool {
+	t.Helper()
+	snap, err := c.Calico(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, held := snap.Lookup(a)
+	return held
+}
+
+func etcdKeys(t *testing.T, ctx context.Context, cli *clientv3.Client, prefix string) []string {
+	t.Helper()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	return keys
+}
+
+// runProgram runs a program and returns its combined output and exit code.
+func runProgram(ctx context.Context, t *testing.T, prog string, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, prog, args...).CombinedOutput()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatalf("%s: %v", prog, err)
+	}
+	code := 0
+	if exitErr != nil {
+		code = exitErr.ExitCode()
+	}
+	return string(out), code
+}
+
+// Issue 19, items 1 and 3, end to end on a node laid out as calico-node
+// leaves it, in each install mode: gc and adopt take the node's own
+// conflist as installed; uninstall forgets this node's records, so a pod
+// deleted through Calico alone afterwards leaves nothing that fences its
+// address once safe-ipam is installed again: the ADD Calico hands that
+// address to succeeds. Records in Calico's etcd (the default) or in a
+// file store set in calico-config.
+func TestUninstallDeleteThroughCalicoReinstall(t *testing.T) {
+	for _, mode := range []string{install.ModeTakeover, install.ModeConflist} {
+		for _, fileStore := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, file store %v", mode, fileStore), func(t *testing.T) {
+				uninstallDeleteReinstall(t, mode, fileStore)
+			})
+		}
+	}
+}
+
+func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
+	ctx := testContext(t)
+	c := newCluster(t, "ui"+mode[:1]+map[bool]string{false: "e", true: "f"}[fileStore])
+	dumpOnFailure(t, c)
+	if err := c.Seed(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	n := newCalicoNode(t, c)
+	store := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
+	if fileStore {
+		store = testbed.FileStore(filepath.Join(c.Dir, "records"))
+		n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
+	}
+	n.admin(t, 0, "install", "--mode="+mode)
+	sandbox := func(name string) testbed.Sandbox {
+		ns, err := c.Netns.Add(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return testbed.Sandbox{Pod: testbed.Pod{Namespace: "default", Name: name}, Netns: ns}
+	}
+	p := sandbox("p")
+	x := n.add(t, ctx, p)
+
+	conflist := filepath.Join(n.ConfDir, "10-calico.conflist")
+	live := filepath.Join(c.Dir, "live.json")
+	if err := os.WriteFile(live, []byte(`[{"containerID":"`+p.ContainerID()+`","ifname":"eth0"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"gc", "--conf", conflist, "--cni-path", n.BinDir, "--live", live},
+		{"adopt", "--conf", conflist, "--cni-bin-dir", n.BinDir, "--live", live},
+	} {
+		if out, code := runProgram(ctx, t, n.safeIPAM, args...); code != 0 {
+			t.Errorf("safe-ipam %s on the installed conflist: exit %d\n%s", args[0], code, out)
+		}
+	}
+
+	if out := n.admin(t, 0, "uninstall"); !strings.Contains(out, "forgot 1 record(s)") {
+		t.Errorf("uninstall does not say it forgot the node's record:\n%s", out)
+	}
+	if err := n.runner.Del(ctx, calicoNetwork, p); err != nil { // Calico alone now
+		t.Fatal(err)
+	}
+	if calicoHolds(t, ctx, c, x) {
+		t.Fatalf("Calico's DEL left %s allocated", x)
+	}
+	n.admin(t, 0, "install", "--mode="+mode)
+
+	var others []testbed.Sandbox
+	for i := 0; ; i++ {
+		if i > 2*testbed.BlockAddrs {
+			t.Fatalf("Calico never handed out %s again", x)
+		}
+		sb := sandbox(fmt.Sprintf("q%d", i))
+		res, err := n.runner.Add(ctx, calicoNetwork, sb)
+		if err != nil {
+			t.Fatalf("ADD after re-install: %v", err)
+		}
+		others = append(others, sb)
+		if a, err := testbed.ResultIPv4(res); err == nil && a.Addr() == x {
+			break
+		}
+	}
+	for _, sb := range others {
+		if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: store})
+	if err != nil || len(left) > 0 {
+		t.Errorf("after every DEL: %v, %v", left, err)
+	}
+	n.admin(t, 0, "uninstall")
+}
+
+// setIPAM sets key in the ipam section of Calico's network config (as in
+// calico-config) and runs calico-node's installer again.
+func (n *calicoNode) setIPAM(t *testing.T, key string, v any) {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(n.installer.Network, &list); err != nil {
+		t.Fatal(err)
+	}
+	list["plugins"].([]any)[0].(map[string]any)["ipam"].(map[string]any)[key] = v
+	out, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.installer.Network = out
+	if err := n.installer.Run(); err != nil {
+		t.Fatal(err)
+	}
+}
