@@ -59,13 +59,7 @@ func TestDeadNodeRecordsDoNotFence(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			sandbox := func(name string) testbed.Sandbox {
-				ns, err := c.Netns.Add(ctx, name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return testbed.Sandbox{Pod: testbed.Pod{Namespace: "default", Name: name}, Netns: ns}
-			}
+			sandbox := func(name string) testbed.Sandbox { return podSandbox(t, ctx, c, name) }
 
 			onNode1 := sandbox("on-node1")
 			x := addr(t, ctx, n1, onNode1)
@@ -184,6 +178,16 @@ func node1Dies(t *testing.T, ctx context.Context, c *testbed.Cluster, onNode1 te
 	}
 }
 
+// podSandbox is a new netns for pod default/name.
+func podSandbox(t *testing.T, ctx context.Context, c *testbed.Cluster, name string) testbed.Sandbox {
+	t.Helper()
+	ns, err := c.Netns.Add(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testbed.Sandbox{Pod: testbed.Pod{Namespace: "default", Name: name}, Netns: ns}
+}
+
 func addr(t *testing.T, ctx context.Context, n *testbed.Node, sb testbed.Sandbox) netip.Addr {
 	t.Helper()
 	res, err := n.Add(ctx, calicoNetwork, sb)
@@ -266,13 +270,7 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 		n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
 	}
 	n.admin(t, 0, "install", "--mode="+mode)
-	sandbox := func(name string) testbed.Sandbox {
-		ns, err := c.Netns.Add(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return testbed.Sandbox{Pod: testbed.Pod{Namespace: "default", Name: name}, Netns: ns}
-	}
+	sandbox := func(name string) testbed.Sandbox { return podSandbox(t, ctx, c, name) }
 	p := sandbox("p")
 	x := n.add(t, ctx, p)
 
