@@ -140,6 +140,18 @@ func TestDeadNodeRecordsDoNotFence(t *testing.T) {
 	}
 }
 
+// calicoAlone runs calico-ipam on node without safe-ipam: an outside
+// release, or kube-controllers freeing a dead node's addresses.
+func calicoAlone(t *testing.T, c *testbed.Cluster, node string) *testbed.Node {
+	t.Helper()
+	alone := c.Node(node, testbed.Modern)
+	alone.ConfDir = filepath.Join(c.Dir, node, "calico-alone")
+	if err := c.Network(calicoNetwork, "1.0.0", alone, nil).WriteConflist(alone.ConfDir); err != nil {
+		t.Fatal(err)
+	}
+	return alone
+}
+
 // node1Dies does what kube-controllers does for a deleted node: it frees
 // the node's addresses (through calico-ipam alone: safe-ipam died with
 // the node) and its empty blocks and affinities; gone also deletes
@@ -147,12 +159,7 @@ func TestDeadNodeRecordsDoNotFence(t *testing.T) {
 // live holder's back.
 func node1Dies(t *testing.T, ctx context.Context, c *testbed.Cluster, onNode1 testbed.Sandbox, gone bool) {
 	t.Helper()
-	alone := c.Node("node1", testbed.Modern)
-	alone.ConfDir = filepath.Join(c.Dir, "node1", "calico-alone")
-	if err := c.Network(calicoNetwork, "1.0.0", alone, nil).WriteConflist(alone.ConfDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := alone.Del(ctx, calicoNetwork, onNode1); err != nil {
+	if err := calicoAlone(t, c, "node1").Del(ctx, calicoNetwork, onNode1); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := c.Etcd.Get(ctx, calico.HostAffinityPrefix("node1", calico.IPv4), clientv3.WithPrefix())
@@ -241,10 +248,11 @@ func runProgram(ctx context.Context, t *testing.T, prog string, args ...string) 
 
 // Issue 19, items 1 and 3, end to end on a node laid out as calico-node
 // leaves it, in each install mode: gc and adopt take the node's own
-// conflist as installed; uninstall forgets this node's records, so a pod
-// deleted through Calico alone afterwards leaves nothing that fences its
-// address once safe-ipam is installed again: the ADD Calico hands that
-// address to succeeds. Records in Calico's etcd (the default) or in a
+// conflist as installed; uninstall forgets this node's records and
+// releases their quarantines (nothing else would), so a pod deleted
+// through Calico alone afterwards leaves nothing that fences its address
+// once safe-ipam is installed again: the ADD Calico hands that address to
+// succeeds, and in the end nothing at all is left. Records in Calico's etcd (the default) or in a
 // file store set in calico-config.
 func TestUninstallDeleteThroughCalicoReinstall(t *testing.T) {
 	for _, mode := range []string{install.ModeTakeover, install.ModeConflist} {
@@ -288,18 +296,46 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 		}
 	}
 
-	if out := n.admin(t, 0, "uninstall"); !strings.Contains(out, "forgot 1 record(s)") {
-		t.Errorf("uninstall does not say it forgot the node's record:\n%s", out)
+	// X is freed behind p's back, and a new pod is fenced from it: a
+	// quarantine, which only safe-ipam would ever release.
+	if err := calicoAlone(t, c, "node1").Del(ctx, calicoNetwork, p); err != nil {
+		t.Fatal(err)
+	}
+	var others []testbed.Sandbox
+	for i := 0; ; i++ {
+		if i > 2*testbed.BlockAddrs {
+			t.Fatalf("Calico never handed out %s while p ran", x)
+		}
+		sb := sandbox(fmt.Sprintf("f%d", i))
+		_, err := n.runner.Add(ctx, calicoNetwork, sb)
+		var cmdErr *testbed.CommandError
+		if errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()) {
+			if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil { // the kubelet's DEL of the failed sandbox
+				t.Fatal(err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, sb)
+	}
+	if !calicoHolds(t, ctx, c, x) {
+		t.Fatalf("the fenced %s is not quarantined", x)
+	}
+
+	out := n.admin(t, 0, "uninstall")
+	if want := fmt.Sprintf("forgot %d record(s)", 1+len(others)); !strings.Contains(out, want) || !strings.Contains(out, "released 1 quarantined allocation(s)") {
+		t.Errorf("uninstall does not say it %s and released the quarantine:\n%s", want, out)
+	}
+	if calicoHolds(t, ctx, c, x) {
+		t.Fatalf("uninstall left the quarantined %s allocated: nothing would ever free it", x)
 	}
 	if err := n.runner.Del(ctx, calicoNetwork, p); err != nil { // Calico alone now
 		t.Fatal(err)
 	}
-	if calicoHolds(t, ctx, c, x) {
-		t.Fatalf("Calico's DEL left %s allocated", x)
-	}
 	n.admin(t, 0, "install", "--mode="+mode)
 
-	var others []testbed.Sandbox
 	for i := 0; ; i++ {
 		if i > 2*testbed.BlockAddrs {
 			t.Fatalf("Calico never handed out %s again", x)

@@ -235,6 +235,20 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 	return nil
 }
 
+// Forget drops rec, with its address index entries, for uninstall: its
+// own addresses stay allocated (its pod runs; Calico's DEL frees them
+// once safe-ipam is gone), but the allocations quarantined with it are
+// released first, since no DEL of safe-ipam will come to release them.
+func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string) error {
+	if err := g.releaseQuarantines(ctx, rec, Env{Path: cniPath}); err != nil {
+		return err
+	}
+	if _, err := g.store.Swap(ctx, rec.Attachment, rec, nil); err != nil {
+		return fmt.Errorf("forgetting %s: %w", rec.Attachment, err)
+	}
+	return nil
+}
+
 func (g *Guard) forwardGC(ctx context.Context, env Env) error {
 	conf := g.cfg.DelegateConfig("1.1.0", nil)
 	return g.delegate.Run(ctx, "GC", conf, Env{Path: env.Path}.call())

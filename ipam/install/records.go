@@ -8,16 +8,22 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // Once uninstalled, no DEL or GC passes through safe-ipam any more, so its
 // records on the node can only go stale, and a stale record fences its
 // addresses for ever if safe-ipam is installed again. Uninstall therefore
 // forgets this node's records, with their address index entries and
-// quarantines, and leaves Calico's allocations as they are: what Calico
-// holds is Calico's to release.
+// quarantines, and leaves the records' own allocations as they are: their
+// pods run, and Calico's DEL frees them. A quarantined allocation is
+// safe-ipam's alone (its sandbox's DEL released nothing), so nothing else
+// would ever free it: uninstall releases it through the delegate, which
+// leaves its address as Calico alone would have, free.
 
 // nodeRecords are the record stores the node's configs route through
 // safe-ipam, read before uninstall changes any config (afterwards no
@@ -25,12 +31,13 @@ import (
 type nodeRecords struct {
 	configs []*config.Config
 	paths   []string
+	binDir  string
 }
 
 // recordsOf finds every network config of the node whose IPAM goes
 // through safe-ipam, in either mode.
 func recordsOf(n Node) *nodeRecords {
-	r := &nodeRecords{}
+	r := &nodeRecords{binDir: n.BinDir}
 	files, err := cninode.ConfFiles(n.ConfDir)
 	if err != nil {
 		return r // no configs, no records of ours: install and uninstall say why themselves
@@ -51,42 +58,49 @@ func recordsOf(n Node) *nodeRecords {
 func (r *nodeRecords) forget(ctx context.Context, dryRun bool) ([]string, error) {
 	var notes []string
 	for i, cfg := range r.configs {
-		n, err := forgetNetwork(ctx, cfg, r.paths[i], dryRun)
+		n, q, err := forgetNetwork(ctx, cfg, r.paths[i], r.binDir, dryRun)
 		if err != nil {
 			return notes, fmt.Errorf("forgetting the records of %s: %w", r.paths[i], err)
 		}
-		verb := "forgot"
+		verb, released := "forgot", "released"
 		if dryRun {
-			verb = "would forget"
+			verb, released = "would forget", "would release"
 		}
-		notes = append(notes, fmt.Sprintf("%s %d record(s) of network %q on this node, with their address index entries and quarantines (%s); Calico's allocations are left as they are",
+		notes = append(notes, fmt.Sprintf("%s %d record(s) of network %q on this node, with their address index entries (%s); their pods' allocations are left to Calico",
 			verb, n, cfg.Network, cfg.Store.Type))
+		if q > 0 {
+			notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q, which nothing else would free; their addresses are free in Calico again while the pods that were fenced from them run: restart those pods (safe-ipam audit lists them before uninstall, kind quarantine)",
+				released, q, cfg.Network))
+		}
 	}
 	return notes, nil
 }
 
-func forgetNetwork(ctx context.Context, cfg *config.Config, path string, dryRun bool) (int, error) {
-	node, err := cfg.Node()
-	if err != nil {
-		return 0, err
-	}
+// forgetNetwork forgets the node's records of cfg's network and releases
+// their quarantines; it returns how many of each.
+func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun bool) (recs, quarantines int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, err := opener.Open(ctx, cfg, node, opener.Options{In: path})
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "uninstall")
+	defer closeLog()
+	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: binDir}, In: path}, log)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer st.Close()
-	recs, err := st.List(ctx, cfg.Network)
-	if err != nil || dryRun {
-		return len(recs), err
+	list, err := st.List(ctx, cfg.Network)
+	if err != nil {
+		return 0, 0, err
 	}
-	for i, rec := range recs {
-		if _, err := st.Swap(ctx, rec.Attachment, rec, nil); err != nil {
-			return i, fmt.Errorf("%s: %w", rec.Attachment, err)
+	for _, rec := range list {
+		if !dryRun {
+			if err := g.Forget(ctx, rec, binDir); err != nil {
+				return recs, quarantines, err
+			}
 		}
+		recs, quarantines = recs+1, quarantines+len(rec.Quarantined)
 	}
-	return len(recs), nil
+	return recs, quarantines, nil
 }
 
 // reindex gives the records of every config of the node that goes
