@@ -21,6 +21,7 @@ const (
 const (
 	module        = "github.com/safe-ipam/safe-ipam"
 	pluginPkg     = "./plugin/safe-ipam"
+	adminPkg      = "./plugin/safe-ipam-admin"
 	simulatorPkg  = module + "/e2e/cmd/calico-ipam"
 	crashpointTag = "crashpoints"
 )
@@ -47,6 +48,11 @@ func Build(ctx context.Context, moduleDir, dir string) (Binaries, error) {
 	}
 	b := Binaries{Dir: dir}
 	if err := goBuild(ctx, moduleDir, "-trimpath", "-tags", crashpointTag, "-o", b.Path(SafeIPAM), pluginPkg); err != nil {
+		return Binaries{}, err
+	}
+	// The admin commands, which safe-ipam hands to safe-ipam-admin beside
+	// it: gc --dead-nodes, as the DaemonSet runs it.
+	if err := goBuild(ctx, moduleDir, "-trimpath", "-o", b.Path(about.AdminBinary), adminPkg); err != nil {
 		return Binaries{}, err
 	}
 	if err := goBuild(ctx, root, "-trimpath", "-o", b.Path(CalicoIPAM), simulatorPkg); err != nil {

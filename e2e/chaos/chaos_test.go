@@ -136,6 +136,16 @@ func TestOutsideActor(t *testing.T) {
 	t.Log(Summarize(reports))
 }
 
+// TestLifecycle: a node dies and its addresses come back through Calico;
+// safe-ipam settles the dead node's records (the ADD given one of their
+// addresses, or gc --dead-nodes) and blocks nothing (invariant 4).
+func TestLifecycle(t *testing.T) {
+	bin := binaries(t)
+	reports := play(t, bin, ScriptJobs(filterScripts(LifecycleScripts())...))
+	requireOK(t, reports)
+	t.Log(Summarize(reports))
+}
+
 // filterScripts keeps the scripts whose name contains CHAOS_SCRIPT, to
 // replay one.
 func filterScripts(scripts []func() *Script) []func() *Script {

@@ -1,10 +1,13 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -246,6 +249,11 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 			return fmt.Errorf("clearing %s: %w", c.work, err)
 		}
 	}
+	for _, n := range Nodes { // a history may have killed one
+		if err := calicosim.SeedNode(ctx, c.cli, n); err != nil {
+			return fmt.Errorf("seeding node %s: %w", n, err)
+		}
+	}
 	c.histories++
 	c.setup = s
 	c.work = filepath.Join(c.dir, fmt.Sprintf("history-%d", c.histories))
@@ -311,6 +319,82 @@ func (c *Cluster) releaseInCalico(ctx context.Context, att *Attachment) error {
 		}
 	}
 	return nil
+}
+
+// kill is node's death as the cluster sees it: kube-controllers releases
+// every address in the node's blocks, deletes the emptied blocks and the
+// node's affinities, and deletes its Calico Node; a file store dies with
+// the node's disk.
+func (c *Cluster) kill(ctx context.Context, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	snap, err := calicosim.State(ctx, c.cli)
+	if err != nil {
+		return err
+	}
+	alloc := &calicosim.Allocator{Client: c.cli, Node: node}
+	for _, aff := range snap.Affinities {
+		if aff.Node != node {
+			continue
+		}
+		for _, b := range snap.Blocks {
+			if b.Block.CIDR != aff.Block {
+				continue
+			}
+			for _, al := range b.Allocated {
+				if err := alloc.Release(ctx, calicosim.Assignment{IP: al.IP, Block: al.Block, Handle: al.Handle}); err != nil {
+					return fmt.Errorf("kube-controllers releasing %s of dead %s: %w", al.IP, node, err)
+				}
+			}
+		}
+		for _, key := range []string{calico.BlockKey(aff.Block), calico.AffinityKey(node, aff.Block)} {
+			if _, err := c.cli.Delete(ctx, key); err != nil {
+				return fmt.Errorf("kube-controllers deleting %s: %w", key, err)
+			}
+		}
+	}
+	if _, err := c.cli.Delete(ctx, calico.NodeKey(node)); err != nil {
+		return fmt.Errorf("kube-controllers deleting Node %s: %w", node, err)
+	}
+	if c.setup.Store == FileStore {
+		return os.RemoveAll(c.storeDir(node))
+	}
+	return nil
+}
+
+// deadNodesGC runs `safe-ipam gc --dead-nodes --apply` on the call's node
+// with its CNI config, as the DaemonSet's gc container does.
+func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
+	conf, err := json.Marshal(c.netConf(call.Node, normalTimeout))
+	if err != nil {
+		return Outcome{}, err
+	}
+	path := filepath.Join(c.work, call.Node, "10-calico.conf")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return Outcome{}, err
+	}
+	if err := os.WriteFile(path, conf, 0o600); err != nil {
+		return Outcome{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, hangLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-path", c.binaries().Dir, "--dead-nodes", "--apply")
+	env := c.env(call)
+	cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return Outcome{}, fmt.Errorf("%s hung for %s: %s", call, hangLimit, out.String())
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case errors.As(err, &exitErr):
+		return Outcome{Code: uint(exitErr.ExitCode()), Msg: strings.TrimSpace(out.String()), Stderr: out.String()}, nil
+	case err != nil:
+		return Outcome{}, fmt.Errorf("running %s: %w", call, err)
+	}
+	return Outcome{Stderr: out.String()}, nil
 }
 
 func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {

@@ -31,7 +31,7 @@ func (h *history) drainStep(byGC bool) Step {
 	step := Step{Note: "drain: the runtime deletes every sandbox it knows"}
 	if !byGC || !h.m.Setup.Safe() {
 		for _, a := range h.m.Atts {
-			if a.State != Deleted && !a.Forgotten {
+			if a.State != Deleted && !a.Forgotten && !a.Gone {
 				step.add(Call{Verb: Del, Node: a.Node, Att: a}, Succeeds)
 			}
 		}
@@ -39,8 +39,13 @@ func (h *history) drainStep(byGC bool) Step {
 			return step
 		}
 	}
+	if h.attachmentsDone() && h.m.needsDeadNodesGC() {
+		step.Note = "drain: the DaemonSet's gc --dead-nodes on a node that lives"
+		step.add(Call{Verb: DeadNodesGC, Node: h.m.Alive()[0]}, Succeeds)
+		return step
+	}
 	step.Note = "drain: GC on every node lists only what still runs"
-	for _, node := range h.m.Setup.nodes() {
+	for _, node := range h.m.Alive() {
 		valid := h.m.Valid(node)
 		if byGC {
 			valid = nil
@@ -50,9 +55,15 @@ func (h *history) drainStep(byGC bool) Step {
 	return step
 }
 
+// drained: every attachment is deleted (or died with its node), and the
+// records of a dead node were collected.
 func (h *history) drained() bool {
+	return h.attachmentsDone() && !h.m.needsDeadNodesGC()
+}
+
+func (h *history) attachmentsDone() bool {
 	for _, a := range h.m.Atts {
-		if a.State != Deleted {
+		if a.State != Deleted && !a.Gone {
 			return false
 		}
 	}
@@ -62,9 +73,12 @@ func (h *history) drained() bool {
 func (h *history) undeleted() string {
 	var out []string
 	for _, a := range h.m.Atts {
-		if a.State != Deleted {
+		if a.State != Deleted && !a.Gone {
 			out = append(out, fmt.Sprintf("%s (%s)", a, a.State))
 		}
+	}
+	if h.m.needsDeadNodesGC() {
+		out = append(out, "the dead node's records (gc --dead-nodes failed)")
 	}
 	return strings.Join(out, ", ")
 }

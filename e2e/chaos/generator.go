@@ -21,6 +21,9 @@ func SetupFor(seed uint64) Setup {
 		s.Pool = TightPool
 	}
 	s.HostLock = rng.IntN(2) == 0
+	// Two nodes on one etcd prefix, as the default config has it: a dead
+	// node's records are then in every node's way.
+	s.SharedPrefix = s.Store == EtcdStore && s.Nodes == 2 && rng.IntN(2) == 0
 	return s
 }
 
@@ -57,6 +60,12 @@ type Generator struct {
 	// without the actor up to its first act.
 	outside     *rand.Rand
 	outsideRate float64
+	// death decides, from a stream of its own, when a node dies and when
+	// the DaemonSet's gc --dead-nodes runs after that; dead are the nodes
+	// that died.
+	death     *rand.Rand
+	deathRate float64
+	dead      map[string]bool
 }
 
 // NewGenerator makes the generator of seed's history for setup.
@@ -74,7 +83,12 @@ func NewGenerator(seed uint64, setup Setup) *Generator {
 		g.drainByGC = rng.IntN(3) == 0
 		g.outside = newRNG(seed, 3)
 		g.outsideRate = 0.05 * float64(g.outside.IntN(3))
+		g.death = newRNG(seed, 4)
+		if setup.Nodes == 2 && (setup.Store == FileStore || setup.SharedPrefix) {
+			g.deathRate = 0.04
+		}
 	}
+	g.dead = map[string]bool{}
 	return g
 }
 
@@ -87,6 +101,9 @@ func (g *Generator) Next(m *Model) (Step, bool) {
 		return Step{}, false
 	}
 	if step, ok := g.outsideStep(m); ok {
+		return step, true
+	}
+	if step, ok := g.deathStep(m); ok {
 		return step, true
 	}
 	g.done++
@@ -176,6 +193,31 @@ func (g *Generator) outsideStep(m *Model) (Step, bool) {
 	a := live[g.outside.IntN(len(live))]
 	by := []string{OutsideCalicoDel, OutsideIPAMRelease}[g.outside.IntN(2)]
 	return OutsideStep(a, by), true
+}
+
+// deathStep: now and then one of two nodes dies (once per history), and
+// after that, now and then, the DaemonSet's gc --dead-nodes runs on the
+// node that lives. Until it does, the ADD Calico hands a dead node's
+// address to must settle the record itself, never fence on it.
+func (g *Generator) deathStep(m *Model) (Step, bool) {
+	if g.death == nil || g.deathRate == 0 {
+		return Step{}, false
+	}
+	r := g.death.Float64()
+	switch {
+	case len(g.dead) == 0 && r < g.deathRate:
+		node := Nodes[g.death.IntN(2)]
+		g.dead[node] = true
+		return NodeDeathStep(node), true
+	case len(g.dead) > 0 && m.Setup.Store == EtcdStore && r < 0.15:
+		return single(Call{Verb: DeadNodesGC, Node: g.node()}, Succeeds, "the DaemonSet's gc --dead-nodes runs"), true
+	}
+	return Step{}, false
+}
+
+// NodeDeathStep is node's death: kube-controllers frees what it held.
+func NodeDeathStep(node string) Step {
+	return single(Call{Verb: NodeDeath, Node: node}, Succeeds, fmt.Sprintf("node %s dies; kube-controllers frees its addresses and blocks and deletes its Calico Node", node))
 }
 
 // OutsideStep is an outside actor freeing a's address.
@@ -295,7 +337,7 @@ func (g *Generator) owedDels(m *Model, b *batch) []action {
 func (g *Generator) repeatDels(m *Model, b *batch) []action {
 	var acts []action
 	for _, a := range m.Atts {
-		if (a.State == Deleted || a.Forgotten) && !b.used[a] {
+		if (a.State == Deleted || a.Forgotten) && !a.Gone && !b.used[a] {
 			acts = append(acts, action{1, func() { g.delCall(b, a) }})
 		}
 	}
@@ -311,7 +353,7 @@ func (g *Generator) forgets(m *Model, b *batch) []action {
 	var acts []action
 	for _, a := range m.Atts {
 		lost := a.State == Failed || a.State == Deleting || (a.Old && a.State != Deleted)
-		if lost && !a.Forgotten && !b.used[a] {
+		if lost && !a.Forgotten && !a.Gone && !b.used[a] {
 			acts = append(acts, action{1, func() {
 				m.Forget(a)
 				b.notes = append(b.notes, fmt.Sprintf("the runtime forgets %s", a))
@@ -380,7 +422,17 @@ func outageExpect(store StoreKind, call Call) Expect {
 	return Fails
 }
 
-func (g *Generator) node() string { return Nodes[g.rng.IntN(max(1, g.setup.Nodes))] }
+// node picks a node that lives; with none dead it draws as it always did,
+// so seeds replay their histories up to a death.
+func (g *Generator) node() string {
+	var alive []string
+	for _, n := range Nodes[:max(1, g.setup.Nodes)] {
+		if !g.dead[n] {
+			alive = append(alive, n)
+		}
+	}
+	return alive[g.rng.IntN(len(alive))]
+}
 
 // containerID is 64 hex digits, like a runtime's.
 func (g *Generator) containerID() string {

@@ -256,6 +256,13 @@ func (h *history) run(step Step) error {
 		return fmt.Errorf("step %d: %w", n, err)
 	}
 	named := step.named(h.m)
+	// Fencing is judged against what the runtime knew when the step began:
+	// a holder deleted by a call of the same step was still owed its DEL.
+	for i, call := range step.Calls {
+		if v, ok := h.m.blocked(call, outcomes[i], step.Outage); ok {
+			h.violation(n, v)
+		}
+	}
 	for i, call := range step.Calls {
 		out := outcomes[i]
 		h.rep.Calls++

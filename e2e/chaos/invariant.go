@@ -18,6 +18,10 @@ type Kind string
 const (
 	Lost       Kind = "lost"
 	Duplicated Kind = "duplicated"
+	// Blocked: fencing failed an ADD on state that was not live (a holder
+	// the runtime deleted, or whose node died), or left a record or
+	// quarantine that would: safe-ipam worse than Calico alone.
+	Blocked Kind = "blocked"
 )
 
 // The invariants, numbered as in the issue.
@@ -31,6 +35,10 @@ const (
 	// InvOwnRelease: a DEL (or GC) never releases an address of another
 	// container.
 	InvOwnRelease = 3
+	// InvNotBlocked: an ADD fails on a fence only while the holder is
+	// live (or owed its DEL or GC), and at quiescence nothing of safe-ipam's
+	// is left to fence with.
+	InvNotBlocked = 4
 )
 
 // Violation is one broken invariant, with the address and attachment (or
@@ -112,6 +120,10 @@ func CheckDrained(m *Model, obs *Observation) []Violation {
 		}
 	}
 	for att, r := range obs.Records {
+		if a := m.find(att.Network, att.ContainerID, att.IfName); a != nil && a.Gone {
+			c.report(InvNotBlocked, Blocked, att.String(), netip.Addr{}, "%s record of node %s, which died, left at the end: it fences its addresses for ever", r.State, a.Node)
+			continue
+		}
 		c.report(InvReleased, Lost, att.String(), netip.Addr{}, "%s record left after every attachment was deleted", r.State)
 	}
 	return c.found
@@ -194,7 +206,7 @@ func (c *checker) releasedLeaveNothing() {
 	}
 	quarantinable := c.m.quarantinable()
 	for _, a := range c.m.Atts {
-		if a.State != Deleted {
+		if a.State != Deleted && !a.Gone {
 			continue
 		}
 		for _, al := range c.obs.Calico.AllocationsOf(c.m.Handle(a)) {
@@ -233,8 +245,8 @@ func (c *checker) recordsAgree() {
 }
 
 func (c *checker) committedRecordHolds(a *Attachment, r *record.Record) {
-	if r.State != record.Committed || a.Victim {
-		return // an outside actor freed a victim's addresses; its record rightly keeps them
+	if r.State != record.Committed || a.Victim || a.Gone {
+		return // an outside actor, or a dead node's kube-controllers, freed its addresses; the record waits to be settled
 	}
 	want := c.m.Handle(a)
 	if r.Handle != want {

@@ -30,6 +30,13 @@ const (
 	// Outside is not the runtime's: an actor behind safe-ipam's back frees
 	// the address of Att, a live attachment (see Outside*).
 	Outside Verb = "OUTSIDE"
+	// NodeDeath is not the runtime's either: Node dies, and
+	// kube-controllers frees its addresses and blocks and deletes its
+	// Calico Node. With a file store its records go with its disk.
+	NodeDeath Verb = "NODE-DEATH"
+	// DeadNodesGC is the DaemonSet's `safe-ipam gc --dead-nodes --apply`
+	// on Node.
+	DeadNodesGC Verb = "GC-DEAD-NODES"
 )
 
 // How an outside actor frees a live attachment's address.
@@ -123,8 +130,13 @@ const hangLimit = 2 * time.Minute
 // itself for the control. An error means the harness could not tell what
 // happened.
 func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
-	if call.Verb == Outside && call.By == OutsideIPAMRelease {
+	switch {
+	case call.Verb == Outside && call.By == OutsideIPAMRelease:
 		return Outcome{}, c.releaseInCalico(ctx, call.Att)
+	case call.Verb == NodeDeath:
+		return Outcome{}, c.kill(ctx, call.Node)
+	case call.Verb == DeadNodesGC:
+		return c.deadNodesGC(ctx, call)
 	}
 	stdin, err := c.stdin(call)
 	if err != nil {

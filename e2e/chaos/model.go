@@ -69,6 +69,11 @@ type Attachment struct {
 	// is released; until then its DEL releases nothing and calls no
 	// delegate.
 	QuarantinedBy *Attachment
+	// Gone: its node died. No DEL or GC of it will come; Calico freed its
+	// addresses (kube-controllers does), and safe-ipam must release its
+	// record (the next ADD given one of them, or gc --dead-nodes) and never
+	// fence on it.
+	Gone bool
 }
 
 // Quarantined says whether the attachment's allocation is still a
@@ -93,11 +98,11 @@ func (a *Attachment) cniArgs() string {
 // live says the runtime runs a pod with the attachment's addresses: its
 // ADD succeeded and it has neither deleted nor forgotten it. Only live
 // attachments must keep their addresses.
-func (a *Attachment) live() bool { return a.State == Live && !a.Forgotten }
+func (a *Attachment) live() bool { return a.State == Live && !a.Forgotten && !a.Gone }
 
 // owes says the runtime still has to DEL the attachment.
 func (a *Attachment) owes() bool {
-	return a.State != Deleted && !a.Forgotten && (a.Old || a.State == Deleting)
+	return a.State != Deleted && !a.Forgotten && !a.Gone && (a.Old || a.State == Deleting)
 }
 
 // Model is the runtime's view of every attachment of a history: the
@@ -107,11 +112,15 @@ type Model struct {
 	Atts  []*Attachment
 	// current is each pod's running incarnation.
 	current map[string]*Attachment
+	// dead are the nodes that died; deadCollected says a gc --dead-nodes
+	// succeeded since (no new record of a dead node can appear).
+	dead          map[string]bool
+	deadCollected bool
 }
 
 // NewModel starts a history's model.
 func NewModel(s Setup) *Model {
-	return &Model{Setup: s, current: map[string]*Attachment{}}
+	return &Model{Setup: s, current: map[string]*Attachment{}, dead: map[string]bool{}}
 }
 
 // Incarnate makes a new sandbox for pod on node; the pod's previous
@@ -176,6 +185,11 @@ func (m *Model) Apply(call Call, out Outcome) {
 		}
 	case Outside:
 		call.Att.Victim = true
+	case NodeDeath:
+		m.kill(call.Node)
+		m.deadCollected = false
+	case DeadNodesGC:
+		m.deadCollected = m.deadCollected || out.OK()
 	case GC:
 		if !out.OK() {
 			return
@@ -186,6 +200,64 @@ func (m *Model) Apply(call Call, out Outcome) {
 			}
 		}
 	}
+}
+
+// kill is a node's death: its attachments are gone, and its pods start
+// again elsewhere.
+func (m *Model) kill(node string) {
+	m.dead[node] = true
+	for _, a := range m.Atts {
+		if a.Node == node && a.State != Deleted {
+			a.Gone = true
+			if m.current[a.Pod] == a {
+				delete(m.current, a.Pod)
+			}
+		}
+	}
+}
+
+// Alive lists the nodes that have not died.
+func (m *Model) Alive() []string {
+	var out []string
+	for _, n := range m.Setup.nodes() {
+		if !m.dead[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// AnyDead says whether a node died.
+func (m *Model) AnyDead() bool { return len(m.dead) > 0 }
+
+// needsDeadNodesGC: a dead node's records in a cluster-wide etcd store may
+// be left (no ADD met them); the DaemonSet's gc --dead-nodes collects them.
+func (m *Model) needsDeadNodesGC() bool {
+	return m.AnyDead() && m.Setup.Store == EtcdStore && !m.deadCollected
+}
+
+// blocked is invariant 4 for one ADD: fencing may fail it only while the
+// holder still runs, or the runtime still owes its DEL or GC. A holder the
+// runtime deleted, or whose node died, blocks for nothing. An outage is
+// left out: a Calico datastore that does not answer is no evidence.
+func (m *Model) blocked(call Call, out Outcome, outage Outage) (Violation, bool) {
+	if call.Verb != Add || outage != NoOutage {
+		return Violation{}, false
+	}
+	holder := m.fencedBy(out)
+	if holder == nil || (holder.State != Deleted && !holder.Gone) {
+		return Violation{}, false
+	}
+	why := "deleted by the runtime"
+	if holder.Gone {
+		why = "on node " + holder.Node + ", which died"
+	}
+	var ip netip.Addr
+	if len(holder.IPs) > 0 {
+		ip = holder.IPs[0]
+	}
+	return Violation{Invariant: InvNotBlocked, Kind: Blocked, Subject: call.Att.String(), IP: ip,
+		Detail: fmt.Sprintf("ADD fenced by %s, %s: %s", holder, why, out.Msg)}, true
 }
 
 // fenced is how a fenced ADD's error names the holder of its address
@@ -235,7 +307,7 @@ func (m *Model) quarantinable() map[netip.Addr]bool {
 func (m *Model) Valid(node string) []*Attachment {
 	var out []*Attachment
 	for _, a := range m.Atts {
-		if a.Node == node && a.State != Deleted && !a.Forgotten {
+		if a.Node == node && a.State != Deleted && !a.Forgotten && !a.Gone {
 			out = append(out, a)
 		}
 	}

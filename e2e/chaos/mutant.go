@@ -98,6 +98,16 @@ func Mutants() []Mutant {
 					func() *Script { return OutsideReleaseScript(Legacy, EtcdStore, OutsideIPAMRelease) })
 			},
 		},
+		{
+			Name:   "dead-node-fences",
+			Breaks: "an ADD given an address a dead node's record holds fences on it, as if the node lived",
+			File:   "ipam/guard/deadholder.go",
+			Old:    "\tif err != nil || !gone {\n",
+			New:    "\tif true || err != nil || !gone {\n",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) })
+			},
+		},
 	}
 }
 

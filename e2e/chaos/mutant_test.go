@@ -29,7 +29,7 @@ func TestMutants(t *testing.T) {
 			}
 			reports := play(t, bin, mu.Catchers())
 			sum := Summarize(reports)
-			if sum.Lost+sum.Duplicated == 0 {
+			if sum.Lost+sum.Duplicated+sum.Blocked == 0 {
 				t.Fatalf("mutant %s survived (%s): %s", mu.Name, mu.Breaks, sum)
 			}
 			for _, r := range reports {

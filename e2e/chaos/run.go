@@ -160,7 +160,7 @@ func playOn(ctx context.Context, opt Options, c *Cluster, jobs []Job, reports []
 
 // Summary adds up reports: the figures of `make chaos`'s last line.
 type Summary struct {
-	Histories, CrashPoints, Outages, Lost, Duplicated int
+	Histories, CrashPoints, Outages, Lost, Duplicated, Blocked int
 	// Failed counts histories with a violation or a failed expectation.
 	Failed int
 }
@@ -179,6 +179,7 @@ func Summarize(reports ...[]*Report) Summary {
 			harms := r.Harms()
 			s.Lost += harms[Lost]
 			s.Duplicated += harms[Duplicated]
+			s.Blocked += harms[Blocked]
 			if !r.OK() {
 				s.Failed++
 			}
@@ -188,8 +189,8 @@ func Summarize(reports ...[]*Report) Summary {
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("chaos: %d histories, %d crash points, %d outages, %d lost, %d duplicated",
-		s.Histories, s.CrashPoints, s.Outages, s.Lost, s.Duplicated)
+	return fmt.Sprintf("chaos: %d histories, %d crash points, %d outages, %d lost, %d duplicated, %d blocked",
+		s.Histories, s.CrashPoints, s.Outages, s.Lost, s.Duplicated, s.Blocked)
 }
 
 // TempRoot is where clusters should live: /dev/shm when writable, since

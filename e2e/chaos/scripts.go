@@ -400,3 +400,41 @@ func OutsideScripts() []func() *Script {
 		func() *Script { return OutsideReleaseScript(Legacy, EtcdStore, OutsideIPAMRelease) },
 	}
 }
+
+// Settling a dead node's records: by the ADD that meets one, or first by
+// the DaemonSet's gc --dead-nodes.
+const (
+	SettleByAdd = "by-add"
+	SettleByGC  = "by-gc"
+)
+
+// NodeDeathScript: web-0 runs on node1 with address X; node1 dies, and
+// kube-controllers frees X and node1's block; node2, with no block yet,
+// claims that block and is handed X for web-1. With the etcd store
+// node1's record still holds X: the ADD must settle it (or gc
+// --dead-nodes did first), never fence on it (invariant 4). With a file
+// store node1's records died with it.
+func NodeDeathScript(store StoreKind, settle string) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("node-death/%s/%s", store, settle),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: store == EtcdStore},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	if settle == SettleByGC {
+		s.then(func(*Model) Step {
+			return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
+		})
+	}
+	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
+}
+
+// LifecycleScripts are the scripts of a cluster's life beyond its pods:
+// node death (and, below, uninstall and upgrade).
+func LifecycleScripts() []func() *Script {
+	return []func() *Script{
+		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },
+		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
+		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
+	}
+}

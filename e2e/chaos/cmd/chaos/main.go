@@ -101,11 +101,12 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	crashes := r.play("crash matrix", bin, chaos.ScriptJobs(chaos.CrashMatrix(gens, stores)...))
 	outages := r.play("outage scripts", bin, chaos.ScriptJobs(outageScripts(gens, stores)...))
 	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
+	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(chaos.LifecycleScripts()...))
 	r.control(bin, seeds[:min(len(seeds), 8)])
 	if r.o.mutants {
 		r.mutants(root)
 	}
-	sum := chaos.Summarize(histories, crashes, outages, outside)
+	sum := chaos.Summarize(histories, crashes, outages, outside, lifecycle)
 	return sum, !r.failed && sum.Failed == 0
 }
 
@@ -171,12 +172,12 @@ func (r *runner) mutants(root string) {
 		case err != nil:
 			fmt.Fprintf(os.Stderr, "chaos: mutant %s: harness: %v\n", mu.Name, err)
 			r.failed = true
-		case sum.Lost+sum.Duplicated == 0:
+		case sum.Lost+sum.Duplicated+sum.Blocked == 0:
 			fmt.Fprintf(os.Stderr, "chaos: FAIL: mutant %s survived (%s)\n", mu.Name, mu.Breaks)
 			r.failed = true
 		default:
-			fmt.Fprintf(os.Stderr, "chaos: mutant %s caught: %d lost, %d duplicated (reproduce: go test ./e2e/chaos -run 'TestMutants/%s' -v)\n",
-				mu.Name, sum.Lost, sum.Duplicated, mu.Name)
+			fmt.Fprintf(os.Stderr, "chaos: mutant %s caught: %d lost, %d duplicated, %d blocked (reproduce: go test ./e2e/chaos -run 'TestMutants/%s' -v)\n",
+				mu.Name, sum.Lost, sum.Duplicated, sum.Blocked, mu.Name)
 		}
 	}
 }
