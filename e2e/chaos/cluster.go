@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,10 +18,13 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // Network is the network every history attaches to, Calico's usual name.
@@ -142,6 +146,8 @@ type Cluster struct {
 	work  string
 	// histories counts Resets, naming each history's working directory.
 	histories int
+	// uninstalled are the nodes where calico-ipam runs alone.
+	uninstalled map[string]bool
 }
 
 // NewCluster starts etcd under dir and seeds every pool and node.
@@ -256,6 +262,7 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 	}
 	c.histories++
 	c.setup = s
+	c.uninstalled = map[string]bool{}
 	c.work = filepath.Join(c.dir, fmt.Sprintf("history-%d", c.histories))
 	if err := os.MkdirAll(c.work, 0o700); err != nil {
 		return fmt.Errorf("history directory: %w", err)
@@ -360,6 +367,91 @@ func (c *Cluster) kill(ctx context.Context, node string) error {
 		return os.RemoveAll(c.storeDir(node))
 	}
 	return nil
+}
+
+// uninstall forgets node's records, releasing their quarantines, as
+// `safe-ipam uninstall` does once the files are back (guard.Forget), and
+// sends the node's calls to calico-ipam alone from then on. The delegate
+// runs in the harness's environment: Calico 3.x handles (histories
+// uninstall only there) and calico-ipam's default host lock.
+func (c *Cluster) uninstall(ctx context.Context, node string) error {
+	c.uninstalled[node] = true
+	data, err := json.Marshal(c.netConf(node, normalTimeout))
+	if err != nil {
+		return err
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		return err
+	}
+	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: c.binaries().Dir}}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return fmt.Errorf("uninstall on %s: %w", node, err)
+	}
+	defer st.Close()
+	recs, err := st.List(ctx, Network)
+	if err != nil {
+		return fmt.Errorf("uninstall on %s: %w", node, err)
+	}
+	for _, rec := range recs {
+		if err := g.Forget(ctx, rec, c.binaries().Dir); err != nil {
+			return fmt.Errorf("uninstall on %s: %w", node, err)
+		}
+	}
+	return nil
+}
+
+// reindex is install's indexing of node's records.
+func (c *Cluster) reindex(ctx context.Context, node string) error {
+	stores, err := c.stores()
+	if err != nil {
+		return err
+	}
+	defer closeFileStores(c.setup, stores)
+	if _, _, err := store.Reindex(ctx, stores[node], Network); err != nil {
+		return fmt.Errorf("indexing the records of %s: %w", node, err)
+	}
+	return nil
+}
+
+// upgrade removes every address index entry, as records an older
+// safe-ipam wrote had none, then indexes every node's records as the new
+// version's install does.
+func (c *Cluster) upgrade(ctx context.Context) error {
+	for _, n := range c.setup.nodes() {
+		if c.setup.Store == EtcdStore {
+			if _, err := c.cli.Delete(ctx, c.etcdPrefix(n)+"/addresses/", clientv3.WithPrefix()); err != nil {
+				return err
+			}
+			continue
+		}
+		links, err := filepath.Glob(filepath.Join(c.storeDir(n), Network, "@*"))
+		if err != nil {
+			return err
+		}
+		for _, l := range links {
+			if err := os.Remove(l); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range c.setup.nodes() {
+		if err := c.reindex(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeFileStores closes the file stores stores opened (the etcd ones
+// share the cluster's client and stay open).
+func closeFileStores(s Setup, stores map[string]store.Store) {
+	if s.Store != FileStore {
+		return
+	}
+	for _, st := range stores {
+		st.Close()
+	}
 }
 
 // deadNodesGC runs `safe-ipam gc --dead-nodes --apply` on the call's node

@@ -29,15 +29,16 @@ func (h *history) drain(byGC bool) error {
 
 func (h *history) drainStep(byGC bool) Step {
 	step := Step{Note: "drain: the runtime deletes every sandbox it knows"}
-	if !byGC || !h.m.Setup.Safe() {
-		for _, a := range h.m.Atts {
-			if a.State != Deleted && !a.Forgotten && !a.Gone {
-				step.add(Call{Verb: Del, Node: a.Node, Att: a}, Succeeds)
-			}
+	for _, a := range h.m.Atts {
+		// Calico's main plugin passes no GC to calico-ipam: an uninstalled
+		// node's runtime DELs.
+		gcs := byGC && h.m.Setup.Safe() && !h.m.Uninstalled(a.Node)
+		if a.State != Deleted && !a.Forgotten && !a.Gone && !gcs {
+			step.add(Call{Verb: Del, Node: a.Node, Att: a}, Succeeds)
 		}
-		if len(step.Calls) > 0 {
-			return step
-		}
+	}
+	if len(step.Calls) > 0 {
+		return step
 	}
 	if h.attachmentsDone() && h.m.needsDeadNodesGC() {
 		step.Note = "drain: the DaemonSet's gc --dead-nodes on a node that lives"
@@ -46,6 +47,9 @@ func (h *history) drainStep(byGC bool) Step {
 	}
 	step.Note = "drain: GC on every node lists only what still runs"
 	for _, node := range h.m.Alive() {
+		if h.m.Uninstalled(node) {
+			continue // Calico's main plugin passes no GC to calico-ipam
+		}
 		valid := h.m.Valid(node)
 		if byGC {
 			valid = nil

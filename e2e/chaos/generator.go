@@ -66,6 +66,12 @@ type Generator struct {
 	death     *rand.Rand
 	deathRate float64
 	dead      map[string]bool
+	// life decides, from a stream of its own, when safe-ipam is
+	// uninstalled from a node and installed again, and when it is upgraded
+	// over records without index entries.
+	life        *rand.Rand
+	uninstalled map[string]bool
+	cycled      bool
 }
 
 // NewGenerator makes the generator of seed's history for setup.
@@ -88,7 +94,10 @@ func NewGenerator(seed uint64, setup Setup) *Generator {
 			g.deathRate = 0.04
 		}
 	}
-	g.dead = map[string]bool{}
+	g.dead, g.uninstalled = map[string]bool{}, map[string]bool{}
+	if setup.Safe() {
+		g.life = newRNG(seed, 5)
+	}
 	return g
 }
 
@@ -104,6 +113,9 @@ func (g *Generator) Next(m *Model) (Step, bool) {
 		return step, true
 	}
 	if step, ok := g.deathStep(m); ok {
+		return step, true
+	}
+	if step, ok := g.lifeStep(m); ok {
 		return step, true
 	}
 	g.done++
@@ -165,9 +177,10 @@ func (g *Generator) outageStep(m *Model) Step {
 		g.act(m, b, false)
 	}
 	if kind == Between && g.setup.Safe() && g.rng.IntN(3) == 0 {
-		node := g.node()
-		call := Call{Verb: GC, Node: node, Valid: m.Valid(node), Outage: true}
-		b.add(call, g.outageExpect(call))
+		if node := g.node(); !g.uninstalled[node] {
+			call := Call{Verb: GC, Node: node, Valid: m.Valid(node), Outage: true}
+			b.add(call, g.outageExpect(call))
+		}
 	}
 	return b.step()
 }
@@ -183,7 +196,7 @@ func (g *Generator) outsideStep(m *Model) (Step, bool) {
 	}
 	var live []*Attachment
 	for _, a := range m.Atts {
-		if a.live() && !a.Victim {
+		if a.live() && !a.Victim && !a.Unrecorded && !m.Uninstalled(a.Node) {
 			live = append(live, a)
 		}
 	}
@@ -215,6 +228,46 @@ func (g *Generator) deathStep(m *Model) (Step, bool) {
 	return Step{}, false
 }
 
+// lifeStep: now and then safe-ipam is upgraded over records without
+// index entries; and, with Calico 3.x handles (with 2.x, calico-ipam alone
+// is the incident), uninstalled from a node while nothing is fenced, and
+// installed there again a few steps later (once per history).
+func (g *Generator) lifeStep(m *Model) (Step, bool) {
+	if g.life == nil {
+		return Step{}, false
+	}
+	r := g.life.Float64()
+	for node, off := range g.uninstalled {
+		if off && r < 0.2 {
+			g.uninstalled[node] = false
+			return LifeStep(Reinstall, node), true
+		}
+		if off {
+			return Step{}, false
+		}
+	}
+	switch {
+	case r < 0.03:
+		return LifeStep(Upgrade, ""), true
+	case r < 0.06 && !g.cycled && g.setup.Generation == Modern:
+		if node := g.node(); m.Calm(node) {
+			g.uninstalled[node], g.cycled = true, true
+			return LifeStep(Uninstall, node), true
+		}
+	}
+	return Step{}, false
+}
+
+// LifeStep is an uninstall, re-install or upgrade of safe-ipam.
+func LifeStep(v Verb, node string) Step {
+	note := map[Verb]string{
+		Uninstall: "safe-ipam is uninstalled from " + node + ": its records are forgotten, calico-ipam runs alone there",
+		Reinstall: "safe-ipam is installed on " + node + " again, and indexes its records",
+		Upgrade:   "safe-ipam is upgraded over records an older version wrote without index entries; install indexes them",
+	}[v]
+	return single(Call{Verb: v, Node: node}, Succeeds, note)
+}
+
 // NodeDeathStep is node's death: kube-controllers frees what it held.
 func NodeDeathStep(node string) Step {
 	return single(Call{Verb: NodeDeath, Node: node}, Succeeds, fmt.Sprintf("node %s dies; kube-controllers frees its addresses and blocks and deletes its Calico Node", node))
@@ -233,6 +286,9 @@ func (g *Generator) gcStep(m *Model) Step {
 		g.act(m, b, true)
 	}
 	node := g.node()
+	if g.uninstalled[node] {
+		return b.step() // Calico's main plugin passes no GC to calico-ipam
+	}
 	call := g.arm(b, Call{Verb: GC, Node: node, Valid: m.Valid(node)})
 	b.add(call, g.expect(b, call))
 	return b.step()
@@ -353,7 +409,7 @@ func (g *Generator) forgets(m *Model, b *batch) []action {
 	var acts []action
 	for _, a := range m.Atts {
 		lost := a.State == Failed || a.State == Deleting || (a.Old && a.State != Deleted)
-		if lost && !a.Forgotten && !a.Gone && !b.used[a] {
+		if lost && !a.Forgotten && !a.Gone && !a.Unrecorded && !m.Uninstalled(a.Node) && !b.used[a] {
 			acts = append(acts, action{1, func() {
 				m.Forget(a)
 				b.notes = append(b.notes, fmt.Sprintf("the runtime forgets %s", a))
@@ -375,9 +431,10 @@ func (g *Generator) delCall(b *batch, a *Attachment) {
 	b.add(call, g.expect(b, call))
 }
 
-// arm may set a crash point of the call's verb.
+// arm may set a crash point of the call's verb (calico-ipam alone has
+// none).
 func (g *Generator) arm(b *batch, call Call) Call {
-	if b.crashes && g.rng.Float64() < g.crashRate {
+	if b.crashes && g.rng.Float64() < g.crashRate && !g.uninstalled[call.Node] {
 		steps := StepsOf(call.Verb)
 		call.CrashAt = steps[g.rng.IntN(len(steps))]
 	}
@@ -388,6 +445,8 @@ func (g *Generator) arm(b *batch, call Call) Call {
 // may find the pool exhausted); during an outage every call must fail.
 func (g *Generator) expect(b *batch, call Call) Expect {
 	switch {
+	case g.uninstalled[call.Node] && b.outage:
+		return AnyOutcome // calico-ipam's own failure
 	case b.outage:
 		return g.outageExpect(call)
 	case call.CrashAt != "" || b.Outage == Amid || call.Verb == Add:

@@ -226,6 +226,8 @@ func (c *checker) recordsAgree() {
 	for _, a := range c.m.Atts {
 		r := c.obs.Records[record.Attachment{Network: Network, ContainerID: a.ContainerID, IfName: a.IfName}]
 		switch {
+		case a.Unrecorded || c.m.uninstalled[a.Node]:
+			// ADDed, or DELed, by calico-ipam alone: no record to agree with.
 		case a.live() && (r == nil || r.State != record.Committed):
 			c.report(InvReleased, Lost, a.String(), netip.Addr{}, "live attachment has no committed record (%s): GC could never release it", describeRecord(r))
 		case a.live() && !sameAddrs(recordAddrs(r), a.IPs):

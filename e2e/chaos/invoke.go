@@ -37,6 +37,17 @@ const (
 	// DeadNodesGC is the DaemonSet's `safe-ipam gc --dead-nodes --apply`
 	// on Node.
 	DeadNodesGC Verb = "GC-DEAD-NODES"
+	// Uninstall is `safe-ipam uninstall` on Node: its records are
+	// forgotten and their quarantines released (guard.Forget, as uninstall
+	// does), and its calls go to calico-ipam alone until Reinstall.
+	Uninstall Verb = "UNINSTALL"
+	// Reinstall is `safe-ipam install` on Node again, which indexes the
+	// node's records (store.Reindex).
+	Reinstall Verb = "REINSTALL"
+	// Upgrade is a rollout of safe-ipam over records an older version
+	// wrote without address index entries: every entry is removed, then
+	// install indexes the records again, as the new DaemonSet's start does.
+	Upgrade Verb = "UPGRADE"
 )
 
 // How an outside actor frees a live attachment's address.
@@ -137,6 +148,13 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.kill(ctx, call.Node)
 	case call.Verb == DeadNodesGC:
 		return c.deadNodesGC(ctx, call)
+	case call.Verb == Uninstall:
+		return Outcome{}, c.uninstall(ctx, call.Node)
+	case call.Verb == Reinstall:
+		c.uninstalled[call.Node] = false
+		return Outcome{}, c.reindex(ctx, call.Node)
+	case call.Verb == Upgrade:
+		return Outcome{}, c.upgrade(ctx)
 	}
 	stdin, err := c.stdin(call)
 	if err != nil {
@@ -145,7 +163,7 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, hangLimit)
 	defer cancel()
 	prog := SafeIPAM
-	if !c.setup.Safe() || call.Verb == Outside {
+	if !c.setup.Safe() || call.Verb == Outside || c.uninstalled[call.Node] {
 		prog = CalicoIPAM
 	}
 	cmd := exec.CommandContext(ctx, c.binaries().Path(prog))
@@ -268,7 +286,7 @@ func (c *Cluster) env(call Call) []string {
 // prevResult when the runtime has it; GC carries the valid attachments.
 func (c *Cluster) stdin(call Call) ([]byte, error) {
 	conf := c.netConf(call.Node, c.timeout(call))
-	if call.Verb == Outside {
+	if call.Verb == Outside || c.uninstalled[call.Node] {
 		conf = c.calicoNetConf(call.Node)
 	}
 	switch call.Verb {

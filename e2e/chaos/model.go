@@ -74,6 +74,9 @@ type Attachment struct {
 	// record (the next ADD given one of them, or gc --dead-nodes) and never
 	// fence on it.
 	Gone bool
+	// Unrecorded: its last ADD ran while safe-ipam was uninstalled from its
+	// node, so no record names it (as for a pod from before install).
+	Unrecorded bool
 }
 
 // Quarantined says whether the attachment's allocation is still a
@@ -116,11 +119,13 @@ type Model struct {
 	// succeeded since (no new record of a dead node can appear).
 	dead          map[string]bool
 	deadCollected bool
+	// uninstalled are the nodes where calico-ipam runs alone.
+	uninstalled map[string]bool
 }
 
 // NewModel starts a history's model.
 func NewModel(s Setup) *Model {
-	return &Model{Setup: s, current: map[string]*Attachment{}, dead: map[string]bool{}}
+	return &Model{Setup: s, current: map[string]*Attachment{}, dead: map[string]bool{}, uninstalled: map[string]bool{}}
 }
 
 // Incarnate makes a new sandbox for pod on node; the pod's previous
@@ -164,6 +169,7 @@ func (m *Model) Apply(call Call, out Outcome) {
 		a := call.Att
 		if out.OK() {
 			a.State, a.IPs, a.result = Live, out.IPs, out.Result
+			a.Unrecorded = m.uninstalled[a.Node]
 		} else {
 			a.State, a.IPs, a.result = Failed, nil, nil
 			if holder := m.fencedBy(out); holder != nil {
@@ -190,6 +196,20 @@ func (m *Model) Apply(call Call, out Outcome) {
 		m.deadCollected = false
 	case DeadNodesGC:
 		m.deadCollected = m.deadCollected || out.OK()
+	case Uninstall:
+		m.uninstalled[call.Node] = true
+		for _, a := range m.Atts {
+			if a.Node == call.Node && a.State != Deleted {
+				// Its record is forgotten: like a pod from before install,
+				// it runs unrecorded until adopt or a new sandbox.
+				a.Unrecorded = true
+			}
+			if a.QuarantinedBy != nil && a.QuarantinedBy.Node == call.Node {
+				a.QuarantinedBy = nil // released by uninstall
+			}
+		}
+	case Reinstall:
+		m.uninstalled[call.Node] = false
 	case GC:
 		if !out.OK() {
 			return
@@ -225,6 +245,25 @@ func (m *Model) Alive() []string {
 		}
 	}
 	return out
+}
+
+// Uninstalled says whether calico-ipam runs alone on node.
+func (m *Model) Uninstalled(node string) bool { return m.uninstalled[node] }
+
+// Calm says whether uninstalling from node loses nothing only safe-ipam
+// would have protected or released: no victim of an outside actor, no
+// quarantine, and no sandbox on node that the runtime forgot (only
+// safe-ipam's GC would release it; Calico alone leaks it).
+func (m *Model) Calm(node string) bool {
+	for _, a := range m.Atts {
+		if (a.Victim && a.State != Deleted && !a.Gone) || a.Quarantined() {
+			return false
+		}
+		if a.Node == node && a.Forgotten && a.State != Deleted {
+			return false
+		}
+	}
+	return true
 }
 
 // AnyDead says whether a node died.

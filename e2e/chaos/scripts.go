@@ -373,11 +373,27 @@ func RecordedRetryInOutageScript(store StoreKind) *Script {
 // web-4's retried ADD succeeds. Without fencing, web-4 runs with web-0's
 // address: a duplicate.
 func OutsideReleaseScript(gen Generation, store StoreKind, by string) *Script {
+	return outsideRelease(gen, store, by, false)
+}
+
+// UpgradeScript is OutsideReleaseScript over a record written without its
+// index entry (an older safe-ipam), indexed by the upgrade's install
+// before the outside release: fencing must cover it.
+func UpgradeScript(store StoreKind) *Script {
+	return outsideRelease(Modern, store, OutsideIPAMRelease, true)
+}
+
+func outsideRelease(gen Generation, store StoreKind, by string, upgrade bool) *Script {
 	s := &Script{
 		Name:  fmt.Sprintf("outside/%s/%s-%s", by, gen, store),
 		Setup: Setup{Generation: gen, Store: store, Nodes: 1, Pool: SinglePool, HostLock: true},
 	}
-	s.start("web-0", node1, "", Succeeds).outside(0, by)
+	s.start("web-0", node1, "", Succeeds)
+	if upgrade {
+		s.Name = fmt.Sprintf("upgrade/%s", store)
+		s.then(func(*Model) Step { return LifeStep(Upgrade, "") })
+	}
+	s.outside(0, by)
 	for _, pod := range []string{"web-1", "web-2", "web-3"} {
 		s.start(pod, node1, "", Succeeds)
 	}
@@ -429,10 +445,35 @@ func NodeDeathScript(store StoreKind, settle string) *Script {
 	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
 }
 
+// UninstallScript: safe-ipam is uninstalled from node1 while web-0 and
+// web-1 run; web-0 is deleted through calico-ipam alone and web-2 starts
+// there without a record; safe-ipam is installed again and web-3 starts.
+// Nothing safe-ipam kept may fence or leak (invariants 2 and 4).
+func UninstallScript(store StoreKind) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("uninstall/%s", store),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: SinglePool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-1", node1, "", Succeeds)
+	s.then(func(*Model) Step { return LifeStep(Uninstall, node1) })
+	s.then(func(m *Model) Step {
+		a := m.Retire("web-0")
+		return single(Call{Verb: Del, Node: node1, Att: a}, Succeeds, "web-0 is deleted, through calico-ipam alone")
+	})
+	s.start("web-2", node1, "", Succeeds)
+	s.then(func(*Model) Step { return LifeStep(Reinstall, node1) })
+	return s.start("web-3", node1, "", Succeeds)
+}
+
 // LifecycleScripts are the scripts of a cluster's life beyond its pods:
-// node death (and, below, uninstall and upgrade).
+// node death, uninstall and re-install, an upgrade over index-less
+// records.
 func LifecycleScripts() []func() *Script {
 	return []func() *Script{
+		func() *Script { return UninstallScript(FileStore) },
+		func() *Script { return UninstallScript(EtcdStore) },
+		func() *Script { return UpgradeScript(FileStore) },
+		func() *Script { return UpgradeScript(EtcdStore) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
 		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
