@@ -26,7 +26,18 @@
 //     deleted every attachment, nothing at all remains.
 //  3. No call releases an address of a live attachment it does not name.
 //
-// A violation of 2 is an address lost; of 1 or 3, an address duplicated.
+//  4. Nothing is blocked: an ADD fails on a fence only while its holder is
+//     live or still owed its DEL or GC (never one the runtime deleted, or
+//     whose node died), and nothing of a dead node is left at the end.
+//
+// A violation of 2 is an address lost; of 1 or 3, an address duplicated;
+// of 4, safe-ipam worse than Calico alone.
+//
+// Beyond its pods, a history may kill a node (kube-controllers frees its
+// addresses and blocks and deletes its Calico Node; the DaemonSet's gc
+// --dead-nodes runs now and then), uninstall safe-ipam from a node and
+// install it again, and upgrade it over records without address index
+// entries (TestLifecycle plays each as a script).
 //
 // Histories come from a seeded Generator (StatefulSet pods recreated
 // under the same name, late and repeated DELs, concurrent workers,
