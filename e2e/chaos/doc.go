@@ -21,13 +21,10 @@
 //  1. No address is held by two live attachments, and no live
 //     attachment's address is free in Calico (nor held under another
 //     handle, nor named by a committed record Calico does not back).
-//
 //  2. Once the runtime's DEL or GC of an attachment succeeded, Calico
 //     holds nothing for it and no record is kept; after the runtime has
 //     deleted every attachment, nothing at all remains.
-//
 //  3. No call releases an address of a live attachment it does not name.
-//
 //  4. Nothing is blocked: an ADD fails on a fence only while its holder is
 //     live or still owed its DEL or GC (never one the runtime deleted, or
 //     whose node died), and nothing of a dead node is left at the end.
