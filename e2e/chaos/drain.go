@@ -31,8 +31,9 @@ func (h *history) drainStep(byGC bool) Step {
 	step := Step{Note: "drain: the runtime deletes every sandbox it knows"}
 	for _, a := range h.m.Atts {
 		// Calico's main plugin passes no GC to calico-ipam: an uninstalled
-		// node's runtime DELs.
-		gcs := byGC && h.m.Setup.Safe() && !h.m.Uninstalled(a.Node)
+		// node's runtime DELs; and safe-ipam's GC does not know what ran
+		// across an uninstall.
+		gcs := byGC && h.m.Setup.Safe() && !h.m.Uninstalled(a.Node) && !a.Unrecorded
 		if a.State != Deleted && !a.Forgotten && !a.Gone && !gcs {
 			step.add(Call{Verb: Del, Node: a.Node, Att: a}, Succeeds)
 		}

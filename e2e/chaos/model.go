@@ -215,7 +215,9 @@ func (m *Model) Apply(call Call, out Outcome) {
 			return
 		}
 		for _, a := range m.Atts {
-			if a.Node == call.Node && a.State != Deleted && !slices.Contains(call.Valid, a) {
+			// An unrecorded attachment (it ran across an uninstall) is
+			// unknown to safe-ipam's GC: only its DEL frees it.
+			if a.Node == call.Node && a.State != Deleted && !a.Unrecorded && !slices.Contains(call.Valid, a) {
 				a.State = Deleted
 			}
 		}
