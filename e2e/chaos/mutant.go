@@ -90,8 +90,8 @@ func Mutants() []Mutant {
 			Name:   "fencing-disabled",
 			Breaks: "ADD commits without the address index, so an address freed behind a live attachment's back goes to a new pod",
 			File:   "ipam/guard/add.go",
-			Old:    "_, err = g.store.Commit(ctx, pending, &committed)",
-			New:    "_, err = g.store.Swap(ctx, pending.Attachment, pending, &committed)",
+			Old:    "_, err = g.store.Commit(ctx, pending, &committed)\n\tvar held",
+			New:    "_, err = g.store.Swap(ctx, pending.Attachment, pending, &committed)\n\tvar held",
 			Catchers: func() []Job {
 				return ScriptJobs(
 					func() *Script { return OutsideReleaseScript(Modern, FileStore, OutsideCalicoDel) },
