@@ -226,6 +226,8 @@ func (c *checker) recordsAgree() {
 	for _, a := range c.m.Atts {
 		r := c.obs.Records[record.Attachment{Network: Network, ContainerID: a.ContainerID, IfName: a.IfName}]
 		switch {
+		case a.Gone && c.m.deadCollected && r != nil:
+			c.report(InvNotBlocked, Blocked, a.String(), netip.Addr{}, "%s record of node %s, which died, outlived a gc --dead-nodes that succeeded", r.State, a.Node)
 		case a.Unrecorded || c.m.uninstalled[a.Node]:
 			// ADDed, or DELed, by calico-ipam alone: no record to agree with.
 		case a.live() && (r == nil || r.State != record.Committed):

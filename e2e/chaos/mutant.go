@@ -108,6 +108,16 @@ func Mutants() []Mutant {
 				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) })
 			},
 		},
+		{
+			Name:   "gc-dead-nodes-keeps",
+			Breaks: "gc --dead-nodes takes every node for known and releases nothing",
+			File:   "ipam/gc/deadnodes.go",
+			Old:    "known, err := ds.NodeExists(ctx, node)",
+			New:    "_, err := ds.NodeExists(ctx, node)\n\t\tknown := true",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) })
+			},
+		},
 	}
 }
 
