@@ -23,6 +23,9 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := podIdentity(args); err != nil {
+		return nil, err
+	}
 	g.at(AddStart)
 	rec, err := g.reserve(ctx, att, env, args)
 	if err != nil {
@@ -78,7 +81,8 @@ func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env 
 	}
 	// A DEL that stopped after its mark had not released the quarantines
 	// tied to the record yet; taking the record over drops them.
-	if err := g.releaseQuarantines(ctx, stale, env); err != nil {
+	stale, err := g.releaseQuarantines(ctx, stale, env)
+	if err != nil {
 		return nil, err
 	}
 	g.at(AddRecovered)
@@ -207,4 +211,17 @@ func (g *Guard) replay(rec *record.Record) (types.Result, error) {
 		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("recorded result of %s: %v", rec.Attachment, err), "")
 	}
 	return convertResult(res, g.cfg.CNIVersion)
+}
+
+// podIdentity checks the pod fields ADD records: a record is read back
+// as input, and one whose pod fields CNI_ARGS could not carry would be
+// taken for damaged. (DEL does not refuse them: it must be able to
+// release whatever an older version recorded.)
+func podIdentity(args cniargs.Args) error {
+	for _, key := range []string{cniargs.PodNamespace, cniargs.PodName, cniargs.PodUID} {
+		if err := record.ValidateArgValue(args.Get(key)); err != nil {
+			return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS %s: %v", key, err), "")
+		}
+	}
+	return nil
 }

@@ -51,7 +51,7 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 		return err
 	}
 	g.releasePodHandle(ctx, marked, env)
-	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
+	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
 	g.at(DelReleased)
@@ -223,7 +223,8 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 		return err
 	}
 	g.releasePodHandle(ctx, marked, env)
-	if err := g.releaseQuarantines(ctx, marked, env); err != nil {
+	marked, err := g.releaseQuarantines(ctx, marked, env)
+	if err != nil {
 		return err
 	}
 	g.at(GCReleased)
@@ -240,7 +241,8 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 // once safe-ipam is gone), but the allocations quarantined with it are
 // released first, since no DEL of safe-ipam will come to release them.
 func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string) error {
-	if err := g.releaseQuarantines(ctx, rec, Env{Path: cniPath}); err != nil {
+	rec, err := g.releaseQuarantines(ctx, rec, Env{Path: cniPath})
+	if err != nil {
 		return err
 	}
 	if _, err := g.store.Swap(ctx, rec.Attachment, rec, nil); err != nil {

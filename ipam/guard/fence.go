@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -52,16 +53,30 @@ func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, he
 
 // releaseQuarantines releases, with the record that held their addresses,
 // the allocations quarantined for it: each under its own attachment's
-// handles, without pod identity.
-func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env Env) error {
+// handles, without pod identity. It forgets them a batch at a time, so a
+// DEL cut short (by its deadline, a crash) keeps its progress and a
+// holder with any number of quarantines is released in the end. It
+// returns the holder as stored now.
+func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env Env) (*record.Record, error) {
 	if rec == nil {
-		return nil
+		return nil, nil
 	}
-	for _, q := range rec.Quarantined {
-		if err := g.release(ctx, q.Attachment, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
-			return fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
+	for batch := range slices.Chunk(slices.Clone(rec.Quarantined), quarantineBatch) {
+		for _, q := range batch {
+			if err := g.release(ctx, q.Attachment, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+				return nil, fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
+			}
+			g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
 		}
-		g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
+		next, err := g.store.Unquarantine(ctx, rec, batch)
+		if err != nil {
+			return nil, storeError("forgetting the released quarantines of "+rec.Attachment.String(), err)
+		}
+		rec = next
 	}
-	return nil
+	return rec, nil
 }
+
+// quarantineBatch is how many quarantines are released before they are
+// forgotten.
+const quarantineBatch = 32

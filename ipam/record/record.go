@@ -124,3 +124,74 @@ func ParseAddr(s string) (netip.Addr, bool) {
 	addr, err := netip.ParseAddr(s)
 	return addr, err == nil
 }
+
+// CheckStored validates a record read back from a store, whose location
+// there names att (and node, when the store keys records by node): a
+// store is input like the runtime's, since whoever can write it can make
+// DEL and GC release any handle. Every field that is acted on must be one
+// a safe-ipam ADD could have written for att.
+func (r *Record) CheckStored(att Attachment, node string) error {
+	if err := att.Validate(); err != nil {
+		return fmt.Errorf("stored under %s: %w", att, err)
+	}
+	if r.Attachment != att {
+		return fmt.Errorf("stored under %s but names %s", att, r.Attachment)
+	}
+	if r.Node != "" && (ValidateNode(r.Node) != nil || node != "" && r.Node != node) {
+		return fmt.Errorf("%s: node %q is not the node it is stored under", att, r.Node)
+	}
+	for field, v := range map[string]string{"podNamespace": r.PodNamespace, "podName": r.PodName, "podUID": r.PodUID, "handle": r.Handle} {
+		if err := ValidateArgValue(v); err != nil {
+			return fmt.Errorf("%s: %s: %w", att, field, err)
+		}
+	}
+	for _, ip := range r.IPs {
+		if _, ok := ParseAddr(ip); !ok {
+			return fmt.Errorf("%s: address %q does not parse", att, ip)
+		}
+	}
+	return nil
+}
+
+// Check validates a quarantine read back from a store, tied to a holder
+// on network: its release is a delegate DEL of its attachment, so it must
+// be one safe-ipam could have quarantined there.
+func (q Quarantine) Check(network string) error {
+	if err := q.Attachment.Validate(); err != nil {
+		return fmt.Errorf("quarantine: %w", err)
+	}
+	if q.Network != network {
+		return fmt.Errorf("quarantine %s is not on the holder's network %s", q.Attachment, network)
+	}
+	if q.Node != "" {
+		if err := ValidateNode(q.Node); err != nil {
+			return fmt.Errorf("quarantine %s: %w", q.Attachment, err)
+		}
+	}
+	for _, ip := range q.IPs {
+		if _, ok := ParseAddr(ip); !ok {
+			return fmt.Errorf("quarantine %s: address %q does not parse", q.Attachment, ip)
+		}
+	}
+	return nil
+}
+
+// ValidateArgValue accepts a value that may go into CNI_ARGS as one
+// KEY=VALUE pair: pod names and UIDs as the runtime sends them. A ';'
+// would start another pair, and control characters have no place in a
+// name.
+func ValidateArgValue(v string) error {
+	if len(v) > maxArgValue {
+		return fmt.Errorf("%d bytes, longer than %d", len(v), maxArgValue)
+	}
+	for _, c := range v {
+		if c == ';' || c < 0x20 || c == 0x7f || c == utf8.RuneError {
+			return fmt.Errorf("%q holds %q, which CNI_ARGS cannot carry", v, c)
+		}
+	}
+	return nil
+}
+
+// maxArgValue is well above Kubernetes' longest name (253 bytes) and a
+// Calico handle (<network>.<64-byte container ID>).
+const maxArgValue = 512

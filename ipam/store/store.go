@@ -58,6 +58,14 @@ type Store interface {
 	// attachment answers ErrQuarantined and q is listed in holder's
 	// Quarantined.
 	Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error
+	// Unquarantine forgets qs, quarantines tied to holder whose
+	// allocations have been released, if holder is still at its revision
+	// (else ErrConflict), and returns holder as stored now, without them.
+	// Each call fits the store's limits whatever the number of qs (etcd
+	// refuses a Txn of more than 128 operations by default), so a holder
+	// with any number of quarantines is released a batch at a time, and a
+	// DEL cut short keeps what it released.
+	Unquarantine(ctx context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error)
 	// Get returns the record of att, or nil when there is none.
 	Get(ctx context.Context, att record.Attachment) (*record.Record, error)
 	// MarkReleasing replaces the record of marker's attachment, if there
@@ -80,6 +88,21 @@ type Store interface {
 type Cluster interface {
 	// ForNode is the same store over node's records.
 	ForNode(node string) Store
+}
+
+// Without is qs less those in drop.
+func Without(qs, drop []record.Quarantine) []record.Quarantine {
+	gone := make(map[record.Attachment]bool, len(drop))
+	for _, q := range drop {
+		gone[q.Attachment] = true
+	}
+	var out []record.Quarantine
+	for _, q := range qs {
+		if !gone[q.Attachment] {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // SameRevision says whether the stored record cur is the one prev names.

@@ -123,7 +123,7 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 		return nil, fmt.Errorf("%w: swapping record %s: %v", store.ErrUnavailable, att, err)
 	}
 	if !resp.Succeeded {
-		cur := decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
+		cur := s.decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
 		if cur == nil && prev == nil && resp.Responses[1].GetResponseRange().GetCount() > 0 {
 			return nil, fmt.Errorf("%s: %w", att, store.ErrQuarantined)
 		}
@@ -132,7 +132,7 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	if out != nil {
 		out.Revision = resp.Header.Revision
 		if len(resp.Responses) > 1 {
-			out.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
+			out.Quarantined = decodeQuarantines(att.Network, resp.Responses[1].GetResponseRange().GetKvs())
 		}
 	}
 	return out, nil
@@ -150,9 +150,9 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading record %s: %v", store.ErrUnavailable, att, err)
 	}
-	rec := decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
+	rec := s.decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
 	if rec != nil {
-		rec.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
+		rec.Quarantined = decodeQuarantines(att.Network, resp.Responses[1].GetResponseRange().GetKvs())
 	}
 	return rec, nil
 }
@@ -188,11 +188,11 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 	}
 	marker.Revision = resp.Header.Revision
 	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil {
-		if old, err := Decode(prev.Value, prev.ModRevision); err == nil {
+		if old, err := decodeStored(s.prefix, key, prev.Value, prev.ModRevision); err == nil {
 			keepKnown(marker, old)
 		}
 	}
-	marker.Quarantined = decodeQuarantines(resp.Responses[1].GetResponseRange().GetKvs())
+	marker.Quarantined = decodeQuarantines(att.Network, resp.Responses[1].GetResponseRange().GetKvs())
 	return marker, nil
 }
 
@@ -288,9 +288,9 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 
 func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
 	if !l.strict {
-		return decodeAt(key, network, value, rev), nil
+		return decodeAt(l.prefix, key, network, value, rev), nil
 	}
-	rec, err := Decode(value, rev)
+	rec, err := decodeStored(l.prefix, key, value, rev)
 	if err != nil {
 		return nil, fmt.Errorf("record %s: %w", key, err)
 	}
@@ -316,7 +316,7 @@ func (l lister) listQuarantines(ctx context.Context, network string, byPath map[
 			continue
 		}
 		if rec := byPath[parts[0]+"/"+strings.Join(parts[2:5], "/")]; rec != nil {
-			rec.Quarantined = append(rec.Quarantined, decodeQuarantines([]*mvccpb.KeyValue{kv})...)
+			rec.Quarantined = append(rec.Quarantined, decodeQuarantines(parts[0], []*mvccpb.KeyValue{kv})...)
 		}
 	}
 	return nil
@@ -332,10 +332,11 @@ func orAll(network string) string {
 // listPage bounds one List read.
 const listPage = 1000
 
-// decodeAt decodes a record, or stands in for one that does not decode so
-// that DEL, GC and ADD can still release and replace it.
-func decodeAt(key, network string, value []byte, rev int64) *record.Record {
-	rec, err := Decode(value, rev)
+// decodeAt decodes a record, or stands in for one that does not decode
+// or is not what its key names, so that DEL, GC and ADD can still release
+// and replace it (as the attachment its key names).
+func decodeAt(prefix, key, network string, value []byte, rev int64) *record.Record {
+	rec, err := decodeStored(prefix, key, value, rev)
 	if err == nil {
 		return rec
 	}
@@ -370,11 +371,38 @@ func Decode(value []byte, revision int64) (*record.Record, error) {
 	return &rec, nil
 }
 
-func decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
+// decodeStored decodes the record at key and checks it against what the
+// key names: whoever can write the store could otherwise make DEL and GC
+// release any handle.
+func decodeStored(prefix, key string, value []byte, rev int64) (*record.Record, error) {
+	rec, err := Decode(value, rev)
+	if err != nil {
+		return nil, err
+	}
+	att, node, ok := keyAttachment(prefix, key)
+	if !ok {
+		return nil, fmt.Errorf("key %s is not a record's", key)
+	}
+	if err := rec.CheckStored(att, node); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// keyAttachment reads the attachment and node a record's key names.
+func keyAttachment(prefix, key string) (record.Attachment, string, bool) {
+	parts := strings.Split(strings.TrimPrefix(key, prefix+"/attachments/"), "/")
+	if len(parts) != 4 || !strings.HasPrefix(key, prefix+"/attachments/") {
+		return record.Attachment{}, "", false
+	}
+	return record.Attachment{Network: parts[0], ContainerID: parts[2], IfName: parts[3]}, parts[1], true
+}
+
+func (s *Store) decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
 	if len(kvs) == 0 {
 		return nil
 	}
-	rec, err := Decode(kvs[0].Value, kvs[0].ModRevision)
+	rec, err := decodeStored(s.prefix, string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
 	if err != nil {
 		return store.Damaged(att, kvs[0].ModRevision)
 	}

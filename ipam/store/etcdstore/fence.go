@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -87,7 +88,7 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 		}
 		cur := resp.Responses[0].GetResponseRange().GetKvs()
 		if !sameRevision(cur, pending) {
-			return s.withQuarantines(ctx, decodeFirst(att, cur), key), store.ErrConflict
+			return s.withQuarantines(ctx, s.decodeFirst(att, cur), key), store.ErrConflict
 		}
 		if err := s.judgeHolders(ctx, key, att.Network, committed.IPs, resp.Responses[1:], takeover); err != nil {
 			return nil, err
@@ -122,7 +123,7 @@ func (s *Store) judgeHolders(ctx context.Context, key, network string, ips []str
 			takeover[ik] = []clientv3.Cmp{entry, clientv3.Compare(clientv3.CreateRevision(holderKey), "=", 0)}
 			continue
 		}
-		holder, err := Decode(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		holder, err := decodeStored(s.prefix, holderKey, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
 		if err == nil && holder.State == record.Committed {
 			return &store.HeldError{Addr: ips[i], Holder: holder}
 		}
@@ -161,6 +162,39 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 	return nil
 }
 
+// quarantinesPerTxn bounds the quarantines one Txn forgets: two
+// operations each, well under etcd's default limit of 128 per Txn.
+const quarantinesPerTxn = 50
+
+// Unquarantine implements store.Store, in Txns of quarantinesPerTxn
+// quarantines that each compare the holder's revision (forgetting a
+// quarantine does not change it).
+func (s *Store) Unquarantine(ctx context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error) {
+	key, err := s.key(holder.Attachment)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	for batch := range slices.Chunk(qs, quarantinesPerTxn) {
+		var ops []clientv3.Op
+		for _, q := range batch {
+			ops = append(ops, clientv3.OpDelete(s.holderPrefix(holder.Network, key)+q.Node+"/"+q.ContainerID+"/"+q.IfName),
+				clientv3.OpDelete(s.quarantinedKey(q.Node, q.Attachment)))
+		}
+		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", holder.Revision)).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("%w: forgetting quarantines of %s: %v", store.ErrUnavailable, holder.Attachment, err)
+		}
+		if !resp.Succeeded {
+			return nil, fmt.Errorf("%w: forgetting quarantines of %s", store.ErrConflict, holder.Attachment)
+		}
+	}
+	out := *holder
+	out.Quarantined = store.Without(holder.Quarantined, qs)
+	return &out, nil
+}
+
 // releaseOps delete what a deleted record owned: its index entries (only
 // those still naming it) and the quarantines tied to it.
 func (s *Store) releaseOps(key string, rec *record.Record) []clientv3.Op {
@@ -186,18 +220,25 @@ func (s *Store) withQuarantines(ctx context.Context, rec *record.Record, key str
 	}
 	resp, err := s.client.Get(ctx, s.holderPrefix(rec.Network, key), clientv3.WithPrefix())
 	if err == nil {
-		rec.Quarantined = decodeQuarantines(resp.Kvs)
+		rec.Quarantined = decodeQuarantines(rec.Network, resp.Kvs)
 	}
 	return rec
 }
 
-func decodeQuarantines(kvs []*mvccpb.KeyValue) []record.Quarantine {
+// decodeQuarantines reads the quarantines tied to a holder on network.
+// Releasing one is a delegate DEL of the attachment it names, so an entry
+// that is not one safe-ipam could have written there (under the key that
+// names its node and attachment) is left out: it is never acted on, and
+// goes with its holder's keys.
+func decodeQuarantines(network string, kvs []*mvccpb.KeyValue) []record.Quarantine {
 	var out []record.Quarantine
 	for _, kv := range kvs {
 		var q record.Quarantine
-		if json.Unmarshal(kv.Value, &q) == nil {
-			out = append(out, q)
+		if json.Unmarshal(kv.Value, &q) != nil || q.Node == "" || q.Check(network) != nil ||
+			!strings.HasSuffix(string(kv.Key), "/"+q.Node+"/"+q.ContainerID+"/"+q.IfName) {
+			continue
 		}
+		out = append(out, q)
 	}
 	return out
 }

@@ -166,3 +166,38 @@ func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q 
 	}
 	return s.remove(pending.Attachment)
 }
+
+// Unquarantine implements store.Store under the network's lock: the
+// holder's record drops qs, and their marks go.
+func (s *Store) Unquarantine(_ context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error) {
+	if err := holder.Attachment.Validate(); err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock(holder.Network)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	h, err := s.read(s.path(holder.Attachment))
+	if err != nil {
+		return nil, err
+	}
+	if !store.SameRevision(h, holder) {
+		return nil, fmt.Errorf("%w: forgetting quarantines of %s", store.ErrConflict, holder.Attachment)
+	}
+	// The marks go first: a crash before the write leaves the holder
+	// listing quarantines its next DEL releases again (the delegate's DEL
+	// is idempotent), never a mark no record lists.
+	for _, q := range qs {
+		noteLinkLoss(s.quarantineLink(q.Attachment))
+		if err := os.Remove(s.quarantineLink(q.Attachment)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("removing quarantine of %s: %w", q.Attachment, err)
+		}
+	}
+	h.Quarantined = store.Without(h.Quarantined, qs)
+	h.Revision = max(time.Now().UnixNano(), h.Revision+1)
+	if err := s.write(h); err != nil {
+		return nil, err
+	}
+	return h, nil
+}

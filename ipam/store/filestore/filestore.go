@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -290,20 +291,32 @@ func (s *Store) read(path string) (*record.Record, error) {
 	if err := json.Unmarshal(data, &fr); err != nil {
 		return s.damaged(path), nil
 	}
+	// A record is input like the runtime's: one that is not what its file
+	// name says stands in as damaged, and a quarantine that is not one
+	// safe-ipam could have written is never released (see record.Check).
+	if fr.Record.CheckStored(pathAttachment(path), "") != nil {
+		return s.damaged(path), nil
+	}
+	fr.Record.Quarantined = slices.DeleteFunc(fr.Record.Quarantined, func(q record.Quarantine) bool { return q.Check(fr.Record.Network) != nil })
 	fr.Record.Revision = fr.Revision
 	return &fr.Record, nil
+}
+
+// pathAttachment is the attachment a record file's path names.
+func pathAttachment(path string) record.Attachment {
+	cid, ifName, _ := strings.Cut(filepath.Base(path), ":")
+	return record.Attachment{Network: filepath.Base(filepath.Dir(path)), ContainerID: cid, IfName: ifName}
 }
 
 // damaged stands in for a record file that does not decode (see
 // store.Damaged); its revision is the file's mtime, so a Swap against it
 // succeeds until the file changes.
 func (s *Store) damaged(path string) *record.Record {
-	cid, ifName, _ := strings.Cut(filepath.Base(path), ":")
 	var rev int64
 	if info, err := os.Stat(path); err == nil {
 		rev = info.ModTime().UnixNano()
 	}
-	return store.Damaged(record.Attachment{Network: filepath.Base(filepath.Dir(path)), ContainerID: cid, IfName: ifName}, rev)
+	return store.Damaged(pathAttachment(path), rev)
 }
 
 // write replaces rec's file with its name synced, for writes outside the

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a retried mark knows the addresses", retriedMark},
 		{"an ADD's takeover drops the quarantines, a retried mark keeps them", takeoverDropsQuarantines},
 		{"records written before the index get their entries", reindexOldRecords},
+		{"any number of quarantines is forgotten, with the holder unchanged", unquarantineMany},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -261,5 +263,51 @@ func reindexOldRecords(t *testing.T, s store.Store) {
 	}
 	if n, held, err := store.Reindex(ctx, s, "net1"); err != nil || n != 2 || len(held) != 1 {
 		t.Fatalf("Reindex again: %d, %v, %v; want the same", n, held, err)
+	}
+}
+
+// unquarantineMany: more quarantines than one etcd Txn may delete are
+// forgotten in one call, only while the holder is unchanged; the holder
+// then goes in one Swap, and each attachment may have a record again.
+func unquarantineMany(t *testing.T, s store.Store) {
+	const n = 140
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	var atts []record.Attachment
+	for i := range n {
+		p, _, err := commitWith(t, s, fmt.Sprintf("late%03d", i), "10.0.0.1/26")
+		var held *store.HeldError
+		if !errors.As(err, &held) {
+			t.Fatalf("commit = %v; want held", err)
+		}
+		if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
+			t.Fatalf("quarantine %d: %v", i, err)
+		}
+		atts = append(atts, p.Attachment)
+	}
+	m, err := s.MarkReleasing(ctx, marker(holder.Attachment))
+	if err != nil || len(m.Quarantined) != n {
+		t.Fatalf("marking the holder = %d quarantines, %v; want %d", len(m.Quarantined), err, n)
+	}
+	if _, err := s.Unquarantine(ctx, holder, m.Quarantined); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("forgetting at a stale revision: %v; want ErrConflict", err)
+	}
+	left, err := s.Unquarantine(ctx, m, m.Quarantined[:n-1])
+	if err != nil || len(left.Quarantined) != 1 || left.Quarantined[0].Attachment != atts[n-1] {
+		t.Fatalf("forgetting %d = %+v, %v; want the last one left", n-1, left, err)
+	}
+	if got, _ := s.Get(ctx, holder.Attachment); got == nil || len(got.Quarantined) != 1 || got.Revision != left.Revision {
+		t.Fatalf("holder after forgetting = %+v; want one quarantine at revision %d", got, left.Revision)
+	}
+	if _, err := s.Swap(ctx, atts[0], nil, pending(atts[0])); err != nil {
+		t.Fatalf("a forgotten quarantine's attachment: %v", err)
+	}
+	if _, err := s.Swap(ctx, atts[n-1], nil, pending(atts[n-1])); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("the one left: %v; want ErrQuarantined", err)
+	}
+	if _, err := s.Swap(ctx, holder.Attachment, left, nil); err != nil {
+		t.Fatalf("deleting the holder: %v", err)
+	}
+	if _, err := s.Swap(ctx, atts[n-1], nil, pending(atts[n-1])); err != nil {
+		t.Fatalf("after the holder went: %v", err)
 	}
 }
