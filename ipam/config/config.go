@@ -41,10 +41,15 @@ const (
 	DefaultLogLevel      = "info"
 	DefaultGCGracePeriod = 60 * time.Second
 	DefaultDialTimeout   = 5 * time.Second
+	// DefaultVerbTimeout is well under the kubelet's CRI deadline (its
+	// runtimeRequestTimeout, 2 minutes by default), so a hung delegate
+	// is killed and reported by safe-ipam before the runtime gives up on
+	// the call and leaves the delegate running.
+	DefaultVerbTimeout = 60 * time.Second
 )
 
 // ownedKeys are the ipam keys safe-ipam consumes; the delegate never sees them.
-var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod"}
+var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod", "verbTimeout"}
 
 // Store says where records live.
 type Store struct {
@@ -73,6 +78,9 @@ type Config struct {
 	LogFile       string
 	LogLevel      string
 	GCGracePeriod time.Duration
+	// VerbTimeout bounds a whole CNI call, the delegate and lock waits
+	// included.
+	VerbTimeout time.Duration
 
 	top  map[string]json.RawMessage
 	ipam map[string]json.RawMessage
@@ -129,7 +137,7 @@ func (c *Config) readIPAM() error {
 	if ipamType == "" {
 		return invalid("ipam.type", "missing")
 	}
-	steps := []func(ipamType string) error{c.readDelegate, c.readHandles, c.readStore, c.readLogging, c.readGC}
+	steps := []func(ipamType string) error{c.readDelegate, c.readHandles, c.readStore, c.readLogging, c.readGC, c.readVerbTimeout}
 	for _, step := range steps {
 		if err := step(ipamType); err != nil {
 			return err
@@ -178,6 +186,18 @@ func (c *Config) readGC(string) error {
 		return invalid("ipam.gcGracePeriod", "must not be negative")
 	}
 	c.GCGracePeriod = time.Duration(grace)
+	return nil
+}
+
+func (c *Config) readVerbTimeout(string) error {
+	timeout := Duration(DefaultVerbTimeout)
+	if err := field(c.ipam, "verbTimeout", &timeout); err != nil {
+		return err
+	}
+	if timeout <= 0 {
+		return invalid("ipam.verbTimeout", "must be positive")
+	}
+	c.VerbTimeout = time.Duration(timeout)
 	return nil
 }
 

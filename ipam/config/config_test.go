@@ -76,6 +76,8 @@ func TestParseRejects(t *testing.T) {
 		{"relative log file", ipam(`"logFile":"x.log"`), "ipam.logFile", types.ErrInvalidNetworkConfig},
 		{"grace period", ipam(`"gcGracePeriod":"1 minute"`), "ipam.gcGracePeriod", types.ErrInvalidNetworkConfig},
 		{"negative grace period", ipam(`"gcGracePeriod":"-1s"`), "ipam.gcGracePeriod", types.ErrInvalidNetworkConfig},
+		{"verb timeout", ipam(`"verbTimeout":"soon"`), "ipam.verbTimeout", types.ErrInvalidNetworkConfig},
+		{"zero verb timeout", ipam(`"verbTimeout":"0s"`), "ipam.verbTimeout", types.ErrInvalidNetworkConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

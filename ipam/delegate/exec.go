@@ -50,6 +50,7 @@ func (e *argv0Exec) run(ctx context.Context, path string, stdin []byte, environ 
 	if e.argv0 != "" {
 		cmd.Args[0] = e.argv0
 	}
+	confine(cmd)
 	cmd.Env = environ
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
@@ -86,3 +87,21 @@ func pluginError(err error, stdout, stderr []byte) error {
 func (e *argv0Exec) FindInPath(plugin string, paths []string) (string, error) {
 	return invoke.FindInPath(plugin, paths)
 }
+
+// confine puts the delegate in a process group of its own, killed whole
+// when the verb's deadline passes, so no child it started (calico-ipam
+// runs none, but a wrapper may) outlives the call; and asks the kernel to
+// kill the delegate if safe-ipam itself dies first (a runtime that gives
+// up kills only its plugin). A grandchild that keeps the output pipes
+// open cannot hold Wait past waitDelay.
+func confine(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+}
+
+// waitDelay bounds the wait for the output pipes after the delegate was
+// killed.
+const waitDelay = 2 * time.Second

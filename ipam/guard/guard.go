@@ -149,6 +149,17 @@ func (g *Guard) handle(att record.Attachment) string {
 	return att.Network + "." + att.ContainerID
 }
 
+// PastDeadline turns the error of a verb whose ctx passed its deadline
+// (ipam.verbTimeout) into the CNI error that says so: code 11, so the
+// runtime tries again; what the verb left (a pending or releasing
+// record) is what a crash leaves, and the next call settles it.
+func PastDeadline(ctx context.Context, verb string, timeout time.Duration, err error) error {
+	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return err
+	}
+	return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s did not finish within ipam.verbTimeout (%s): %v", verb, timeout, err), "")
+}
+
 // storeError turns a store failure into the CNI error a runtime retries on.
 func storeError(action string, err error) error {
 	var cniErr *types.Error

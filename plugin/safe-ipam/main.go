@@ -86,8 +86,11 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
 	defer closeLog()
+	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
+	defer cancel()
 	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: verb, Env: env}, log)
 	if err != nil {
+		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
 		log.Error("refused", "error", err)
 		return err
 	}
@@ -95,5 +98,10 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 	c.trace.Mark(logging.MarkOpened)
 	g.At = crashPoint
 	defer c.trace.Mark(logging.MarkRan)
-	return run(ctx, g, env)
+	err = run(ctx, g, env)
+	if ctx.Err() != nil && err != nil {
+		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
+		log.Error("stopped at the deadline", "error", err)
+	}
+	return err
 }

@@ -38,10 +38,10 @@ func (s *Store) quarantineLink(att record.Attachment) string {
 func fileName(att record.Attachment) string { return att.ContainerID + ":" + att.IfName }
 
 // Commit implements store.Store under the network's lock.
-func (s *Store) Commit(_ context.Context, pending, committed *record.Record) (*record.Record, error) {
+func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
 	att := committed.Attachment
 	var held error
-	out, err := s.locked(att, func(cur *record.Record) (*record.Record, bool) {
+	out, err := s.locked(ctx, att, func(cur *record.Record) (*record.Record, bool) {
 		if !store.SameRevision(cur, pending) {
 			return cur, false
 		}
@@ -129,7 +129,7 @@ func (s *Store) quarantined(att record.Attachment) bool {
 
 // Quarantine implements store.Store under the network's lock: the holder's
 // record lists q, a link marks the attachment, and its pending record goes.
-func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q record.Quarantine) error {
+func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
 	if err := pending.Attachment.Validate(); err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q 
 	if pending.Network != holder.Network {
 		return fmt.Errorf("quarantine of %s for %s: networks differ", pending.Attachment, holder.Attachment)
 	}
-	unlock, err := s.lock(pending.Network)
+	unlock, err := s.lock(ctx, pending.Network)
 	if err != nil {
 		return err
 	}
@@ -169,11 +169,11 @@ func (s *Store) Quarantine(_ context.Context, pending, holder *record.Record, q 
 
 // Unquarantine implements store.Store under the network's lock: the
 // holder's record drops qs, and their marks go.
-func (s *Store) Unquarantine(_ context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error) {
+func (s *Store) Unquarantine(ctx context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error) {
 	if err := holder.Attachment.Validate(); err != nil {
 		return nil, err
 	}
-	unlock, err := s.lock(holder.Network)
+	unlock, err := s.lock(ctx, holder.Network)
 	if err != nil {
 		return nil, err
 	}

@@ -78,9 +78,9 @@ func (s *Store) path(att record.Attachment) string {
 
 // Swap implements store.Store. The lock covers only the compare and the
 // write; nothing slow (such as the delegate) runs under it.
-func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
 	quarantined := false
-	out, err := s.locked(att, func(cur *record.Record) (*record.Record, bool) {
+	out, err := s.locked(ctx, att, func(cur *record.Record) (*record.Record, bool) {
 		if !store.SameRevision(cur, prev) {
 			return cur, false
 		}
@@ -97,9 +97,9 @@ func (s *Store) Swap(_ context.Context, att record.Attachment, prev, next *recor
 
 // MarkReleasing implements store.Store under one lock, keeping the
 // record's addresses and pod fields.
-func (s *Store) MarkReleasing(_ context.Context, marker *record.Record) (*record.Record, error) {
+func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
 	quarantined := false
-	out, err := s.locked(marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
+	out, err := s.locked(ctx, marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
 		if cur == nil {
 			quarantined = s.quarantined(marker.Attachment)
 			return nil, !quarantined // nothing to mark; writing nil removes nothing
@@ -162,11 +162,11 @@ func durabilityOf(cur, next *record.Record) durability {
 // locked reads att's record under the network's lock and lets decide
 // choose what to store: (next, true) writes next (nil deletes), (cur,
 // false) reports a conflict with cur.
-func (s *Store) locked(att record.Attachment, decide func(cur *record.Record) (*record.Record, bool)) (*record.Record, error) {
+func (s *Store) locked(ctx context.Context, att record.Attachment, decide func(cur *record.Record) (*record.Record, bool)) (*record.Record, error) {
 	if err := att.Validate(); err != nil {
 		return nil, err
 	}
-	unlock, err := s.lock(att.Network)
+	unlock, err := s.lock(ctx, att.Network)
 	if err != nil {
 		return nil, err
 	}
@@ -377,8 +377,10 @@ func (s *Store) remove(att record.Attachment) error {
 }
 
 // lock takes the network directory's lock; it is released with the
-// process, so a crash cannot leave it held.
-func (s *Store) lock(network string) (func(), error) {
+// process, so a crash cannot leave it held. It waits no longer than ctx:
+// a holder that hangs (a process stopped while holding it) must not hang
+// every CNI call behind it.
+func (s *Store) lock(ctx context.Context, network string) (func(), error) {
 	if s.readOnly {
 		return nil, errReadOnly
 	}
@@ -390,12 +392,35 @@ func (s *Store) lock(network string) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening lock in %s: %v", store.ErrUnavailable, dir, err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	if err := flock(ctx, f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("locking %s: %w", dir, err)
+		return nil, fmt.Errorf("%w: locking %s: %v", store.ErrUnavailable, dir, err)
 	}
 	return func() { f.Close() }, nil
 }
+
+// flock takes f's lock, trying again with a growing pause (up to
+// lockPause) while another process holds it, until ctx ends. An
+// uncontended lock costs one system call, as a blocking flock does.
+func flock(ctx context.Context, f *os.File) error {
+	pause := time.Millisecond
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("another process held the lock until the deadline: %w", ctx.Err())
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, lockPause)
+	}
+}
+
+// lockPause bounds the pause between tries: short against the time a
+// holder keeps the lock (a few file operations).
+const lockPause = 20 * time.Millisecond
 
 // makeNetworkDir creates a network's directory on first use, syncing the
 // store's directory so that the records synced into it keep their path

@@ -2,10 +2,13 @@ package filestore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -157,5 +160,49 @@ func TestListKeepsContainerNamedLikeAMark(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "abc,q,qq" {
 		t.Errorf("List gives %v, want abc, q and qq", got)
+	}
+}
+
+// Issue 20, finding 2: a lock held by a process that hangs (stopped with
+// it held) makes a write wait only until its context ends, and the wait
+// is an ErrUnavailable, which a CNI call answers with code 11. Once the
+// holder lets go, writes go on.
+func TestLockWaitEndsWithTheContext(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att := record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+	if _, err := s.Swap(context.Background(), att, nil, &record.Record{Attachment: att, State: record.Pending}); err != nil {
+		t.Fatal(err)
+	}
+	// Another open file description: flock excludes it as it would another process.
+	held, err := os.OpenFile(filepath.Join(dir, "net1", lockName), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := s.Swap(ctx, att, nil, &record.Record{Attachment: att, State: record.Pending})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, store.ErrUnavailable) || !strings.Contains(err.Error(), "lock") {
+			t.Fatalf("Swap behind a held lock = %v; want ErrUnavailable naming the lock", err)
+		}
+	case <-time.After(10 * time.Second):
+		held.Close()
+		t.Fatal("Swap behind a held lock still waits after 10s with a 200ms deadline")
+	}
+	held.Close()
+	if _, err := s.Swap(context.Background(), att, nil, nil); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("Swap after the lock was let go = %v; want the usual conflict", err)
 	}
 }
