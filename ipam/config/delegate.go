@@ -22,6 +22,11 @@ type Delegate struct {
 	// absolute. Installed as calico-ipam, safe-ipam runs Calico's "calico"
 	// binary as calico-ipam, so no second copy of Calico is kept in step.
 	Binary string `json:"binary,omitempty"`
+	// OutsideCNIPath allows a binDir or an absolute binary outside
+	// CNI_PATH. Without safe-ipam a network config can run only what the
+	// runtime's CNI_PATH holds; a config that can name any file would let
+	// whoever edits it run that file as root on the next pod start.
+	OutsideCNIPath bool `json:"outsideCNIPath,omitempty"`
 	// Check forwards CHECK to the delegate. Default: true, except for
 	// calico-ipam, which has no CHECK.
 	Check *bool `json:"check,omitempty"`

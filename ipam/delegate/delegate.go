@@ -14,11 +14,16 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
 // ErrMissing means the delegate binary is not where it was looked for.
 var ErrMissing = errors.New("delegate binary not found")
+
+// ErrOutsideCNIPath means the config names a delegate file outside
+// CNI_PATH without saying that it may (ipam.delegate.outsideCNIPath).
+var ErrOutsideCNIPath = errors.New("delegate outside CNI_PATH")
 
 // Delegate is a resolved delegate binary.
 type Delegate struct {
@@ -39,6 +44,13 @@ type Target struct {
 	// Binary is the file when it is not named Type: a bare name searched
 	// like Type, or an absolute path.
 	Binary string
+	// OutsideCNIPath allows BinDir or an absolute Binary outside CNI_PATH.
+	OutsideCNIPath bool
+}
+
+// TargetOf is the delegate a network config names.
+func TargetOf(d config.Delegate) Target {
+	return Target{Type: d.Type, BinDir: d.BinDir, Binary: d.Binary, OutsideCNIPath: d.OutsideCNIPath}
 }
 
 func (t Target) file() string {
@@ -82,10 +94,13 @@ func find(t Target, cniPath string) (string, os.FileInfo, error) {
 
 func locate(t Target, cniPath string) (string, error) {
 	if filepath.IsAbs(t.Binary) {
-		return t.Binary, nil
+		return t.Binary, t.confined(filepath.Dir(t.Binary), "ipam.delegate.binary", cniPath)
 	}
 	dirs := filepath.SplitList(cniPath)
 	if t.BinDir != "" {
+		if err := t.confined(t.BinDir, "ipam.delegate.binDir", cniPath); err != nil {
+			return "", err
+		}
 		dirs = []string{t.BinDir}
 	}
 	path, err := invoke.FindInPath(t.file(), dirs)
@@ -93,6 +108,24 @@ func locate(t Target, cniPath string) (string, error) {
 		return "", fmt.Errorf("%w: %q in %s", ErrMissing, t.file(), strings.Join(dirs, ":"))
 	}
 	return path, nil
+}
+
+// confined refuses dir, named by setting, unless it is one of CNI_PATH's
+// directories or the config allows any (see config.Delegate).
+func (t Target) confined(dir, setting, cniPath string) error {
+	if t.OutsideCNIPath {
+		return nil
+	}
+	info, err := os.Stat(dir)
+	for _, d := range filepath.SplitList(cniPath) {
+		if filepath.Clean(d) == filepath.Clean(dir) {
+			return nil
+		}
+		if other, oerr := os.Stat(d); err == nil && oerr == nil && os.SameFile(info, other) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s names %s, which is not in CNI_PATH (%s); set ipam.delegate.outsideCNIPath to true to allow it", ErrOutsideCNIPath, setting, dir, cniPath)
 }
 
 func isSelf(info os.FileInfo) bool {

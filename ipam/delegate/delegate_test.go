@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -52,21 +53,30 @@ func TestFind(t *testing.T) {
 		name, path, want string
 		target           Target
 		missing, fails   bool
+		outside          bool // refused: outside CNI_PATH
 	}{
 		{name: "in CNI_PATH", target: Target{Type: "calico-ipam"}, path: other + ":" + dir, want: filepath.Join(other, "calico-ipam")},
-		{name: "binDir wins over CNI_PATH", target: Target{Type: "calico-ipam", BinDir: dir}, path: other, want: filepath.Join(dir, "calico-ipam")},
+		{name: "binDir wins over CNI_PATH's order", target: Target{Type: "calico-ipam", BinDir: dir}, path: other + ":" + dir, want: filepath.Join(dir, "calico-ipam")},
+		{name: "binDir outside CNI_PATH", target: Target{Type: "calico-ipam", BinDir: dir}, path: other, outside: true},
+		{name: "binDir outside CNI_PATH, allowed", target: Target{Type: "calico-ipam", BinDir: dir, OutsideCNIPath: true}, path: other, want: filepath.Join(dir, "calico-ipam")},
 		{name: "missing", target: Target{Type: "host-local"}, path: dir, missing: true},
 		{name: "not executable", target: Target{Type: "not-exec"}, path: dir, missing: true},
 		{name: "itself", target: Target{Type: "me"}, path: other, fails: true},
 		{name: "binary by name", target: Target{Type: "x", Binary: "calico-ipam"}, path: dir, want: filepath.Join(dir, "calico-ipam")},
-		{name: "binary by path", target: Target{Type: "x", Binary: filepath.Join(other, "calico-ipam")}, path: dir, want: filepath.Join(other, "calico-ipam")},
-		{name: "binary by path missing", target: Target{Type: "x", Binary: filepath.Join(other, "nope")}, path: dir, missing: true},
-		{name: "binary is itself", target: Target{Type: "calico-ipam", Binary: filepath.Join(other, "me")}, path: dir, fails: true},
+		{name: "binary by path", target: Target{Type: "x", Binary: filepath.Join(other, "calico-ipam")}, path: dir + ":" + other + "/", want: filepath.Join(other, "calico-ipam")},
+		{name: "binary by path outside CNI_PATH", target: Target{Type: "x", Binary: filepath.Join(other, "calico-ipam")}, path: dir, outside: true},
+		{name: "binary by path outside CNI_PATH, allowed", target: Target{Type: "x", Binary: filepath.Join(other, "calico-ipam"), OutsideCNIPath: true}, path: dir, want: filepath.Join(other, "calico-ipam")},
+		{name: "binary by path missing", target: Target{Type: "x", Binary: filepath.Join(other, "nope")}, path: other, missing: true},
+		{name: "binary is itself", target: Target{Type: "calico-ipam", Binary: filepath.Join(other, "me")}, path: other, fails: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, _, err := find(tt.target, tt.path)
 			switch {
+			case tt.outside:
+				if !errors.Is(err, ErrOutsideCNIPath) || !strings.Contains(err.Error(), "ipam.delegate.outsideCNIPath") {
+					t.Fatalf("err = %v; want ErrOutsideCNIPath naming the setting", err)
+				}
 			case tt.missing:
 				if !errors.Is(err, ErrMissing) {
 					t.Fatalf("err = %v; want ErrMissing", err)

@@ -83,6 +83,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		case n.Store.StaleBy != "" && n.Store.Stale > 0:
 			fmt.Fprintf(w, "stale records of %s: %d not listed by %s; safe-ipam gc releases them\n", n.Network, n.Store.Stale, n.Store.StaleBy)
 		}
+		if n.Store.Exposure != "" {
+			fmt.Fprintf(w, "warning: record store of %s: %s\n", n.Network, n.Store.Exposure)
+		}
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "problem:", p)

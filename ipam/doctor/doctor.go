@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -82,7 +83,10 @@ type StoreReport struct {
 	Stale      int    `json:"stale"`
 	StaleBy    string `json:"staleBy,omitempty"`
 	StaleError string `json:"staleError,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// Exposure says how the store's etcd is exposed (plain text, no CA
+	// file); a warning, not a problem: it works.
+	Exposure string `json:"exposure,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Check looks at the node; live, when not nil, judges which records are
@@ -197,8 +201,7 @@ func describeDelegate(d config.Delegate) string {
 // checkDelegate resolves the delegate as safe-ipam would with CNI_PATH
 // the bin dir, without writing the version cache.
 func checkDelegate(ctx context.Context, n cninode.Dirs, cfg *config.Config) *DelegateReport {
-	target := delegate.Target{Type: cfg.Delegate.Type, BinDir: cfg.Delegate.BinDir, Binary: cfg.Delegate.Binary}
-	d, err := delegate.ResolveTarget(ctx, target, n.BinDir, "")
+	d, err := delegate.ResolveTarget(ctx, delegate.TargetOf(cfg.Delegate), n.BinDir, "")
 	if err != nil {
 		return &DelegateReport{Error: err.Error()}
 	}
@@ -221,6 +224,7 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 	out := &StoreReport{Type: s.Type, Where: s.Dir}
 	if s.Type == config.StoreEtcd {
 		out.Where = fmt.Sprint(s.Endpoints, " ", s.Prefix)
+		out.Exposure = etcdconn.Exposure(s.Endpoints, cfg.StoreTLS(""))
 	} else if _, err := os.Stat(s.Dir); errors.Is(err, os.ErrNotExist) {
 		out.Answers = true
 		return out

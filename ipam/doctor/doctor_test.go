@@ -147,6 +147,13 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	if net.Datastore != "etcdv3" || net.Node == "" {
 		t.Errorf("datastore %q node %q; want etcdv3 (Calico infers it from etcd_endpoints) and a node", net.Datastore, net.Node)
 	}
+	// Issue 20, finding 8: the test's etcd is plain http; protected still,
+	// with a warning that names the endpoint.
+	var out bytes.Buffer
+	r.WriteTable(&out)
+	if !strings.Contains(s.Exposure, n.etcd.Endpoint()) || !strings.Contains(out.String(), "warning: record store of "+net.Network+": etcd endpoint(s) "+n.etcd.Endpoint()) {
+		t.Errorf("exposure %q, table:\n%s\nwant a warning naming the plain-text endpoint", s.Exposure, out.String())
+	}
 }
 
 func TestDoctorBadInput(t *testing.T) {

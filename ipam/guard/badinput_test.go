@@ -35,9 +35,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "CNI_ARGS", env: func(e guard.Env) guard.Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
 		{name: "missing delegate", env: func(e guard.Env) guard.Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
 		{name: "delegate not executable", conf: func(r *rig) []byte {
-			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "rig_test.go", "binDir": mustAbs(t, ".")}}
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "rig_test.go", "binDir": mustAbs(t, "."), "outsideCNIPath": true}}
 			return r.conf()
 		}, code: types.ErrPluginNotAvailable, field: "not an executable"},
+		{name: "delegate outside CNI_PATH", conf: func(r *rig) []byte {
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "calico-ipam", "binDir": "/usr/bin"}}
+			return r.conf()
+		}, code: types.ErrInvalidNetworkConfig, field: "ipam.delegate.outsideCNIPath"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

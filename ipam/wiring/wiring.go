@@ -8,14 +8,20 @@ package wiring
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
@@ -46,11 +52,14 @@ func Open(ctx context.Context, cfg *config.Config, c Call, log *slog.Logger) (*g
 			return nil, nil, err
 		}
 	}
-	d, err := delegate.ResolveTarget(ctx, delegate.Target{Type: cfg.Delegate.Type, BinDir: cfg.Delegate.BinDir, Binary: cfg.Delegate.Binary}, c.Env.Path, cfg.CacheDir)
+	d, err := delegate.ResolveTarget(ctx, delegate.TargetOf(cfg.Delegate), c.Env.Path, cfg.CacheDir)
 	if err != nil {
 		code := types.ErrInternal
-		if errors.Is(err, delegate.ErrMissing) {
+		switch {
+		case errors.Is(err, delegate.ErrMissing):
 			code = types.ErrPluginNotAvailable
+		case errors.Is(err, delegate.ErrOutsideCNIPath):
+			code = types.ErrInvalidNetworkConfig
 		}
 		return nil, nil, types.NewError(code, fmt.Sprintf("delegate %s: %v", cfg.Delegate.Type, err), "")
 	}
@@ -58,6 +67,7 @@ func Open(ctx context.Context, cfg *config.Config, c Call, log *slog.Logger) (*g
 	if err != nil {
 		return nil, nil, err
 	}
+	warnExposure(cfg, c.In, log)
 	st, err := opener.Open(ctx, cfg, setup.Node, opener.Options{In: c.In})
 	if err != nil {
 		code := types.ErrTryAgainLater
@@ -67,4 +77,30 @@ func Open(ctx context.Context, cfg *config.Config, c Call, log *slog.Logger) (*g
 		return nil, nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
 	return guard.New(cfg, setup, st, d, log), st, nil
+}
+
+// warnExposure logs how the record store's etcd is exposed (plain text,
+// or no CA file; see etcdconn.Exposure), once per node and finding: a
+// mark in the cache dir says it was logged. A mark that cannot be made
+// logs it every time rather than never.
+func warnExposure(cfg *config.Config, in string, log *slog.Logger) {
+	if cfg.Store.Type != config.StoreEtcd {
+		return
+	}
+	why := etcdconn.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
+	if why == "" {
+		return
+	}
+	if cfg.CacheDir != "" {
+		sum := sha256.Sum256([]byte(why))
+		_ = os.MkdirAll(cfg.CacheDir, 0o700)
+		f, err := os.OpenFile(filepath.Join(cfg.CacheDir, "exposure-"+hex.EncodeToString(sum[:8])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return
+		}
+		if err == nil {
+			f.Close()
+		}
+	}
+	log.Warn("the record store's etcd is exposed", "why", why)
 }

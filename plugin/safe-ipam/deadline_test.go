@@ -82,7 +82,7 @@ func waitGone(t *testing.T, what string, pids ...int) {
 // code 11, and the record store is left as a crash leaves it.
 func TestAHungDelegateIsKilledAtTheVerbDeadline(t *testing.T) {
 	dir := hangingDelegate(t)
-	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q},"verbTimeout":"1s"`, dir))
+	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q,"outsideCNIPath":true},"verbTimeout":"1s"`, dir))
 	// The test's own limit, far above the verb's, so that a safe-ipam
 	// without one fails the test instead of hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -105,7 +105,7 @@ func TestAHungDelegateIsKilledAtTheVerbDeadline(t *testing.T) {
 // safe-ipam; its delegate dies with it rather than run on orphaned.
 func TestTheDelegateDiesWithSafeIPAM(t *testing.T) {
 	dir := hangingDelegate(t)
-	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q}`, dir))
+	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q,"outsideCNIPath":true}`, dir))
 	cmd := exec.Command(filepath.Join(binDir, "safe-ipam"))
 	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
 	cmd.Stdin = strings.NewReader(conf)
