@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Names of the binaries in a node's CNI bin dir that safe-ipam and
@@ -92,7 +93,7 @@ func ReadConf(path string) *Conf {
 		return c
 	}
 	c.Perm = st.Mode().Perm()
-	if c.Raw, err = os.ReadFile(path); err != nil {
+	if c.Raw, err = nodefile.Read(path, nodefile.Small); err != nil {
 		c.Err = err
 		return c
 	}

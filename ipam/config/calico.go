@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -95,9 +96,25 @@ func (c Calico) Node() (string, error) {
 		return "", invalid(from, err.Error())
 	}
 	if err := record.ValidateNode(node); err != nil {
+		if file, ok := c.nodenameFileOf(from); ok {
+			// A file's bytes are never echoed: it may be a key named by
+			// mistake, and this error reaches logs and events.
+			return "", invalid(from, fmt.Sprintf("%s does not hold a node name (%d bytes; a node name is one line of letters, digits, '.', '-' and '_')", file, len(node)))
+		}
 		return "", invalid(from, fmt.Sprintf("%q: %v", node, err))
 	}
 	return node, nil
+}
+
+// nodenameFileOf says which file a name read from setting came from.
+func (c Calico) nodenameFileOf(from string) (string, bool) {
+	switch {
+	case from == "nodename_file":
+		return c.NodenameFile, true
+	case strings.HasPrefix(from, "nodename_file "):
+		return CalicoNodenameFile, true
+	}
+	return "", false
 }
 
 // resolveNode returns the name and the setting it came from.
@@ -109,14 +126,14 @@ func (c Calico) resolveNode() (node, from string, err error) {
 	if file == "" {
 		file, from = CalicoNodenameFile, "nodename_file (default "+CalicoNodenameFile+")"
 	}
-	data, err := os.ReadFile(file)
+	data, err := nodefile.Read(file, nodefile.Name)
 	switch {
 	case err == nil && strings.TrimSpace(string(data)) != "":
 		return strings.TrimSpace(string(data)), from, nil
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		// A file that exists but cannot be read is not "no file": falling
 		// back could name another node than the one calico-node registered.
-		return "", from, fmt.Errorf("reading %s: %v", file, err)
+		return "", from, fmt.Errorf("reading %w", err)
 	}
 	if c.Hostname != "" {
 		return c.Hostname, "hostname", nil

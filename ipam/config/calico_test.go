@@ -58,6 +58,8 @@ func TestNodeResolution(t *testing.T) {
 	named := write("nodename", "node-from-file\n")
 	blank := write("blank", " \n")
 	missing := filepath.Join(dir, "missing")
+	const secret = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7"
+	key := write("key.pem", "-----BEGIN PRIVATE KEY-----\n"+secret+"\n-----END PRIVATE KEY-----\n")
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +77,8 @@ func TestNodeResolution(t *testing.T) {
 		{"then the OS host name, lowercased", Calico{NodenameFile: missing}, strings.ToLower(strings.TrimSpace(host)), ""},
 		{"an unreadable file is an error, not a guess", Calico{NodenameFile: dir, Hostname: "h"}, "", "nodename_file"},
 		{"an invalid name is an error", Calico{Nodename: "a/b"}, "", "nodename"},
+		{"a key file is an error naming it", Calico{NodenameFile: key, Hostname: "h"}, "", "nodename_file"},
+		{"/dev/zero is an error, read only so far", Calico{NodenameFile: "/dev/zero", Hostname: "h"}, "", "nodename_file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +87,13 @@ func TestNodeResolution(t *testing.T) {
 				var cniErr *types.Error
 				if err == nil || !errors.As(err, &cniErr) || cniErr.Code != types.ErrInvalidNetworkConfig || !strings.Contains(cniErr.Msg, tt.wantField) {
 					t.Fatalf("Node() = %q, %v; want code 7 naming %s", got, err, tt.wantField)
+				}
+				// Issue 20, finding 4: a file's bytes never reach the error.
+				if strings.Contains(cniErr.Msg, secret) || strings.Contains(cniErr.Msg, "PRIVATE KEY") || strings.Contains(cniErr.Msg, "\x00") {
+					t.Fatalf("the error quotes the file: %q", cniErr.Msg)
+				}
+				if f := tt.calico.NodenameFile; f != "" && f != dir && !strings.Contains(cniErr.Msg, f) {
+					t.Fatalf("the error %q does not name the file %s", cniErr.Msg, f)
 				}
 				return
 			}

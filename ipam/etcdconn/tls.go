@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // File is one TLS file and the setting that named it, so that an error
@@ -101,12 +103,12 @@ func caPool(ca File) (*x509.CertPool, error) {
 }
 
 func readFile(what string, f File) ([]byte, error) {
-	data, err := os.ReadFile(f.Path)
+	data, err := nodefile.Read(f.Path, nodefile.Small)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s file %s does not exist", what, f)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s file %s: %w", what, f, err)
+		return nil, fmt.Errorf("%s file (%s) %w", what, f.Setting, err)
 	}
 	return data, nil
 }

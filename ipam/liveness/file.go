@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // File is a JSON list of Attachments an operator (or a tool) wrote.
@@ -16,9 +17,9 @@ type File struct {
 // Read reads the whole file; an entry without containerID or ifname makes
 // it unreadable.
 func (f File) Read(context.Context) (*View, error) {
-	data, err := os.ReadFile(f.Path)
+	data, err := nodefile.Read(f.Path, nodefile.List)
 	if err != nil {
-		return nil, fmt.Errorf("liveness file: %w", err)
+		return nil, fmt.Errorf("liveness file %w", err)
 	}
 	var atts []Running
 	if err := json.Unmarshal(data, &atts); err != nil {
