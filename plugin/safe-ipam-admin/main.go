@@ -11,6 +11,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
@@ -42,22 +43,25 @@ func dispatch(args []string) int {
 		about.Answer(os.Stdout, args[0], Version)
 		return 0
 	}
+	// Everything a command prints is for a person (or JSON): control
+	// characters from its data must not reach the terminal.
+	stdout, stderr := admin.ForPeople(os.Stdout), admin.ForPeople(os.Stderr)
 	switch args[0] {
 	case "audit":
-		return audit.Run(args[1:], os.Stdout, os.Stderr)
+		return audit.Run(args[1:], stdout, stderr)
 	case "repair":
-		return repair.Run(args[1:], os.Stdout, os.Stderr)
+		return repair.Run(args[1:], stdout, stderr)
 	case "adopt":
-		return adopt.Run(args[1:], os.Stdout, os.Stderr)
+		return adopt.Run(args[1:], stdout, stderr)
 	case "gc":
-		return gc.Run(args[1:], os.Stdout, os.Stderr)
+		return gc.Run(args[1:], stdout, stderr)
 	case "install":
-		return install.RunInstall(args[1:], os.Stdout, os.Stderr)
+		return install.RunInstall(args[1:], stdout, stderr)
 	case "uninstall":
-		return install.RunUninstall(args[1:], os.Stdout, os.Stderr)
+		return install.RunUninstall(args[1:], stdout, stderr)
 	case "doctor":
-		return doctor.Run(args[1:], os.Stdout, os.Stderr)
+		return doctor.Run(args[1:], stdout, stderr)
 	}
-	fmt.Fprintf(os.Stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
+	fmt.Fprintf(stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
 	return 2
 }
