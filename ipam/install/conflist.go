@@ -42,7 +42,9 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 		if err != nil {
 			return nil, refuse("%v", err)
 		}
-		p.add(backupStep(c.Path))
+		if err := keepOriginal(p, c.Path); err != nil {
+			return nil, err
+		}
 		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.Perm))
 	}
 	return p, nil

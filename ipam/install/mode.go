@@ -105,7 +105,9 @@ func installBinary(p *Plan, path, self string) error {
 	case statErr == nil:
 		// Whatever is there now (a newer Calico, after its installer ran)
 		// is what uninstall must bring back.
-		p.add(backupStep(path))
+		if err := keepOriginal(p, path); err != nil {
+			return err
+		}
 		if exists(absentPath(path)) {
 			p.add(removeStep("drop the record", absentPath(path)))
 		}
@@ -127,11 +129,22 @@ func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, e
 	if !orig && !absent {
 		return nil, nil
 	}
+	var notes []string
+	if orig {
+		// Before judging by it (a conflist is ours when it is what install
+		// made of the original) and before restoring it.
+		why, note := checkOriginal(path)
+		if why != "" {
+			return nil, fmt.Errorf("%s is left as it is, and so is %s: %s; put the original back by hand (reinstalling Calico's CNI does), then remove %s", path, backupPath(path), why, backupPath(path))
+		}
+		if note != "" {
+			notes = append(notes, note)
+		}
+	}
 	mine, err := ours()
 	if err != nil {
 		return nil, err
 	}
-	var notes []string
 	switch {
 	case mine && orig:
 		p.add(restoreStep(path))
@@ -142,6 +155,9 @@ func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, e
 	}
 	if orig && !mine {
 		p.add(removeStep("drop the kept original", backupPath(path)))
+	}
+	if exists(sumPath(path)) {
+		p.add(removeStep("drop the original's SHA-256", sumPath(path)))
 	}
 	if absent {
 		p.add(removeStep("drop the record", absentPath(path)))

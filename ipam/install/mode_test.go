@@ -284,3 +284,62 @@ func readOnlyMount(t *testing.T, dir string) func() {
 		}
 	}
 }
+
+// Issue 20, finding 6: uninstall restores only the file install kept, by
+// the SHA-256 install recorded. A backup that was replaced is left where
+// it is, with what stands in Calico's place, and uninstall says so; a
+// backup from an install that recorded no sum is restored as a regular
+// file, and said.
+func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
+	tests := []struct {
+		name    string
+		tamper  func(t *testing.T, backup, sum string)
+		refused bool
+		note    string
+	}{
+		{"the file install kept", func(*testing.T, string, string) {}, false, ""},
+		{"a symlink to a missing file", func(t *testing.T, backup, _ string) {
+			must(t, os.Remove(backup))
+			must(t, os.Symlink("/nonexistent/calico", backup))
+		}, true, "not a regular file"},
+		{"another regular file", func(t *testing.T, backup, _ string) {
+			must(t, os.Remove(backup))
+			writeFile(t, backup, "#!/bin/sh\necho not calico\n", 0o755)
+		}, true, "SHA-256"},
+		{"kept by an install that recorded no sum", func(t *testing.T, _, sum string) {
+			must(t, os.Remove(sum))
+		}, false, "unverified"},
+	}
+	for _, mc := range modes {
+		for _, tt := range tests {
+			t.Run(mc.mode.Name()+"/"+tt.name, func(t *testing.T) {
+				f := newFixture(t)
+				before := f.snapshot(t)
+				if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+					t.Fatal(err)
+				}
+				path := f.node.bin(CalicoIPAM)
+				if mc.mode.Name() == ModeConflist {
+					path = f.node.conf("10-calico.conflist")
+				}
+				tt.tamper(t, backupPath(path), sumPath(path))
+				tampered := f.snapshot(t)
+				r, err := Uninstall(f.node, mc.mode, false)
+				if tt.refused {
+					if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tt.note) || !strings.Contains(err.Error(), backupPath(path)) {
+						t.Fatalf("uninstall = %v; want a refusal naming %s and saying %q", err, backupPath(path), tt.note)
+					}
+					assertSame(t, "after a refused uninstall", f.snapshot(t), tampered)
+					return
+				}
+				if err != nil {
+					t.Fatalf("uninstall: %v", err)
+				}
+				if tt.note != "" && !strings.Contains(strings.Join(r.Notes, "\n"), tt.note) {
+					t.Errorf("notes %v; want one saying %q", r.Notes, tt.note)
+				}
+				assertSame(t, "after uninstall", f.snapshot(t), before)
+			})
+		}
+	}
+}

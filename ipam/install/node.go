@@ -47,11 +47,16 @@ func (n Node) conf(name string) string { return filepath.Join(n.ConfDir, name) }
 const (
 	origSuffix   = ".safe-ipam-orig" // a hard link to the file as it was
 	absentSuffix = ".safe-ipam-none" // the file did not exist
+	sumSuffix    = ".safe-ipam-sum"  // the SHA-256 of the kept original
 	tempPrefix   = ".safe-ipam-tmp-" // staged, not yet renamed into place
 )
 
 func backupPath(path string) string {
 	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+origSuffix)
+}
+
+func sumPath(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+sumSuffix)
 }
 
 func absentPath(path string) string {
@@ -89,5 +94,5 @@ func (n Node) removeStale() error {
 
 // isBackupName says whether a directory entry is install's own.
 func isBackupName(name string) bool {
-	return strings.HasPrefix(name, ".") && (strings.HasSuffix(name, origSuffix) || strings.HasSuffix(name, absentSuffix) || strings.HasPrefix(name, tempPrefix))
+	return strings.HasPrefix(name, ".") && (strings.HasSuffix(name, origSuffix) || strings.HasSuffix(name, absentSuffix) || strings.HasSuffix(name, sumSuffix) || strings.HasPrefix(name, tempPrefix))
 }

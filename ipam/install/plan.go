@@ -1,11 +1,14 @@
 package install
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -218,9 +221,60 @@ func keepOwner(s *Step) {
 	}
 }
 
-// backupStep keeps the file at path, as it is, for uninstall.
-func backupStep(path string) Step {
-	return Step{Path: path, Action: "keep the original for uninstall", linkTo: backupPath(path)}
+// keepOriginal plans keeping the file at path, as it is, for uninstall:
+// a hard link to it, and its SHA-256, by which uninstall knows that what
+// it restores is that file.
+func keepOriginal(p *Plan, path string) error {
+	sum, err := fileSum(path)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	p.add(Step{Path: path, Action: "keep the original for uninstall", linkTo: backupPath(path)})
+	p.add(Step{Path: sumPath(path), Action: "record the original's SHA-256 for uninstall", data: []byte(sum + "\n"), perm: 0o600})
+	return nil
+}
+
+// fileSum is the hex SHA-256 of the regular file at path (never of what
+// a symlink there names).
+func fileSum(path string) (string, error) {
+	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// checkOriginal says why the backup of path is not the file install
+// kept, or "" when it is: a regular file (not a symlink) whose SHA-256
+// is the one install recorded. A backup from an install that recorded
+// none (before safe-ipam recorded sums) is accepted as a regular file,
+// and said.
+func checkOriginal(path string) (why, note string) {
+	sum, err := fileSum(backupPath(path))
+	if err != nil {
+		return err.Error(), ""
+	}
+	recorded, err := os.ReadFile(sumPath(path))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", fmt.Sprintf("%s: install recorded no SHA-256 of it (an older safe-ipam); restored as a regular file, unverified", backupPath(path))
+	case err != nil:
+		return fmt.Sprintf("reading %s: %v", sumPath(path), err), ""
+	case strings.TrimSpace(string(recorded)) != sum:
+		return fmt.Sprintf("%s is not the file install kept (its SHA-256 differs from %s)", backupPath(path), sumPath(path)), ""
+	}
+	return "", ""
 }
 
 // absentStep records that path did not exist, for uninstall.
