@@ -18,6 +18,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
@@ -193,9 +194,11 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 		}
 		hostPaths[v.Name] = v.HostPath.Path
 	}
-	// path: writable. The file store must be writable for filestore.Open,
-	// which doctor uses too; Calico's nodename is only read.
-	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: true, "/var/lib/calico": false}
+	// path: writable. Issue 20, finding 7: only what a container writes
+	// is writable. Takeover writes the bin dir alone (doctor opens the
+	// store read-only); gc writes the store alone; Calico's conf dir (its
+	// kubeconfig token, its etcd keys) and nodename are only read.
+	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: false, "/var/lib/calico": false}
 	collects := map[string]bool{install.DefaultBinDir: false, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/run/containerd": false}
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		need := installs
@@ -281,5 +284,34 @@ func TestCalicoConfigPatchIsCalicosWithSafeIPAM(t *testing.T) {
 	}
 	if _, err := config.Parse(stdin); err != nil {
 		t.Errorf("safe-ipam refuses the rendered config: %v", err)
+	}
+}
+
+// Issue 20, finding 7: the ClusterRole grants exactly the verbs the code
+// calls (client-go and dynamic-client calls in ipam/liveness and
+// ipam/calico/datastore), each for the reason given.
+func TestRBACGrantsOnlyWhatTheCodeCalls(t *testing.T) {
+	var role rbacv1.ClusterRole
+	decodeStrict(t, "safe-ipam-rbac.yaml", &role)
+	want := map[string][]string{
+		"/pods":                                 {"list"},                                      // liveness: the node's pods
+		"/nodes":                                {"get"},                                       // liveness: the node is Ready; dead nodes
+		"crd.projectcalico.org/ipamblocks":      {"delete", "get", "list", "update"},           // audit; repair frees; finish Calico's delete
+		"crd.projectcalico.org/blockaffinities": {"list"},                                      // audit
+		"crd.projectcalico.org/ipamhandles":     {"create", "delete", "get", "list", "update"}, // audit; repair re-claims and releases
+	}
+	got := map[string][]string{}
+	for _, r := range role.Rules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				got[g+"/"+res] = append(got[g+"/"+res], r.Verbs...)
+			}
+		}
+	}
+	for k := range got {
+		slices.Sort(got[k])
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ClusterRole grants %v; want exactly %v", got, want)
 	}
 }
