@@ -412,3 +412,32 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 		t.Errorf("index entries of the forgotten record are left: %v", index)
 	}
 }
+
+// Issue 21: a KubeVirt VM's handle is never read as a container's (a leak
+// when no source lists "vmi.default.vm1") nor as a pod name's: without
+// its VM it is unverified, and repair leaves it allocated.
+func TestVMHandleIsNeverALeak(t *testing.T) {
+	for _, handle := range []string{"net1.vmi.default.vm1", "k8s-pod-network.vmi.default.vm2", "net1.vmi._0123456789abcdef"} {
+		t.Run(handle, func(t *testing.T) {
+			w := newWorld(t)
+			ip := w.allocate(blk, "node1", "net1.c1", podAttrs("web-0"))
+			w.record("net1", "c1", "node1", ip, "web-0")
+			vm := w.allocate(blk, "node1", handle, podAttrs("virt-launcher-vm1-abcde"))
+			live := w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"})
+			_, rep, stderr := w.run(false, "--live", live)
+			var found *audit.Finding
+			for i, f := range rep.Findings {
+				if f.Handle == handle {
+					found = &rep.Findings[i]
+				}
+			}
+			if found == nil || found.Kind != audit.Unverified || found.Releasable {
+				t.Fatalf("finding for %s = %+v; want unverified, not releasable (%s)", handle, found, stderr)
+			}
+			w.run(true, "--live", live, "--apply")
+			if h := w.handle(handle); h == nil || h.Block[blk] != 1 {
+				t.Fatalf("repair --apply released the VM's address %s: handle %+v", vm, h)
+			}
+		})
+	}
+}
