@@ -176,8 +176,8 @@ func TestDaemonSetCollects(t *testing.T) {
 	if conf := flagValue(cmd, "conf"); filepath.Dir(conf) != install.DefaultConfDir || !mounts[install.DefaultConfDir] {
 		t.Errorf("--conf %q is not in the mounted conf dir", conf)
 	}
-	if flagValue(cmd, "cni-path") != install.DefaultBinDir || !mounts[install.DefaultBinDir] {
-		t.Errorf("--cni-path %q is not the mounted bin dir", flagValue(cmd, "cni-path"))
+	if flagValue(cmd, "cni-bin-dir") != install.DefaultBinDir || !mounts[install.DefaultBinDir] {
+		t.Errorf("--cni-bin-dir %q is not the mounted bin dir", flagValue(cmd, "cni-bin-dir"))
 	}
 }
 

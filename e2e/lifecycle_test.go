@@ -66,7 +66,7 @@ func TestDeadNodeRecordsDoNotFence(t *testing.T) {
 			node1Dies(t, ctx, c, onNode1, tc.nodeGone)
 			if tc.gcFirst {
 				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), "gc", "--conf", filepath.Join(n2.ConfDir, calicoNetwork+".conflist"),
-					"--cni-path", c.Bin.Dir, "--dead-nodes", "--apply")
+					"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--apply")
 				if code != 0 || !strings.Contains(out, "node node1 is gone") {
 					t.Fatalf("gc --dead-nodes --apply: exit %d\n%s", code, out)
 				}
@@ -288,7 +288,7 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
-		{"gc", "--conf", conflist, "--cni-path", n.BinDir, "--live", live},
+		{"gc", "--conf", conflist, "--cni-bin-dir", n.BinDir, "--live", live},
 		{"adopt", "--conf", conflist, "--cni-bin-dir", n.BinDir, "--live", live},
 	} {
 		if out, code := runProgram(ctx, t, n.safeIPAM, args...); code != 0 {

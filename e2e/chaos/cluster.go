@@ -470,7 +470,7 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, hangLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-path", c.binaries().Dir, "--dead-nodes", "--apply")
+	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--apply")
 	env := c.env(call)
 	cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
 	var out bytes.Buffer

@@ -33,7 +33,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 	cri := "--cri-endpoint=" + n.cd.Endpoint()
 
 	t.Run("gc dry run", func(t *testing.T) {
-		out := n.admin(t, 1, "gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, cri)
+		out := n.admin(t, 1, "gc", "--conf", n.conflist(), "--cni-bin-dir", prepared.bin.Dir, cri)
 		if !strings.Contains(out, "would release") || !containsLine(out, "would release", orphan) || containsLine(out, "would release", running) {
 			t.Errorf("the dry run should release %s only:\n%s", containerd.Short(orphan), out)
 		}
@@ -63,7 +63,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 			}
 			// --timeout bounds the wait for a runtime that does not answer.
 			for _, args := range [][]string{
-				{"gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, "--apply", "--timeout", "3s", cri},
+				{"gc", "--conf", n.conflist(), "--cni-bin-dir", prepared.bin.Dir, "--apply", "--timeout", "3s", cri},
 				{"audit", "--conf", n.conflist(), "--min-age", "0s", "--timeout", "3s", cri},
 				{"repair", "--conf", n.conflist(), "--min-age", "0s", "--settle", "0s", "--apply", "--timeout", "3s", cri},
 				{"adopt", "--conf", n.conflist(), "--apply", "--timeout", "3s", cri},
@@ -78,7 +78,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 		})
 	}
 	t.Run("gc apply", func(t *testing.T) {
-		n.admin(t, 0, "gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, "--apply", cri)
+		n.admin(t, 0, "gc", "--conf", n.conflist(), "--cni-bin-dir", prepared.bin.Dir, "--apply", cri)
 		after := n.state(ctx)
 		for _, s := range after {
 			if strings.Contains(s, orphan) {
@@ -99,7 +99,7 @@ func TestAdminWithRuntimeSource(t *testing.T) {
 		if len(held) == 0 {
 			t.Fatalf("the orphan %s left nothing", containerd.Short(orphan2))
 		}
-		out := n.admin(t, 2, "gc", "--conf", n.conflist(), "--cni-path", prepared.bin.Dir, "--apply", cri)
+		out := n.admin(t, 2, "gc", "--conf", n.conflist(), "--cni-bin-dir", prepared.bin.Dir, "--apply", cri)
 		t.Logf("%s", firstLine(out))
 		n.assertUnchanged(held)
 	})

@@ -100,7 +100,7 @@ func (n *node) daemonSetGC(t *testing.T) []string {
 		if c.Name != "gc" {
 			continue
 		}
-		local := map[string]string{"--conf": n.conflist(), "--cni-path": prepared.bin.Dir, "--cri-endpoint": n.cd.Endpoint(), "--every": "1s"}
+		local := map[string]string{"--conf": n.conflist(), "--cni-bin-dir": prepared.bin.Dir, "--cri-endpoint": n.cd.Endpoint(), "--every": "1s"}
 		var out []string
 		for _, arg := range c.Command {
 			name, _, _ := strings.Cut(arg, "=")

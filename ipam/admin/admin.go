@@ -11,6 +11,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 )
 
 // Exit codes of every admin command.
@@ -31,20 +33,50 @@ type Group interface {
 type Command struct {
 	Name   string
 	Stderr io.Writer
+	usage  string
 	fs     *flag.FlagSet
 	set    map[string]bool
 	groups []Group
 }
 
-// NewCommand starts a subcommand whose -h prints usage then the flags.
+// NewCommand starts a subcommand whose --help prints usage (which ends
+// with examples) then the flags, as --flag. A wrong flag or argument is
+// reported once, with a hint at the fix, not with the whole usage.
 func NewCommand(name, usage string, stderr io.Writer, groups ...Group) *Command {
-	c := &Command{Name: name, Stderr: stderr, fs: flag.NewFlagSet(name, flag.ContinueOnError), set: map[string]bool{}, groups: groups}
-	c.fs.SetOutput(stderr)
-	c.fs.Usage = func() { fmt.Fprint(stderr, usage); c.fs.PrintDefaults() }
+	c := &Command{Name: name, Stderr: stderr, usage: usage, fs: flag.NewFlagSet(name, flag.ContinueOnError), set: map[string]bool{}, groups: groups}
+	c.fs.SetOutput(io.Discard)
+	c.fs.Usage = func() {}
 	for _, g := range groups {
 		g.Register(c.fs)
 	}
 	return c
+}
+
+// PrintHelp writes the usage and every flag, spelled --flag as the docs
+// spell them.
+func (c *Command) PrintHelp(w io.Writer) {
+	fmt.Fprint(w, c.usage)
+	fmt.Fprintln(w, "Flags:")
+	c.fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s", f.Name)
+		if kind != "" {
+			fmt.Fprintf(w, " %s", kind)
+		}
+		fmt.Fprintf(w, "\n    \t%s", strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if !zeroDefault(f.DefValue) {
+			fmt.Fprintf(w, " (default %q)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}
+
+func zeroDefault(v string) bool {
+	switch v {
+	case "", "false", "0", "0s", "[]":
+		return true
+	}
+	return false
 }
 
 // Flags is the flag set, for a command's own flags.
@@ -57,10 +89,14 @@ func (c *Command) Set(name string) bool { return c.set[name] }
 // It returns flag.ErrHelp for -h.
 func (c *Command) Parse(args []string) error {
 	if err := c.fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			c.PrintHelp(c.Stderr)
+			return err
+		}
+		return c.hint(err)
 	}
 	if c.fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", c.fs.Arg(0))
+		return c.unexpected(c.fs.Arg(0))
 	}
 	c.fs.Visit(func(f *flag.Flag) { c.set[f.Name] = true })
 	for _, g := range c.groups {
@@ -72,7 +108,8 @@ func (c *Command) Parse(args []string) error {
 }
 
 // ParseOrExit parses and, when the command must stop, returns its exit
-// code: 0 after -h, 2 after a bad flag (already reported).
+// code: 0 after --help, 2 after a bad flag or argument (reported, with
+// where to read more).
 func (c *Command) ParseOrExit(args []string) (int, bool) {
 	err := c.Parse(args)
 	switch {
@@ -81,7 +118,43 @@ func (c *Command) ParseOrExit(args []string) (int, bool) {
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK, true
 	}
-	return c.Fail(err), true
+	code := c.Fail(err)
+	fmt.Fprintf(c.Stderr, "Run 'safe-ipam %s --help' for its flags and examples.\n", c.Name)
+	return code, true
+}
+
+// hint adds to a flag error what the operator most likely meant.
+func (c *Command) hint(err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		switch {
+		case name == "dry-run" && c.fs.Lookup("apply") != nil:
+			return fmt.Errorf("unknown flag --dry-run: %s only shows what it would do unless --apply is given", c.Name)
+		case name == "apply" && c.fs.Lookup("dry-run") != nil:
+			return fmt.Errorf("unknown flag --apply: %s makes its changes unless --dry-run is given", c.Name)
+		}
+		return fmt.Errorf("unknown flag --%s", name)
+	}
+	var name string
+	if _, after, ok := strings.Cut(msg, " for flag -"); ok {
+		name, _, _ = strings.Cut(after, ":")
+	}
+	if f := c.fs.Lookup(name); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, isDuration := g.Get().(time.Duration); isDuration {
+				return fmt.Errorf("%v (a duration needs a unit: for example --%s=5m, 30s or 1h)", err, name)
+			}
+		}
+	}
+	return err
+}
+
+// unexpected refuses a positional argument, pointing a path at --conf.
+func (c *Command) unexpected(arg string) error {
+	if c.fs.Lookup("conf") != nil && (strings.Contains(arg, "/") || strings.HasSuffix(arg, ".conflist") || strings.HasSuffix(arg, ".conf")) {
+		return fmt.Errorf("unexpected argument %q: a network config is given as --conf=%s", arg, arg)
+	}
+	return fmt.Errorf("unexpected argument %q: %s takes flags only", arg, c.Name)
 }
 
 // Fail reports err as the command's and returns ExitError.

@@ -30,6 +30,9 @@ meanwhile. Exit 0: nothing (left) to write and no early release; 1: a dry
 run with records to write, or early releases; 2: error (a source, Calico's
 data or the store that cannot be read: nothing written; or a failed write).
 
+Example: safe-ipam adopt --conf /etc/cni/net.d/10-calico.conflist \
+           --cri-endpoint unix:///run/containerd/containerd.sock --apply
+
 `
 
 // cli is one run of adopt.

@@ -34,6 +34,9 @@ with --datastore kubernetes from the Kubernetes API) and safe-ipam's records
 early releases, duplicates, leaks, orphan records and inconsistencies.
 Exit 0: clean; 1: findings; 2: error.
 
+Example: safe-ipam audit --conf /etc/cni/net.d/10-calico.conflist \
+           --cri-endpoint unix:///run/containerd/containerd.sock
+
 `
 
 // Run is `safe-ipam audit`.

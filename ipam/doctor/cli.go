@@ -20,7 +20,7 @@ const (
 	ExitError        = admin.ExitError
 )
 
-const usage = `usage: safe-ipam doctor [flags]
+const usage = `Usage: safe-ipam doctor [flags]
 
 Reports whether this node is protected: for each Calico network config,
 whether its IPAM goes through safe-ipam, whether safe-ipam's delegate

@@ -50,7 +50,7 @@ With --every it exits 0 when stopped; each run's errors go to stderr.
 
 `
 
-// node is --conf, --node and --cni-path: the network, its safe-ipam config
+// node is --conf, --node and --cni-bin-dir: the network, its safe-ipam config
 // and this node's name as the plugin resolves it.
 type node struct {
 	conf, name, cniPath string
@@ -65,7 +65,8 @@ type node struct {
 func (n *node) Register(fs *flag.FlagSet) {
 	fs.StringVar(&n.conf, "conf", "", "the node's CNI config or conflist whose IPAM is safe-ipam (required)")
 	fs.StringVar(&n.name, "node", "", "this node's name (default: as safe-ipam names it from --conf: nodename, nodename_file, "+config.CalicoNodenameFile+", the host name)")
-	fs.StringVar(&n.cniPath, "cni-path", DefaultCNIPath, "CNI_PATH in which to find the delegate (calico-ipam) for its DELs")
+	fs.StringVar(&n.cniPath, "cni-bin-dir", DefaultCNIPath, "the node's CNI bin dir, where the delegate (calico-ipam) is found for its DELs (a CNI_PATH list is accepted)")
+	fs.StringVar(&n.cniPath, "cni-path", DefaultCNIPath, "the older name of --cni-bin-dir")
 	fs.StringVar(&n.kubeconfig, "kubeconfig", "", "refused: the pods API names pods, not containers, so every record would look running")
 }
 

@@ -129,7 +129,7 @@ func (n *node) live(t *testing.T, atts []liveness.Running) string {
 func (n *node) run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := gc.Run(append([]string{"--conf", n.conf, "--cni-path", n.bin}, args...), &stdout, &stderr)
+	code := gc.Run(append([]string{"--conf", n.conf, "--cni-bin-dir", n.bin}, args...), &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -288,7 +288,7 @@ func TestPodsOnlySourceIsRefused(t *testing.T) {
 
 // After the default install (takeover), the node's conflist is Calico's
 // own, with calico-ipam as its IPAM: gc takes it, finding safe-ipam as
-// calico-ipam in --cni-path (issue 19, item 1: it said "not safe-ipam").
+// calico-ipam in --cni-bin-dir (issue 19, item 1: it said "not safe-ipam").
 func TestGCTakesATakenOverNodesConflist(t *testing.T) {
 	etcd := etcdtest.Start(t)
 	dir := t.TempDir()
@@ -314,7 +314,7 @@ func TestGCTakesATakenOverNodesConflist(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	code := gc.Run([]string{"--conf", conf, "--cni-path", bin, "--live", live}, &stdout, &stderr)
+	code := gc.Run([]string{"--conf", conf, "--cni-bin-dir", bin, "--live", live}, &stdout, &stderr)
 	if code != admin.ExitOK || !strings.Contains(stdout.String(), "node1") {
 		t.Fatalf("gc on the installed conflist: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
@@ -388,7 +388,7 @@ func (w *deadNodesWorld) records(t *testing.T) []string {
 func (w *deadNodesWorld) gc(t *testing.T, conf string, args ...string) (int, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := gc.Run(append([]string{"--conf", conf, "--cni-path", w.bin, "--dead-nodes"}, args...), &stdout, &stderr)
+	code := gc.Run(append([]string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes"}, args...), &stdout, &stderr)
 	return code, stdout.String() + stderr.String()
 }
 
@@ -464,7 +464,7 @@ func TestEveryCollectsOnEachRunAndOutlivesAFailedOne(t *testing.T) {
 	done := make(chan int, 1)
 	var stdout, stderr bytes.Buffer // read only after the loop ended
 	go func() {
-		done <- gc.RunContext(ctx, []string{"--conf", n.conf, "--cni-path", n.bin, "--live", live, "--apply", "--every", "20ms"}, &stdout, &stderr)
+		done <- gc.RunContext(ctx, []string{"--conf", n.conf, "--cni-bin-dir", n.bin, "--live", live, "--apply", "--every", "20ms"}, &stdout, &stderr)
 	}()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()

@@ -59,14 +59,17 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 }
 
 var cliUsage = map[string]string{
-	"install": `usage: safe-ipam install [flags]
+	"install": `Usage: safe-ipam install [flags]
 
 Puts safe-ipam in front of Calico's calico-ipam on this node: all or
-nothing, and idempotent. Exit 0 when installed, 1 when refused (nothing
-changed; the message says why), 2 on a usage error.
+nothing, and idempotent. It makes its changes unless --dry-run is given.
+Exit 0 when installed, 1 when refused (nothing changed; the message says
+why), 2 on a usage error.
+
+Example: safe-ipam install --mode=takeover --dry-run
 
 `,
-	"uninstall": `usage: safe-ipam uninstall [flags]
+	"uninstall": `Usage: safe-ipam uninstall [flags]
 
 Takes safe-ipam off this node, restoring byte for byte what install
 replaced, unless it changed since, then forgets this node's records (with
@@ -74,6 +77,8 @@ their address index entries and quarantines; Calico's allocations stay):
 no DEL or GC of safe-ipam comes for them any more. It refuses while a
 watch (install --watch) keeps safe-ipam on the node. Exit codes as
 install's; 2 when the record store does not answer (run it again).
+
+Example: safe-ipam uninstall --dry-run
 
 `,
 }

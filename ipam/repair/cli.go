@@ -20,7 +20,11 @@ list, re-claims free addresses that a running record still holds,
 rewrites handle counts from the blocks, and forgets records whose
 attachment the source positively does not list. Every write is guarded by the
 versions it read (etcd: one Txn; Kubernetes: each object's resourceVersion,
-in calico-ipam's order). Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
+in calico-ipam's order). It only shows what it would do unless --apply is
+given. Exit 0: nothing left to do; 1: refusals or unapplied fixes; 2: error.
+
+Example: safe-ipam repair --conf /etc/cni/net.d/10-calico.conflist \
+           --cri-endpoint unix:///run/containerd/containerd.sock --apply
 
 `
 

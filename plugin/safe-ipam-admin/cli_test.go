@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// commands are every admin command.
+var commands = []string{"audit", "repair", "adopt", "gc", "install", "uninstall", "doctor"}
+
+func runAdmin(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "safe-ipam-admin"), args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &exit):
+		return out.String(), exit.ExitCode()
+	}
+	t.Fatal(err)
+	return "", 0
+}
+
+// Issue 22: one CLI vocabulary. Every command's --help says "Usage:",
+// ends its text with an example, and spells its flags --flag, as the
+// docs do; the same thing has the same flag name everywhere.
+func TestEveryCommandsHelpFollowsTheConvention(t *testing.T) {
+	singleDash := regexp.MustCompile(`(?m)^  -[a-z]`)
+	for _, name := range commands {
+		t.Run(name, func(t *testing.T) {
+			out, code := runAdmin(t, name, "--help")
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			if !strings.HasPrefix(out, "Usage: safe-ipam "+name) {
+				t.Errorf("help does not start with %q:\n%s", "Usage: safe-ipam "+name, out)
+			}
+			if !strings.Contains(out, "Example: safe-ipam "+name) {
+				t.Errorf("help has no example of %s:\n%s", name, out)
+			}
+			if singleDash.MatchString(out) || !strings.Contains(out, "\n  --") {
+				t.Errorf("flags are not spelled --flag:\n%s", out)
+			}
+			if strings.Contains(out, "\n  --cni-path ") && !strings.Contains(out, "\n  --cni-bin-dir ") {
+				t.Error("--cni-path without --cni-bin-dir, the name every command uses for the bin dir")
+			}
+		})
+	}
+}
+
+// Issue 22: errors name the fix, once, without the whole usage.
+func TestUsageErrorsNameTheFix(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"repair", "--dry-run"}, "unless --apply is given"},
+		{[]string{"install", "--apply"}, "unless --dry-run is given"},
+		{[]string{"gc", "--conf", "/x.conflist", "--every", "5"}, "--every=5m"},
+		{[]string{"audit", "--min-age", "5"}, "--min-age=5m"},
+		{[]string{"gc", "/etc/cni/net.d/10-calico.conflist"}, "--conf=/etc/cni/net.d/10-calico.conflist"},
+		{[]string{"install", "--mod=takeover"}, "unknown flag --mod"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, code := runAdmin(t, tt.args...)
+			if code != 2 || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d:\n%s\nwant exit 2 saying %q", code, out, tt.want)
+			}
+			if strings.Contains(out, "Flags:") || strings.Count(out, "\n") > 2 {
+				t.Errorf("a usage error prints more than the error and where to read more:\n%s", out)
+			}
+			if !strings.Contains(out, "safe-ipam "+tt.args[0]+" --help") {
+				t.Errorf("no pointer to --help:\n%s", out)
+			}
+		})
+	}
+}
