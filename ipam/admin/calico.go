@@ -177,3 +177,10 @@ func (c *Calico) setting(flagName, confKey string) string {
 	}
 	return "--" + flagName
 }
+
+// CalicoSettings are the settings calico-ipam reaches its datastore with,
+// from its network config c (read from the file at path, which TLS errors
+// name).
+func CalicoSettings(c config.Calico, path string) datastore.Settings {
+	return datastore.Settings{Type: c.Datastore(), Endpoints: c.Endpoints(), TLS: c.EtcdTLS(path), Kubeconfig: c.Kubeconfig}
+}

@@ -16,8 +16,12 @@ import (
 // Exit codes of doctor: admin's, named for what they mean here.
 const (
 	ExitProtected    = admin.ExitOK
-	ExitNotProtected = admin.ExitAttention
+	ExitNotProtected = admin.ExitAttention // not installed
 	ExitError        = admin.ExitError
+	// ExitBroken: installed, but a CNI ADD would fail (or not be
+	// protected): the store or Calico's datastore does not answer, the
+	// config is read differently than written, ...
+	ExitBroken = 3
 )
 
 const usage = `Usage: safe-ipam doctor [flags]
@@ -29,8 +33,11 @@ how many records of this node it holds and how many quarantines are tied
 to them, and the datastore and node name as Calico infers them. With a
 liveness source (--cri-endpoint, --cni-cache or --live) it also counts the
 stale records: those safe-ipam gc would release. It only reads.
-Exit 0 when protected, 1 when not, 2 on error. Stale records do not change
-the exit code: the DaemonSet's gc container releases them.
+Exit 0 when protected; 1 when not installed; 3 when installed but broken
+(a record store or Calico's datastore that does not answer as calico-ipam
+reaches it, a config Calico reads differently than written, ...); 2 when
+it cannot tell. Stale records do not change the exit code: the
+DaemonSet's gc container releases them.
 
 Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 
@@ -57,10 +64,13 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return cmd.Fail(err)
 	}
 	_ = out.Print(stdout, r, func(w io.Writer) error { r.WriteTable(w); return nil })
-	if !r.Protected {
-		return ExitNotProtected
+	switch {
+	case r.Protected:
+		return ExitProtected
+	case r.Installed:
+		return ExitBroken
 	}
-	return ExitProtected
+	return ExitNotProtected
 }
 
 // WriteTable prints the report for a terminal.
@@ -90,10 +100,13 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "problem:", p)
 	}
-	if r.Protected {
+	switch {
+	case r.Protected:
 		fmt.Fprintln(w, "doctor: protected")
-	} else {
-		fmt.Fprintln(w, "doctor: NOT protected")
+	case r.Installed:
+		fmt.Fprintln(w, "doctor: NOT protected: installed but broken (see the problems above)")
+	default:
+		fmt.Fprintln(w, "doctor: NOT protected: not installed")
 	}
 }
 

@@ -6,11 +6,17 @@ package doctor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/keep"
@@ -31,6 +37,9 @@ type Report struct {
 	// (anything else), or "missing".
 	CalicoIPAM string    `json:"calicoIPAM"`
 	Networks   []Network `json:"networks"`
+	// Installed says that some Calico network's IPAM goes through
+	// safe-ipam: a node that is not protected is then broken, not bare.
+	Installed bool `json:"installed"`
 	// Problems says why the node is not protected.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -53,9 +62,14 @@ type Network struct {
 	Protected bool            `json:"protected"`
 	Delegate  *DelegateReport `json:"delegate,omitempty"`
 	Store     *StoreReport    `json:"store,omitempty"`
-	Datastore string          `json:"datastore,omitempty"`
-	Node      string          `json:"node,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	// Calico says whether Calico's datastore answers as calico-ipam
+	// reaches it from this config.
+	Calico    *CalicoReport `json:"calico,omitempty"`
+	Datastore string        `json:"datastore,omitempty"`
+	Node      string        `json:"node,omitempty"`
+	// Installed says that the IPAM goes through safe-ipam.
+	Installed bool   `json:"installed"`
+	Error     string `json:"error,omitempty"`
 }
 
 // DelegateReport says whether safe-ipam's delegate answers.
@@ -89,6 +103,14 @@ type StoreReport struct {
 	Error    string `json:"error,omitempty"`
 }
 
+// CalicoReport says whether Calico's datastore answers calico-ipam, the
+// delegate, as it is reached from the network config: it refuses every
+// ADD otherwise, whatever safe-ipam's own state.
+type CalicoReport struct {
+	Answers bool   `json:"answers"`
+	Error   string `json:"error,omitempty"`
+}
+
 // Check looks at the node; live, when not nil, judges which records are
 // stale. Its error means the check itself could not run (the conf dir
 // cannot be read); anything wrong with the node is in the report.
@@ -112,6 +134,9 @@ func Check(ctx context.Context, n cninode.Dirs, live liveness.Source) (*Report, 
 		r.problem("no network config in %s uses calico-ipam", n.ConfDir)
 	}
 	r.Protected = len(r.Problems) == 0
+	for _, net := range r.Networks {
+		r.Installed = r.Installed || net.Installed
+	}
 	return r, nil
 }
 
@@ -160,6 +185,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.IPAM = name + " (" + kind + ")"
 		return net
 	}
+	net.Installed = true
 	stdin, err := c.PluginConfig(i)
 	if err != nil {
 		net.Error = err.Error()
@@ -172,6 +198,10 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 	}
 	net.IPAM = name + " = safe-ipam -> " + describeDelegate(cfg.Delegate)
 	net.Datastore = cfg.Datastore()
+	if keys := misspelledCalicoKeys(stdin); len(keys) > 0 {
+		net.Error = fmt.Sprintf("Calico reads this config differently than written (so its datastore is %s): %s", net.Datastore, strings.Join(keys, "; "))
+		return net
+	}
 	if node, err := cfg.Node(); err == nil {
 		net.Node = node
 	} else {
@@ -179,12 +209,17 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 	}
 	net.Delegate = checkDelegate(ctx, n, cfg)
 	net.Store = checkStore(ctx, cfg, c.Network, net.Node, j)
+	if net.Node != "" {
+		net.Calico = checkCalico(ctx, cfg, c.Path, net.Node)
+	}
 	switch {
 	case net.Error != "":
 	case net.Delegate.Error != "":
 		net.Error = "delegate: " + net.Delegate.Error
 	case net.Store.Error != "":
 		net.Error = "record store: " + net.Store.Error
+	case net.Calico.Error != "":
+		net.Error = net.Calico.Error
 	default:
 		net.Protected = true
 	}
@@ -290,4 +325,92 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// checkCalico asks Calico's datastore, reached from cfg as calico-ipam
+// reaches it, for this node and for its IPAM data: a datastore that does
+// not answer, a node Calico does not know, or (on the Kubernetes
+// datastore) no IPAM resources, and calico-ipam fails every ADD.
+func checkCalico(ctx context.Context, cfg *config.Config, path, node string) *CalicoReport {
+	out := &CalicoReport{}
+	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, path))
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
+	defer closeDS()
+	known, err := ds.NodeExists(ctx, node)
+	switch {
+	case err != nil:
+		out.Error = fmt.Sprintf("Calico's datastore (%s): reading Node %s: %v", cfg.Calico.Datastore(), node, err)
+	case !known:
+		out.Error = fmt.Sprintf("Calico's datastore (%s) has no Node %q: calico-ipam refuses every ADD on this node", cfg.Calico.Datastore(), node)
+	default:
+		if _, err := ds.Block(ctx, netip.MustParsePrefix("0.0.0.0/32")); err != nil {
+			out.Error = fmt.Sprintf("Calico's datastore (%s): reading IPAM blocks: %v", cfg.Calico.Datastore(), err)
+			break
+		}
+		out.Answers = true
+	}
+	return out
+}
+
+// calicoKeys are the top-level keys of Calico's network config that say
+// how calico-ipam reaches its datastore and names the node.
+var calicoKeys = []string{"datastore_type", "etcd_endpoints", "etcd_authority", "etcd_scheme", "etcd_discovery_srv",
+	"etcd_cert_file", "etcd_key_file", "etcd_ca_cert_file", "kubernetes", "nodename", "nodename_file", "hostname", "ipam", "log_file_path", "log_level"}
+
+// otherTopKeys are the other top-level keys Calico's plugin and CNI
+// itself read: never taken for misspellings.
+var otherTopKeys = []string{"cniVersion", "name", "type", "mode", "vxlan_mac_prefix", "vxlan_vni", "subnet", "assign_ipv4", "assign_ipv6",
+	"qps", "burst", "args", "mtu", "num_queues", "ipam_lock_file", "nodename_file_optional", "log_file_max_size", "log_file_max_age",
+	"log_file_max_count", "policy", "feature_control", "container_settings", "include_default_routes", "dataplane_options", "device_type",
+	"readiness_gates", "policy_setup_timeout_seconds", "endpoint_status_dir", "require_mtu_file", "calico_api_group",
+	"capabilities", "runtimeConfig", "prevResult", "dns"}
+
+// misspelledCalicoKeys names the top-level keys of a Calico plugin config
+// that Calico does not read but that are one or two letters from one it
+// does: "etcd_endpoint" makes calico-ipam take the Kubernetes datastore,
+// and every ADD fails, while the config looks right.
+func misspelledCalicoKeys(conf []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(conf, &top) != nil {
+		return nil
+	}
+	var out []string
+	for key := range top {
+		if slices.Contains(calicoKeys, key) || slices.Contains(otherTopKeys, key) {
+			continue
+		}
+		for _, known := range calicoKeys {
+			if d := editDistance(key, known); d > 0 && d <= 2 {
+				if _, set := top[known]; !set {
+					out = append(out, fmt.Sprintf("%q is not a key Calico reads (%q?)", key, known))
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }

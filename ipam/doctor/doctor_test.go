@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -48,7 +50,18 @@ func newNode(t *testing.T) *node {
 	conf, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(n.etcd.Endpoint()))
 	must(t, err)
 	must(t, testbed.CalicoInstaller{Binary: calico, BinDir: n.BinDir, ConfDir: n.ConfDir, Network: conf}.Run())
+	// Calico's Node, as calico-node registers it: calico-ipam refuses
+	// every ADD without it, and doctor asks for it.
+	must(t, calicosim.SeedNode(context.Background(), n.etcd.Client(), n.calicoNodeName(t)))
 	return n
+}
+
+// calicoNodeName is the node name Calico infers from the installed config.
+func (n *node) calicoNodeName(t *testing.T) string {
+	t.Helper()
+	name, err := testbed.CalicoNodeName(filepath.Join(n.ConfDir, "10-calico.conflist"))
+	must(t, err)
+	return name
 }
 
 func (n *node) install(t *testing.T, mode install.Mode) {
@@ -77,7 +90,7 @@ func TestDoctor(t *testing.T) {
 		wantBinary string
 		wantInOut  string
 	}{
-		{"Calico alone", func(*testing.T, *node) {}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "its IPAM does not go through safe-ipam"},
+		{"Calico alone", func(*testing.T, *node) {}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "NOT protected: not installed"},
 		{"takeover", func(t *testing.T, n *node) { n.install(t, install.TakeoverMode{}) }, ExitProtected,
 			"calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "doctor: protected"},
 		{"conflist", func(t *testing.T, n *node) { n.install(t, install.ConflistMode{}) }, ExitProtected,
@@ -85,13 +98,31 @@ func TestDoctor(t *testing.T) {
 		{"takeover, Calico's binary gone", func(t *testing.T, n *node) {
 			n.install(t, install.TakeoverMode{})
 			must(t, os.Remove(filepath.Join(n.BinDir, "calico")))
-		}, ExitNotProtected, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "delegate binary not found"},
+		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "delegate binary not found"},
+		// Issue 22: installed but broken is neither "protected" nor "not
+		// installed", and the line says why.
+		{"takeover, etcd_endpoints misspelled", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			path := filepath.Join(n.ConfDir, "10-calico.conflist")
+			b, err := os.ReadFile(path)
+			must(t, err)
+			must(t, os.WriteFile(path, bytes.Replace(b, []byte(`"etcd_endpoints"`), []byte(`"etcd_endpoint"`), 1), 0o600))
+		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, `"etcd_endpoint" is not a key Calico reads ("etcd_endpoints"?)`},
+		{"takeover, Calico's etcd stopped", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			n.etcd.Close()
+		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "installed but broken"},
+		{"takeover, no Calico Node", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			_, err := n.etcd.Client().Delete(context.Background(), calico.NodeKey(n.calicoNodeName(t)))
+			must(t, err)
+		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "has no Node"},
 		{"calico-node restarted after takeover", func(t *testing.T, n *node) {
 			n.install(t, install.TakeoverMode{})
 			b, err := os.ReadFile(filepath.Join(n.BinDir, "calico"))
 			must(t, err)
 			must(t, os.WriteFile(filepath.Join(n.BinDir, "calico-ipam"), b, 0o755))
-		}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "NOT protected"},
+		}, ExitNotProtected, "calico-ipam (calico)", BinaryCalico, "NOT protected: not installed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,5 +285,25 @@ func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
 			Run(args[1:], &out, &errOut)
 			t.Logf("doctor:\n%s", out.String())
 		})
+	}
+}
+
+// Only a key Calico does not read, close to one of its datastore or node
+// keys, is taken for a misspelling: Calico's own configs pass.
+func TestMisspelledCalicoKeys(t *testing.T) {
+	tests := []struct {
+		conf string
+		want int
+	}{
+		{`{"type":"calico","etcd_endpoints":"https://a:2379","nodename":"n","mtu":1440,"policy":{"type":"k8s"},"log_file_max_size":100}`, 0},
+		{`{"type":"calico","etcd_endpoint":"https://a:2379"}`, 1},
+		{`{"type":"calico","datastore-type":"etcdv3","etcd_endpoints":"x"}`, 1},
+		{`{"type":"calico","etcd_endpoint":"x","etcd_endpoints":"x"}`, 0}, // both: Calico reads the right one
+		{`{"type":"calico","my_setting":"x"}`, 0},
+	}
+	for _, tt := range tests {
+		if got := misspelledCalicoKeys([]byte(tt.conf)); len(got) != tt.want {
+			t.Errorf("misspelledCalicoKeys(%s) = %v; want %d", tt.conf, got, tt.want)
+		}
 	}
 }

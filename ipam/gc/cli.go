@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
@@ -249,7 +250,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		return r.cmd.Fail(err)
 	}
 	defer node.Close()
-	ds, closeDS, err := CalicoDatastore(ctx, cfg, r.node.conf)
+	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.node.conf))
 	if err != nil {
 		return r.cmd.Fail(err)
 	}

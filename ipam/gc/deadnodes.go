@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -104,25 +102,6 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 		r.Error = err.Error()
 	}
 	return err
-}
-
-// CalicoDatastore opens Calico's datastore the way calico-ipam reaches it
-// from cfg (the file at path).
-func CalicoDatastore(ctx context.Context, cfg *config.Config, path string) (datastore.Datastore, func(), error) {
-	c := cfg.Calico
-	s := datastore.Settings{Type: c.Datastore(), Endpoints: c.Endpoints(), TLS: c.EtcdTLS(path), Kubeconfig: c.Kubeconfig}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ds, cli, err := datastore.Open(ctx, s)
-	if err != nil {
-		return nil, nil, fmt.Errorf("Calico's datastore: %w", err)
-	}
-	return ds, func() {
-		ds.Close()
-		if cli != nil {
-			cli.Close()
-		}
-	}, nil
 }
 
 func sortedKeys(m map[string][]*record.Record) []string {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -69,6 +70,14 @@ func calicoNodeDirs(t *testing.T) (bin, conf string, etcd *etcdtest.Server) {
 		t.Fatal(err)
 	}
 	if err := (testbed.CalicoInstaller{Binary: calico, BinDir: bin, ConfDir: conf, Network: network}).Run(); err != nil {
+		t.Fatal(err)
+	}
+	// Calico's Node, as calico-node registers it (doctor asks for it).
+	name, err := testbed.CalicoNodeName(filepath.Join(conf, "10-calico.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := calicosim.SeedNode(context.Background(), etcd.Client(), name); err != nil {
 		t.Fatal(err)
 	}
 	return bin, conf, etcd

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 )
 
 // ManifestPath is the project's rendering of Calico's manifest for an
@@ -129,4 +131,24 @@ func copyBinary(src, dst string) error {
 		return fmt.Errorf("copying Calico's binary to %s: %w", dst, err)
 	}
 	return nil
+}
+
+// CalicoNodeName is the node name calico-ipam infers from the first
+// plugin of the network config list at path (as the simulator models it).
+func CalicoNodeName(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var list struct {
+		Plugins []json.RawMessage `json:"plugins"`
+	}
+	if err := json.Unmarshal(data, &list); err != nil || len(list.Plugins) == 0 {
+		return "", fmt.Errorf("%s: not a network config list with plugins: %v", path, err)
+	}
+	conf, err := calicosim.ParseNetConf(list.Plugins[0], calicosim.DefaultNodenameFile)
+	if err != nil {
+		return "", err
+	}
+	return conf.Nodename, nil
 }

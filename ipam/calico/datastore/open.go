@@ -2,6 +2,7 @@ package datastore
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,4 +35,21 @@ func Open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) 
 		return nil, nil, err
 	}
 	return NewEtcd(cli), cli, nil
+}
+
+// OpenCalico opens Calico's datastore as calico-ipam reaches it from its
+// network config (see admin.CalicoSettings); close with the returned func.
+func OpenCalico(ctx context.Context, s Settings) (Datastore, func(), error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ds, cli, err := Open(ctx, s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("Calico's datastore: %w", err)
+	}
+	return ds, func() {
+		ds.Close()
+		if cli != nil {
+			cli.Close()
+		}
+	}, nil
 }
