@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -68,7 +69,10 @@ func (s *Store) claim(att record.Attachment, ips []string) error {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
 			return fmt.Errorf("%w: reading address index %s: %v", store.ErrUnavailable, link, err)
-		case target != fileName(att):
+		case target != fileName(att) && isRecordName(target) && !strings.Contains(target, "/"):
+			// The link is input too: only a record's name in this
+			// network's directory is read as its holder; anything else
+			// names no record, and is taken over.
 			holder, err := s.read(filepath.Join(s.networkDir(att.Network), target))
 			if err != nil {
 				return err

@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -204,5 +205,38 @@ func TestLockWaitEndsWithTheContext(t *testing.T) {
 	held.Close()
 	if _, err := s.Swap(context.Background(), att, nil, nil); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("Swap after the lock was let go = %v; want the usual conflict", err)
+	}
+}
+
+// Issue 20, finding 1: an address index link is input. One whose target
+// is not a record's name in the network's directory is never read as the
+// holder (here it points outside, at a committed record), and is taken
+// over.
+func TestIndexLinkOutsideTheNetworkIsNoHolder(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	outside := filepath.Join(dir, "c9:eth0") // beside the network's directory
+	decoy := fileRecord{Revision: 1, Record: record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c9", IfName: "eth0"},
+		State: record.Committed, IPs: []string{"10.0.0.1/26"}}}
+	data, _ := json.Marshal(decoy)
+	if err := os.WriteFile(outside, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	att := record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+	p, err := s.Swap(ctx, att, nil, &record.Record{Attachment: att, State: record.Pending})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../c9:eth0", s.addressLink("net1", "10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	c := *p
+	c.State, c.IPs = record.Committed, []string{"10.0.0.1/26"}
+	if _, err := s.Commit(ctx, p, &c); err != nil {
+		t.Fatalf("commit over a link that names no record of the network: %v", err)
 	}
 }
