@@ -55,7 +55,7 @@ type Calico struct {
 func (c *Calico) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's datastore (etcd endpoints and TLS files, or kubeconfig), the node name and where safe-ipam keeps its records from it (flags given explicitly win)")
 	fs.StringVar(&c.BinDir, "cni-bin-dir", DefaultBinDir, "the node's CNI bin dir: with --conf, a calico-ipam there that is safe-ipam (the takeover install) makes the config's calico-ipam IPAM safe-ipam's")
-	fs.StringVar(&c.Datastore, "datastore", datastore.Etcd, "Calico's datastore, etcdv3 or kubernetes; learned from --conf as calico-ipam infers it when not given")
+	fs.StringVar(&c.Datastore, "datastore", "", "Calico's datastore, etcdv3 or kubernetes (default: as calico-ipam infers it from --conf; etcdv3 without --conf)")
 	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless --live, --cni-cache or --cri-endpoint is given. With etcd: the liveness source: the pods bound to this node are what should run (names pods and addresses, not containers). Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
 	fs.StringVar(&c.StoreDir, "store-dir", "", "safe-ipam's file store (default: --conf's ipam.store; with the kubernetes datastore and no --conf, "+config.DefaultStoreDir+"); it holds this node's records only")
 	fs.StringVar(&c.Endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
@@ -85,6 +85,9 @@ func (c *Calico) Resolve(cmd *Command) error {
 		c.fill("etcd-ca", &c.CAFile, file.Calico.EtcdCACertFile)
 		c.fill("network", &c.Network, file.Network)
 		c.fillStore(file.SafeIPAM)
+	}
+	if c.Datastore == "" {
+		c.Datastore = datastore.Etcd
 	}
 	if err := c.resolveDatastore(calico); err != nil {
 		return err

@@ -31,6 +31,10 @@ type Liveness struct {
 	// whatever name each config gives it (doctor reads the names from
 	// the node's configs, after the flags), so no node is resolved.
 	ThisNode bool
+	// ExplicitOnly: the command reads a source only when one is named
+	// (gc, doctor), so --cni-cache has no default to show. Set it before
+	// the group is registered.
+	ExplicitOnly bool
 
 	// place gives the node and datastore once the Calico group, resolved
 	// before this one, knows them.
@@ -47,8 +51,12 @@ func NewLiveness(place func() Place) *Liveness { return &Liveness{place: place} 
 // Calico's, since it may name the datastore too.
 func (l *Liveness) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.File, "live", "", `JSON list of {"containerID","ifname"} known to be running (optionally with "network", "podNamespace", "podName", "ips")`)
-	fs.StringVar(&l.CNICache, "cni-cache", liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`)
-	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its READY pod sandboxes are what runs on this node")
+	cache, cacheHelp := liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`
+	if l.ExplicitOnly {
+		cache, cacheHelp = "", "libcni result cache, listing the attachments the runtime set up on this node (usually "+liveness.DefaultCNICache+"; read only when given)"
+	}
+	fs.StringVar(&l.CNICache, "cni-cache", cache, cacheHelp)
+	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its pod sandboxes, READY or NOTREADY (a sandbox containerd cannot judge is NOTREADY, and may still run), are what runs on this node")
 }
 
 // Resolve checks that one source is named and that its node is known: a

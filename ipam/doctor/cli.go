@@ -47,7 +47,7 @@ Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 func Run(args []string, stdout, stderr io.Writer) int {
 	dirs, out := &admin.NodeDirs{}, admin.NewOutput(10*time.Second)
 	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
-	live.ThisNode = true
+	live.ThisNode, live.ExplicitOnly = true, true
 	cmd := admin.NewCommand("doctor", usage, stderr, dirs, live, out)
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code

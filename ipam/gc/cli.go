@@ -111,6 +111,7 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	calico := &admin.Calico{}
 	n := &node{calico: calico}
 	live := admin.NewLiveness(calico.Place)
+	live.ExplicitOnly = true
 	out := admin.NewOutput(2 * time.Minute)
 	cmd := admin.NewCommand("gc", usage, stderr, n, live, out)
 	r := &runner{cmd: cmd, node: n, live: live, out: out, stdout: stdout, stderr: stderr}

@@ -85,3 +85,26 @@ func TestUsageErrorsNameTheFix(t *testing.T) {
 		})
 	}
 }
+
+// Issue 22: help says what the code does. gc and doctor read a CNI cache
+// only when given, so show no default for it; a NOTREADY sandbox counts
+// as running; --conf decides the datastore, so no fixed default shows.
+func TestHelpMatchesTheCode(t *testing.T) {
+	tests := []struct {
+		cmd, flag, want, notWant string
+	}{
+		{"gc", "--cni-cache", "read only when given", `(default "/var/lib/cni/results")`},
+		{"doctor", "--cni-cache", "read only when given", `(default "/var/lib/cni/results")`},
+		{"audit", "--cni-cache", `(default "/var/lib/cni/results")`, "read only when given"},
+		{"gc", "--cri-endpoint", "NOTREADY", ""},
+		{"audit", "--datastore", "as calico-ipam infers it from --conf", `(default "etcdv3")`},
+	}
+	for _, tt := range tests {
+		out, _ := runAdmin(t, tt.cmd, "--help")
+		_, help, _ := strings.Cut(out, "\n  "+tt.flag+" ")
+		help, _, _ = strings.Cut(help, "\n  --")
+		if !strings.Contains(help, tt.want) || tt.notWant != "" && strings.Contains(help, tt.notWant) {
+			t.Errorf("%s %s help %q; want %q, not %q", tt.cmd, tt.flag, help, tt.want, tt.notWant)
+		}
+	}
+}
