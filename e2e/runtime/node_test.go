@@ -37,6 +37,8 @@ type nodeOptions struct {
 	etcdStore bool
 	// failAdd makes the plugin after IPAM fail ADD.
 	failAdd bool
+	// gcGrace is safe-ipam's gcGracePeriod (default 0s).
+	gcGrace string
 }
 
 // node is one Kubernetes node of a test: Calico's etcd, a containerd in
@@ -81,6 +83,7 @@ func newNode(t *testing.T, opt nodeOptions) *node {
 			handles = "container"
 		}
 		safe = n.cluster.SafeConfig(n.tb, handles, st)
+		safe.GCGracePeriod = opt.gcGrace
 	}
 	n.net = n.cluster.Network(networkName, "1.0.0", n.tb, safe)
 	if err := n.writeConflist(n.pluginChain(opt.failAdd, "")); err != nil {

@@ -32,6 +32,9 @@ type SafeConfig struct {
 	Store           Store
 	// StateDir holds its VERSION cache and log.
 	StateDir string
+	// GCGracePeriod is gcGracePeriod; "" is 0s: tests decide what is
+	// stale through the valid-attachments list alone.
+	GCGracePeriod string
 }
 
 // Store is where safe-ipam keeps its records.
@@ -89,8 +92,10 @@ func (n Network) ipam() map[string]any {
 	ipam["cacheDir"] = filepath.Join(n.Safe.StateDir, "cache")
 	ipam["logFile"] = filepath.Join(n.Safe.StateDir, "safe-ipam.log")
 	ipam["logLevel"] = "debug"
-	// Tests decide what is stale through the valid-attachments list alone.
 	ipam["gcGracePeriod"] = "0s"
+	if n.Safe.GCGracePeriod != "" {
+		ipam["gcGracePeriod"] = n.Safe.GCGracePeriod
+	}
 	return ipam
 }
 
