@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
@@ -285,7 +286,7 @@ func (a *analysis) checkHandles() {
 		if calicoOwned(handle, first) {
 			continue
 		}
-		if vmHandle(handle) {
+		if calico.IsVMHandle(handle) {
 			a.add(Finding{Kind: Unverified, Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String(),
 				Why: "a KubeVirt VM's handle: Calico keeps a VM's address under it across the VM's pods, so it is judged by its VM, which this audit does not read; never released"})
 			continue
@@ -393,16 +394,6 @@ func (a *analysis) containerOf(handle string) (string, bool) {
 		return handle, true
 	}
 	return "", false
-}
-
-// vmHandle says whether handle is a KubeVirt VM's. Calico (3.32 and
-// later) keys a VM's address by "<network>.vmi.<namespace>.<VMI name>",
-// or "<network>.vmi._<hash>" past 128 bytes, so that it outlives each of
-// the VM's pods: no container and no pod name speaks for it. Read as
-// either it would be a leak while the VM runs. A container ID never
-// holds ".vmi."; a pod name that does is only left unjudged.
-func vmHandle(handle string) bool {
-	return strings.Contains(handle, ".vmi.")
 }
 
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"time"
 
@@ -205,6 +206,19 @@ func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
 	}
 	handle := c.mode.AddHandle(c.conf.Name, args.ContainerID, c.pod)
 	secondary := c.attributes(p.now())
+	vm, err := c.vmOf(c.ctx)
+	if err != nil {
+		return nil, err
+	}
+	if vm != nil {
+		if handle, err = calico.VMHandle(c.conf.Name, vm.namespace, vm.vmi); err != nil {
+			return nil, err
+		}
+		secondary = vm.attributes(secondary)
+		if res, err := c.reuseVMAddrs(handle, vm, secondary); res != nil || err != nil {
+			return res, err
+		}
+	}
 	var done []Assignment
 	for _, fam := range wants {
 		asg, err := c.assign(all, fam, handle, secondary)
@@ -215,6 +229,41 @@ func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
 	}
 	c.log.Info("assigned", "handle", handle, "assignments", done)
 	return result(done), nil
+}
+
+// reuseVMAddrs gives a VM's pod the addresses its handle already holds:
+// a new pod of the VM becomes their active owner, a live-migration target
+// their alternate owner, and gets no routes (the source keeps them until
+// the migration completes). With none held, a target is refused and any
+// other pod allocates (nil, nil).
+func (c *call) reuseVMAddrs(handle string, vm *vmPod, owner map[string]string) (*current.Result, error) {
+	held, err := c.handleAddrs(handle)
+	if err != nil {
+		return nil, err
+	}
+	target := vm.migrationUID != ""
+	if len(held) == 0 {
+		if target {
+			return nil, fmt.Errorf("migration target pod but no IP allocated to VM handle %s", handle)
+		}
+		return nil, nil
+	}
+	err = c.setOwners(handle, func(a *calico.Attribute) {
+		if target {
+			a.SetAlternate(owner)
+		} else {
+			a.Secondary = maps.Clone(owner)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.log.Info("reused the VM's addresses", "handle", handle, "migrationTarget", target, "assignments", held)
+	res := result(held)
+	if target {
+		res.Routes = nil
+	}
+	return res, nil
 }
 
 func (p *Plugin) now() time.Time {
@@ -301,6 +350,16 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return err
 	}
 	defer c.close()
+	vm, err := c.vmOf(c.ctx)
+	switch {
+	case errors.Is(err, errPodGone):
+		c.log.Info("the virt-launcher pod is gone: nothing to release")
+		return nil
+	case err != nil:
+		return err
+	case vm != nil:
+		return c.releaseVM(vm)
+	}
 	var errs []error
 	for _, h := range c.mode.DelHandles(c.conf.Name, args.ContainerID, c.pod) {
 		freed, err := c.alloc.ReleaseHandle(c.ctx, h)
@@ -311,4 +370,33 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		c.log.Info("released", "handle", h, "ips", freed)
 	}
 	return errors.Join(errs...)
+}
+
+// releaseVM clears this pod's ownership of its VM's addresses, and
+// releases the VM's handle only when the VM (or a standalone VMI) is
+// being deleted and no pod owns them any more: a late DEL of an old pod
+// leaves the running pod's address and ownership alone.
+func (c *call) releaseVM(vm *vmPod) error {
+	handle, err := calico.VMHandle(c.conf.Name, vm.namespace, vm.vmi)
+	if err != nil {
+		return err
+	}
+	err = c.setOwners(handle, func(a *calico.Attribute) {
+		switch {
+		case calico.OwnedBy(a.Secondary, vm.namespace, vm.pod):
+			a.Secondary = nil
+		case calico.OwnedBy(a.Alternate(), vm.namespace, vm.pod):
+			a.SetAlternate(nil)
+		}
+	})
+	if err != nil || !vm.deleting {
+		return err
+	}
+	left, err := c.ownersLeft(handle)
+	if err != nil || left {
+		return err
+	}
+	freed, err := c.alloc.ReleaseHandle(c.ctx, handle)
+	c.log.Info("released the VM's handle", "handle", handle, "ips", freed)
+	return err
 }

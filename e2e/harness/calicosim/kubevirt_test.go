@@ -1,0 +1,176 @@
+package calicosim
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+)
+
+// vmWorld is the simulator on etcd with a real API server holding the
+// KubeVirt objects calico-ipam looks up.
+type vmWorld struct {
+	*sim
+	kubeconfig string
+	vm         *VM
+}
+
+func newVMWorld(t *testing.T, standalone bool) *vmWorld {
+	t.Helper()
+	s := newSim(t, poolSpec{"pool1", "10.244.0.0/16", 26})
+	srv := kube.Get(t)
+	if err := InstallKubeVirtCRDs(s.ctx, srv.Config()); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := newDynamic(srv.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vms++
+	name := fmt.Sprintf("vm%d", vms)
+	vm, err := SeedVM(s.ctx, dyn, "default", name, standalone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &vmWorld{sim: s, kubeconfig: srv.Kubeconfig, vm: vm}
+}
+
+// vms names each test's VM apart on the package's shared API server.
+var vms int
+
+func (w *vmWorld) launcher(name, migrationUID string) pod {
+	w.t.Helper()
+	srv := kube.Get(w.t)
+	dyn, err := newDynamic(srv.Config())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	pod := pod{container: "c-" + name, namespace: "default", name: "virt-launcher-" + w.vm.Name + "-" + name}
+	if err := SeedVirtLauncher(w.ctx, dyn, w.vm, pod.name, migrationUID); err != nil {
+		w.t.Fatal(err)
+	}
+	return pod
+}
+
+func (w *vmWorld) conf() []byte {
+	return w.sim.conf(map[string]any{"kubernetes": map[string]any{"kubeconfig": w.kubeconfig}})
+}
+
+func (w *vmWorld) add(p pod) (netip.Prefix, int) {
+	w.t.Helper()
+	res, err := w.plugin(ModernHandles).Allocate(p.args(w.conf()))
+	if err != nil || len(res.IPs) != 1 {
+		w.t.Fatalf("ADD %s: %+v, %v", p.name, res, err)
+	}
+	return ipnetPrefix(w.t, res.IPs[0].Address.String()), len(res.Routes)
+}
+
+func (w *vmWorld) del(p pod) {
+	w.t.Helper()
+	if err := w.plugin(ModernHandles).Del(p.args(w.conf())); err != nil {
+		w.t.Fatalf("DEL %s: %v", p.name, err)
+	}
+}
+
+func (w *vmWorld) handle() string {
+	h, err := calico.VMHandle(network, "default", w.vm.Name)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return h
+}
+
+// owners are the active and alternate owner pods of addr, "" for none;
+// held says whether addr is allocated under the VM's handle.
+func (w *vmWorld) owners(addr netip.Prefix) (active, alternate string, held bool) {
+	w.t.Helper()
+	for _, b := range w.state().Blocks {
+		ord, err := b.Block.Ordinal(addr.Addr())
+		if err != nil {
+			continue
+		}
+		if a, ok := b.Block.Attribute(ord); ok {
+			return a.Secondary[calico.AttrPod], a.Alternate()[calico.AttrPod], a.Handle() == w.handle()
+		}
+	}
+	return "", "", false
+}
+
+func (w *vmWorld) deleteVM() {
+	w.t.Helper()
+	dyn, err := newDynamic(kube.Get(w.t).Config())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := DeleteVM(w.ctx, dyn, w.vm); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// Issue 21: a live migration. The target pod is given the source's
+// address with no routes, as its alternate owner; the source's DEL while
+// the VM runs keeps the address; once the VM is being deleted, the
+// target's DEL releases it.
+func TestKubeVirtMigration(t *testing.T) {
+	w := newVMWorld(t, false)
+	src := w.launcher("src", "")
+	x, routes := w.add(src)
+	if active, _, held := w.owners(x); !held || active != src.name || routes == 0 {
+		t.Fatalf("source's %s: active %q, held by the VM's handle %v, %d routes", x, active, held, routes)
+	}
+	target := w.launcher("dst", "migration-1")
+	if got, routes := w.add(target); got != x || routes != 0 {
+		t.Fatalf("migration target got %s with %d routes; want %s with none", got, routes, x)
+	}
+	if active, alternate, _ := w.owners(x); active != src.name || alternate != target.name {
+		t.Fatalf("owners %q / %q; want %s active, %s alternate", active, alternate, src.name, target.name)
+	}
+	w.del(src)
+	if active, alternate, held := w.owners(x); !held || active != "" || alternate != target.name {
+		t.Fatalf("after the source's DEL: held %v, owners %q / %q; want kept for %s", held, active, alternate, target.name)
+	}
+	w.deleteVM()
+	w.del(target)
+	if _, _, held := w.owners(x); held {
+		t.Fatalf("%s still held after the VM's deletion and its last pod's DEL", x)
+	}
+	if w.value(calico.HandleKey(w.handle())) != "" {
+		t.Fatal("the VM's handle is left")
+	}
+}
+
+// Issue 21: a restart. A new pod of the VM gets the same address and
+// becomes its owner; a late DEL of the old pod leaves it alone; the
+// standalone VMI's deletion lets the last DEL release it.
+func TestKubeVirtRestartAndLateDEL(t *testing.T) {
+	w := newVMWorld(t, true)
+	a := w.launcher("a", "")
+	y, _ := w.add(a)
+	b := w.launcher("b", "")
+	if got, _ := w.add(b); got != y {
+		t.Fatalf("the VM's new pod got %s; want %s", got, y)
+	}
+	w.del(a) // late: after b's ADD
+	if active, _, held := w.owners(y); !held || active != b.name {
+		t.Fatalf("after a late DEL of the old pod: held %v, active %q; want %s", held, active, b.name)
+	}
+	w.deleteVM()
+	w.del(b)
+	if _, _, held := w.owners(y); held {
+		t.Fatalf("%s still held after the VMI's deletion and its pod's DEL", y)
+	}
+}
+
+// A DEL of a virt-launcher pod that is gone does nothing, as calico-ipam's
+// (its VM's other pod may hold the address).
+func TestKubeVirtDELOfAGonePodDoesNothing(t *testing.T) {
+	w := newVMWorld(t, false)
+	a := w.launcher("a", "")
+	x, _ := w.add(a)
+	gone := pod{container: "c-gone", namespace: "default", name: "virt-launcher-" + w.vm.Name + "-gone"}
+	w.del(gone)
+	if active, _, held := w.owners(x); !held || active != a.name {
+		t.Fatalf("a gone pod's DEL changed %s: held %v, active %q", x, held, active)
+	}
+}
