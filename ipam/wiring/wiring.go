@@ -43,10 +43,9 @@ type Call struct {
 
 // Open validates everything the verb needs, in order, before anything is
 // changed: the attachment and CNI_ARGS (4), the delegate binary (50; 7
-// when it is outside CNI_PATH unallowed), the
-// node name (7) and CNI version (1), the store (11; 50 for STATUS). The
-// config itself was validated by config.Parse (6, 7). Close the store
-// when done.
+// outside CNI_PATH without outsideCNIPath), the node name (7) and CNI
+// version (1), the store (11; 50 for STATUS). The config itself was
+// validated by config.Parse (6, 7). Close the store when done.
 func Open(ctx context.Context, cfg *config.Config, c Call, log *slog.Logger) (*guard.Guard, store.Store, error) {
 	if c.Verb != VerbGC && c.Verb != VerbStatus {
 		if err := guard.CheckEnv(cfg, c.Env); err != nil {
