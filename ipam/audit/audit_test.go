@@ -441,3 +441,16 @@ func TestVMHandleIsNeverALeak(t *testing.T) {
 		})
 	}
 }
+
+// Issue 22: a named source that was not trusted (an empty --live file
+// while the node holds records and addresses) judged nothing: the audit is
+// not clean, and says so, counting records and addresses apart.
+func TestUntrustedSourceIsNeverClean(t *testing.T) {
+	w := newWorld(t)
+	ip := w.allocate(blk, "node1", "net1.c1", podAttrs("web-0"))
+	w.record("net1", "c1", "node1", ip, "web-0")
+	code, rep, _ := w.run(false, "--live", w.liveFile())
+	if code != audit.ExitFindings || rep.Untrusted == "" || !strings.Contains(rep.Liveness, "1 records and 1 pod addresses") {
+		t.Fatalf("audit with an empty source: exit %d, untrusted %q, liveness %q; want exit 1, untrusted, counts apart", code, rep.Untrusted, rep.Liveness)
+	}
+}

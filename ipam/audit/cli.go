@@ -132,6 +132,9 @@ func (s *Session) examine(ctx context.Context, act func(context.Context, *Examin
 	report.Warnings = ModeWarnings(snap)
 	if live == nil {
 		report.Liveness = liveNote
+		if s.Live.Explicit() && liveNote != "" {
+			report.Untrusted = liveNote
+		}
 	}
 	return act(ctx, &Examined{Data: ds, Records: recs, Snap: snap, Live: live, Report: report})
 }
@@ -154,26 +157,26 @@ func (s *Session) ReadLiveness(ctx context.Context, snap *snapshot.Snapshot) (*l
 	if err != nil || live == nil {
 		return nil, note, err
 	}
-	if n := HeldOn(snap, live); len(live.Attachments) == 0 && n > 0 {
-		return nil, fmt.Sprintf("none (%s lists no attachment while %d records and pod addresses exist on its node: not trusted)", live.Source, n), nil
+	if recs, addrs := HeldOn(snap, live); len(live.Attachments) == 0 && recs+addrs > 0 {
+		return nil, fmt.Sprintf("none (%s lists no attachment while %d records and %d pod addresses exist on its node: not trusted, nothing judged)", live.Source, recs, addrs), nil
 	}
 	return live, "", nil
 }
 
-// HeldOn counts committed records and pod addresses on the view's node.
-func HeldOn(snap *snapshot.Snapshot, live *liveness.View) int {
-	n := 0
+// HeldOn counts the committed records and the pod addresses on the
+// view's node.
+func HeldOn(snap *snapshot.Snapshot, live *liveness.View) (records, addrs int) {
 	for _, r := range snap.Records {
 		if r.State == record.Committed && live.Covers(r.Node) {
-			n++
+			records++
 		}
 	}
 	for i := range snap.Allocations {
 		if al := &snap.Allocations[i]; live.Covers(al.Node) && !calicoOwned(al.Handle, al) {
-			n++
+			addrs++
 		}
 	}
-	return n
+	return records, addrs
 }
 
 // records opens where this node's plugin keeps its records: the file

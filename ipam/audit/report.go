@@ -17,10 +17,13 @@ import (
 type Report struct {
 	Revision int64 `json:"revision"`
 	// ResourceVersion is where the Kubernetes datastore was read.
-	ResourceVersion string    `json:"resourceVersion,omitempty"`
-	Liveness        string    `json:"liveness"`
-	Summary         Summary   `json:"summary"`
-	Findings        []Finding `json:"findings"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	Liveness        string `json:"liveness"`
+	// Untrusted says why the named liveness source was not trusted: then
+	// nothing was judged by it, and the report is never clean.
+	Untrusted string    `json:"untrusted,omitempty"`
+	Summary   Summary   `json:"summary"`
+	Findings  []Finding `json:"findings"`
 	// Warnings are about settings, not data: they do not change the exit
 	// code.
 	Warnings []string `json:"warnings,omitempty"`
@@ -55,8 +58,12 @@ func NewReport(snap *snapshot.Snapshot, findings []Finding, live *liveness.View)
 	return r
 }
 
-// Clean says whether nothing but informational findings remain.
+// Clean says whether nothing but informational findings remain, judged
+// by a source that was trusted (or with none named).
 func (r *Report) Clean() bool {
+	if r.Untrusted != "" {
+		return false
+	}
 	for _, f := range r.Findings {
 		if f.Kind != Unverified && f.Kind != Quarantine {
 			return false
@@ -105,6 +112,9 @@ func (r *Report) WriteTextWith(w io.Writer, more func(tw io.Writer), last string
 }
 
 func (r *Report) countLine() string {
+	if r.Untrusted != "" && len(r.Findings) == 0 {
+		return "nothing judged"
+	}
 	if len(r.Findings) == 0 {
 		return "clean"
 	}

@@ -66,7 +66,8 @@ func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *
 	snap := r.Snap
 	report.Actions, report.Refused = Plan(snap, report.Findings, live)
 	code := audit.ExitClean
-	if len(report.Refused) > 0 || (!c.apply && len(report.Actions) > 0) {
+	if len(report.Refused) > 0 || (!c.apply && len(report.Actions) > 0) || report.Untrusted != "" {
+		// An untrusted source judged nothing: nothing is known to be left.
 		code = audit.ExitFindings
 	}
 	if c.apply {
