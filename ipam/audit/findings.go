@@ -232,7 +232,7 @@ func (a *analysis) holderRuns(al *snapshot.Allocation) bool {
 func (a *analysis) checkQuarantines() {
 	for _, rec := range a.snap.Records {
 		for _, q := range rec.Quarantined {
-			a.add(Finding{Kind: Quarantine, Address: strings.Join(q.IPs, ","), Handle: q.Network + "." + q.ContainerID, Node: rec.Node,
+			a.add(Finding{Kind: Quarantine, Address: Addrs(q.IPs), Handle: q.Network + "." + q.ContainerID, Node: rec.Node,
 				Records: []string{rec.Attachment.String(), q.Attachment.String()},
 				Why: fmt.Sprintf("the address was freed behind %s's back and given to %s's ADD; safe-ipam kept it allocated under %s's handle, and releases it with %s",
 					rec.Attachment, q.Attachment, q.Attachment, rec.Attachment)})
@@ -275,7 +275,7 @@ func (a *analysis) checkOrphans() {
 			continue
 		}
 		a.add(Finding{Kind: OrphanRecord, Handle: rec.Handle, Node: rec.Node, Records: []string{rec.Attachment.String()},
-			Address: strings.Join(rec.IPs, ","), Why: fmt.Sprintf("%s record of an attachment %s does not list", rec.State, live.Source)})
+			Address: Addrs(rec.IPs), Why: fmt.Sprintf("%s record of an attachment %s does not list", rec.State, live.Source)})
 	}
 }
 
@@ -427,6 +427,20 @@ func (a *analysis) isPodNameHandle(handle string, al *snapshot.Allocation) bool 
 		return false
 	}
 	return dnsLabel().MatchString(first) && podNameLike().MatchString(rest)
+}
+
+// Addrs writes a record's addresses ("10.0.0.1/26", as CNI results carry
+// them) in the one form a report uses for every address: bare, sorted.
+func Addrs(ips []string) string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		if a, ok := record.ParseAddr(ip); ok {
+			ip = a.String()
+		}
+		out = append(out, ip)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
 }
 
 func addrList(allocs []*snapshot.Allocation) string {

@@ -80,7 +80,7 @@ func TestQuarantineIsReportedAndNeverReleased(t *testing.T) {
 	before := w.dump()
 	code, rep, _ := w.run(true, "--live", live, "--min-age", "0", "--apply")
 	f := find(rep.Findings, audit.Quarantine)
-	if f == nil || f.Address != ip+"/26" || len(f.Records) != 2 || f.Records[1] != "net1/late/eth0" {
+	if f == nil || f.Address != ip || len(f.Records) != 2 || f.Records[1] != "net1/late/eth0" {
 		t.Fatalf("findings %+v; want a quarantine naming both attachments", rep.Findings)
 	}
 	if code != audit.ExitClean || len(rep.Findings) != 1 || len(rep.Actions) != 0 {

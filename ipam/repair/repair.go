@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
@@ -138,7 +137,7 @@ func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.
 	case rec.State != record.Committed:
 		return nil, fmt.Sprintf("a %s record is a DEL or ADD at work: its DEL, ADD or GC settles it", rec.State)
 	}
-	return &Action{Kind: ForgetRecord, Handle: rec.Handle, Record: rec.Attachment.String(), Address: strings.Join(rec.IPs, ","), rec: rec,
+	return &Action{Kind: ForgetRecord, Handle: rec.Handle, Record: rec.Attachment.String(), Address: audit.Addrs(rec.IPs), rec: rec,
 		Why: "forget the record of an attachment that is gone: no DEL or GC will come for it"}, ""
 }
 
