@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -106,5 +107,41 @@ func TestHelpMatchesTheCode(t *testing.T) {
 		if !strings.Contains(help, tt.want) || tt.notWant != "" && strings.Contains(help, tt.notWant) {
 			t.Errorf("%s %s help %q; want %q, not %q", tt.cmd, tt.flag, help, tt.want, tt.notWant)
 		}
+	}
+}
+
+// Issue 22: every flag the docs give a command exists in that command:
+// each "safe-ipam <command> ... --flag" on one line of the README or
+// docs/, up to the end of its code span or line.
+func TestDocumentedFlagsExist(t *testing.T) {
+	helps := map[string]string{}
+	for _, name := range commands {
+		helps[name], _ = runAdmin(t, name, "--help")
+	}
+	files, _ := filepath.Glob("../../docs/*.md")
+	files = append(files, "../../README.md")
+	use := regexp.MustCompile("safe-ipam (" + strings.Join(commands, "|") + `)\b([^` + "`" + `\n]*)`)
+	flagRe := regexp.MustCompile(`(?:^|\s)--([a-z][a-z0-9-]*)`)
+	checked := 0
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range use.FindAllStringSubmatch(string(data), -1) {
+			cmd, rest := m[1], m[2]
+			if i := strings.Index(rest, "safe-ipam "); i >= 0 {
+				rest = rest[:i] // the next command's flags are its own
+			}
+			for _, f := range flagRe.FindAllStringSubmatch(rest, -1) {
+				checked++
+				if f[1] != "help" && !strings.Contains(helps[cmd], "\n  --"+f[1]+" ") && !strings.Contains(helps[cmd], "\n  --"+f[1]+"\n") {
+					t.Errorf("%s: safe-ipam %s --%s: no such flag", filepath.Base(file), cmd, f[1])
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d documented flags found: the pattern no longer matches the docs", checked)
 	}
 }
