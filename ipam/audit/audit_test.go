@@ -360,7 +360,7 @@ func TestRecordsAgainstCalicoAreJudgedByWhatRuns(t *testing.T) {
 		want []audit.Kind
 	}{
 		{shared, []audit.Kind{audit.Duplicate}},
-		{stale, []audit.Kind{audit.OrphanRecord}}, // bare, as every address of a report (issue 22)
+		{stale, []audit.Kind{audit.OrphanRecord}},             // bare, as every address of a report (issue 22)
 		{early, []audit.Kind{audit.EarlyRelease, audit.Leak}}, // and c10's own handle, not running, leaks
 	} {
 		if !reflect.DeepEqual(at[tt.addr], tt.want) {

@@ -41,7 +41,7 @@ func ReadFile(path, binDir string) (*File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("CNI config %s: %w", path, err)
 		}
-		return fileFromPlugin(path, c.Network, stdin, takenOver)
+		return fileFromPlugin(path, c.Network, stdin, takenOver, binDir)
 	}
 	return nil, fmt.Errorf("CNI config %s: no plugin of network %q has an ipam section", path, c.Network)
 }
@@ -55,7 +55,7 @@ func isTakenOver(p Plugin, binDir string) (bool, error) {
 	return IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
 }
 
-func fileFromPlugin(path, network string, stdin []byte, takenOver bool) (*File, error) {
+func fileFromPlugin(path, network string, stdin []byte, takenOver bool, binDir string) (*File, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(stdin, &top); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)
@@ -68,7 +68,7 @@ func fileFromPlugin(path, network string, stdin []byte, takenOver bool) (*File, 
 	if !takenOver && !namesSafeIPAM(top) {
 		return f, nil
 	}
-	if f.SafeIPAM, err = config.Parse(stdin); err != nil {
+	if f.SafeIPAM, err = config.ParseOnNode(stdin, binDir); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)
 	}
 	return f, nil

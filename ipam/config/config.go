@@ -81,6 +81,9 @@ type Config struct {
 	// VerbTimeout bounds a whole CNI call, the delegate and lock waits
 	// included.
 	VerbTimeout time.Duration
+	// FromNode lists the ipam keys the node settings gave (see
+	// ParseOnNode).
+	FromNode []string
 
 	top  map[string]json.RawMessage
 	ipam map[string]json.RawMessage
@@ -88,7 +91,9 @@ type Config struct {
 
 // Parse reads a plugin config. Errors are *types.Error: code 6 when the
 // JSON does not decode, 7 when a value is invalid; messages name the field.
-func Parse(stdin []byte) (*Config, error) {
+func Parse(stdin []byte) (*Config, error) { return parse(stdin, nil, "") }
+
+func parse(stdin []byte, node map[string]json.RawMessage, nodePath string) (*Config, error) {
 	c := &Config{}
 	if err := json.Unmarshal(stdin, &c.top); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network config: %v", err), "")
@@ -99,7 +104,11 @@ func Parse(stdin []byte) (*Config, error) {
 	if err := c.readTop(); err != nil {
 		return nil, err
 	}
+	c.FromNode = c.fillFromNode(node)
 	if err := c.readIPAM(); err != nil {
+		if len(c.FromNode) > 0 {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("%v (ipam keys %v from node settings %s)", err, c.FromNode, nodePath), "")
+		}
 		return nil, err
 	}
 	return c, nil

@@ -191,7 +191,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.Error = err.Error()
 		return net
 	}
-	cfg, err := config.Parse(stdin)
+	cfg, err := config.ParseOnNode(stdin, n.BinDir)
 	if err != nil {
 		net.Error = "safe-ipam refuses the config: " + err.Error()
 		return net

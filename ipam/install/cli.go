@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
 // Exit codes of install and uninstall: admin's, named for what they mean
@@ -31,6 +33,37 @@ type cliFlags struct {
 	dryRun, watch bool
 	out           *admin.Output
 	settle        time.Duration
+	// handles, store and logFile are node settings; "" leaves them.
+	handles, store, logFile string
+}
+
+// settings are the node settings the flags give, nil for none.
+func (f *cliFlags) settings() (Settings, error) {
+	s := Settings{}
+	switch f.handles {
+	case "":
+	case config.HandlesContainer, config.HandlesPod:
+		s["delegateHandles"] = f.handles
+	default:
+		return nil, fmt.Errorf("--delegate-handles %q: %q or %q", f.handles, config.HandlesContainer, config.HandlesPod)
+	}
+	switch f.store {
+	case "":
+	case config.StoreFile, config.StoreEtcd:
+		s["store"] = map[string]string{"type": f.store}
+	default:
+		return nil, fmt.Errorf("--store %q: %q or %q", f.store, config.StoreFile, config.StoreEtcd)
+	}
+	if f.logFile != "" {
+		if f.logFile != "-" && !filepath.IsAbs(f.logFile) {
+			return nil, fmt.Errorf("--log-file %q: an absolute path, or - for stderr only", f.logFile)
+		}
+		s["logFile"] = strings.TrimPrefix(f.logFile, "-")
+	}
+	if len(s) == 0 {
+		return nil, nil
+	}
+	return s, nil
 }
 
 // parseCLI parses install's or uninstall's flags; stop says the command
@@ -45,6 +78,9 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM`)
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
+		fs.StringVar(&f.handles, "delegate-handles", "", `node setting: "container", or "pod" for a calico-ipam that keys ADD by namespace.podname as Calico 2.x did (unchanged when not given)`)
+		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd); default as the plugin infers it`)
+		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
 	}
@@ -66,7 +102,12 @@ nothing, and idempotent. It makes its changes unless --dry-run is given.
 Exit 0 when installed, 1 when refused (nothing changed; the message says
 why), 2 on a usage error.
 
-Example: safe-ipam install --mode=takeover --dry-run
+The node settings (--delegate-handles, --store, --log-file) go to
+<cni-bin-dir>/.safe-ipam.json, which calico-node never rewrites; the
+plugin takes each one its network config leaves out. Uninstall removes
+the file.
+
+Example: safe-ipam install --mode=takeover --delegate-handles=pod --dry-run
 
 `,
 	"uninstall": `Usage: safe-ipam uninstall [flags]
@@ -99,10 +140,15 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "safe-ipam install:", err)
 		return ExitError
 	}
-	if f.watch {
-		return runWatch(f, mode, self, stderr)
+	settings, err := f.settings()
+	if err != nil {
+		fmt.Fprintln(stderr, "safe-ipam install:", err)
+		return ExitError
 	}
-	r, err := Install(f.node, mode, self, f.dryRun)
+	if f.watch {
+		return runWatch(f, mode, self, settings, stderr)
+	}
+	r, err := InstallWith(f.node, mode, self, settings, f.dryRun)
 	code = report("install", f, r, err, stdout, stderr)
 	if code == ExitOK && !f.dryRun {
 		w := stdout
@@ -187,11 +233,11 @@ func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Wri
 }
 
 // runWatch installs and keeps the install until SIGTERM or SIGINT.
-func runWatch(f *cliFlags, mode Mode, self string, stderr io.Writer) int {
+func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("cmd", "install --watch")
-	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settle: f.settle, Log: log}
+	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settings: settings, Settle: f.settle, Log: log}
 	// Once safe-ipam is in place, records written before the address
 	// index get their entries: every start of the DaemonSet (an upgrade
 	// of safe-ipam included) runs the migration.

@@ -78,8 +78,17 @@ type Result struct {
 // Install puts safe-ipam on the node in mode m, all or nothing, under the
 // node's lock. With dryRun it only plans.
 func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
+	return InstallWith(n, m, self, nil, dryRun)
+}
+
+// InstallWith is Install that also writes the node settings s (nil:
+// leaves them as they are).
+func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result, error) {
 	return locked(n, dryRun, func() (*Plan, []string, error) {
 		p, err := m.Install(n, self)
+		if err == nil {
+			err = n.planSettings(p, s)
+		}
 		return p, nil, err
 	}, m.Name())
 }
@@ -93,7 +102,13 @@ func Uninstall(n Node, m Mode, dryRun bool) (*Result, error) {
 		return nil, err
 	}
 	defer release()
-	return locked(n, dryRun, func() (*Plan, []string, error) { return m.Uninstall(n) }, m.Name())
+	return locked(n, dryRun, func() (*Plan, []string, error) {
+		p, notes, err := m.Uninstall(n)
+		if err == nil {
+			n.planForgetSettings(p)
+		}
+		return p, notes, err
+	}, m.Name())
 }
 
 func locked(n Node, dryRun bool, plan func() (*Plan, []string, error), mode string) (*Result, error) {

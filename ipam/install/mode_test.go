@@ -343,3 +343,39 @@ func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
 		}
 	}
 }
+
+// Issue 22: install writes the node settings beside the binary, where
+// calico-node's installer never writes; a later install without settings
+// keeps them; uninstall removes them with the last safe-ipam binary and
+// leaves the node as it was.
+func TestInstallWritesNodeSettingsUninstallRemovesThem(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := InstallWith(f.node, mc.mode, f.self, Settings{"delegateHandles": "pod"}, false); err != nil {
+				t.Fatal(err)
+			}
+			path := f.node.bin(config.NodeSettingsFile)
+			read := func() string {
+				data, _ := os.ReadFile(path)
+				return string(data)
+			}
+			if !strings.Contains(read(), `"delegateHandles": "pod"`) {
+				t.Fatalf("node settings %q", read())
+			}
+			f.calicoRestarts(t, "v3.31.1")
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(read(), `"delegateHandles": "pod"`) {
+				t.Fatalf("after Calico's restart and a re-install: node settings %q", read())
+			}
+			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("node settings left after uninstall: %v", err)
+			}
+		})
+	}
+}

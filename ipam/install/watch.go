@@ -34,11 +34,13 @@ func (r Reassertion) Window() time.Duration { return r.Done.Sub(r.Seen) }
 // dir changes, it runs the mode's install again, which changes nothing
 // when the node is still protected.
 type Watcher struct {
-	Node   Node
-	Mode   Mode
-	Self   string
-	Settle time.Duration
-	Log    *slog.Logger
+	// Settings are the node settings each install writes (nil: none).
+	Settings Settings
+	Node     Node
+	Mode     Mode
+	Self     string
+	Settle   time.Duration
+	Log      *slog.Logger
 	// Reasserted, if set, is told of every re-assertion (tests measure
 	// the window with it).
 	Reasserted func(Reassertion)
@@ -134,7 +136,7 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 
 // reassert installs again and says whether the node is protected.
 func (w *Watcher) reassert(seen time.Time, trigger string, retry time.Duration) bool {
-	r, err := Install(w.Node, w.Mode, w.Self, false)
+	r, err := InstallWith(w.Node, w.Mode, w.Self, w.Settings, false)
 	if err != nil {
 		w.Log.Error("node not protected: install failed", "mode", w.Mode.Name(), "trigger", trigger, "retry_in", retry, "error", err)
 		return false

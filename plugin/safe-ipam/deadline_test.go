@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,4 +118,37 @@ func TestTheDelegateDiesWithSafeIPAM(t *testing.T) {
 	_ = cmd.Wait()
 	waitGone(t, "safe-ipam's death", delegate)
 	_ = syscall.Kill(pidIn(t, filepath.Join(dir, "child.pid")), syscall.SIGKILL) // a grandchild is the delegate's to reap
+}
+
+// Issue 22: the node settings beside the binary (as install writes them)
+// reach the plugin: a takeover node can say delegateHandles "pod" where
+// calico-node never rewrites it.
+func TestNodeSettingsBesideTheBinary(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile(filepath.Join(binDir, "safe-ipam"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := filepath.Join(dir, "safe-ipam")
+	if err := os.WriteFile(self, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".safe-ipam.json"), []byte(`{"delegateHandles":"pod"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := hostLocalConf(t, "1.0.0", "")
+	cmd := exec.Command(self)
+	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir,
+		"CNI_ARGS=K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"}
+	cmd.Stdin = strings.NewReader(conf)
+	if out, err := cmd.Output(); err != nil {
+		t.Fatalf("ADD: %v %s", err, out)
+	}
+	var m map[string]any
+	_ = json.Unmarshal([]byte(conf), &m)
+	store := m["ipam"].(map[string]any)["store"].(map[string]any)["dir"].(string)
+	rec, err := os.ReadFile(filepath.Join(store, "net1", "c1:eth0"))
+	if err != nil || !strings.Contains(string(rec), `"handle":"c1"`) {
+		t.Fatalf("record %s, %v; want the pod-mode handle c1 (the node settings' delegateHandles)", rec, err)
+	}
 }

@@ -10,6 +10,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -80,7 +81,7 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 	ctx := logging.WithTrace(context.Background(), c.trace)
 	defer c.trace.Write()
 	env := guard.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
-	cfg, err := config.Parse(args.StdinData)
+	cfg, err := config.ParseOnNode(args.StdinData, ownDir())
 	if err != nil {
 		return err
 	}
@@ -104,4 +105,14 @@ func (c cni) withGuard(verb string, args *skel.CmdArgs, run func(context.Context
 		log.Error("stopped at the deadline", "error", err)
 	}
 	return err
+}
+
+// ownDir is the directory safe-ipam runs from, where install keeps the
+// node settings ("" when it cannot tell: none are read).
+func ownDir() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Dir(self)
 }
