@@ -272,13 +272,20 @@ func (p *adoptProof) conflist() string {
 // together, and the exit code.
 func (p *adoptProof) safeIPAM(args ...string) (string, int) {
 	p.t.Helper()
-	cmd := exec.CommandContext(p.ctx, p.c.Bin.Path(testbed.SafeIPAM), args...)
+	return runSafeIPAM(p.ctx, p.t, p.c.Bin, args...)
+}
+
+// runSafeIPAM runs safe-ipam (an admin command, which it hands to
+// safe-ipam-admin) and returns its output and exit code.
+func runSafeIPAM(ctx context.Context, t *testing.T, bin testbed.Binaries, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, bin.Path(testbed.SafeIPAM), args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		p.t.Fatalf("safe-ipam %s: %v", args[0], err)
+		t.Fatalf("safe-ipam %s: %v", args[0], err)
 	}
 	return out.String(), cmd.ProcessState.ExitCode()
 }

@@ -152,6 +152,18 @@ func (a *analysis) indexRecords() {
 	}
 }
 
+// oneVM: the records hold the address under one KubeVirt VM's handle
+// (pods of one VM, as a live migration's source and target), which
+// Calico shares on purpose.
+func oneVM(recs []*record.Record) bool {
+	for _, r := range recs[1:] {
+		if !r.Shares(recs[0]) {
+			return false
+		}
+	}
+	return true
+}
+
 func recordNames(recs []*record.Record) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
@@ -164,7 +176,7 @@ func recordNames(recs []*record.Record) []string {
 // checkRecords compares each committed record's addresses with Calico.
 func (a *analysis) checkRecords() {
 	for addr, recs := range a.recByAddr {
-		if len(recs) > 1 {
+		if len(recs) > 1 && !oneVM(recs) {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Records: recordNames(recs), Node: recs[0].Node,
 				Why: fmt.Sprintf("%d committed records hold the address", len(recs))})
 			continue
@@ -286,7 +298,7 @@ func (a *analysis) checkHandles() {
 		if calicoOwned(handle, first) {
 			continue
 		}
-		if calico.IsVMHandle(handle) {
+		if calico.IsVMHandle(handle) && len(a.recByHdl[handle]) == 0 {
 			a.add(Finding{Kind: Unverified, Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String(),
 				Why: "a KubeVirt VM's handle: Calico keeps a VM's address under it across the VM's pods, so it is judged by its VM, which this audit does not read; never released"})
 			continue

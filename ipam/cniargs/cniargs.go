@@ -87,3 +87,20 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// With returns the arguments with key set to value: its pair replaced in
+// place, or appended.
+func (a Args) With(key, value string) Args {
+	out := Args{pairs: make([][2]string, 0, len(a.pairs)+1)}
+	set := false
+	for _, p := range a.pairs {
+		if p[0] == key {
+			p[1], set = value, true
+		}
+		out.pairs = append(out.pairs, p)
+	}
+	if !set {
+		out.pairs = append(out.pairs, [2]string{key, value})
+	}
+	return out
+}

@@ -127,8 +127,14 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	committed := *pending
 	committed.State, committed.IPs, committed.Result, committed.Updated = record.Committed, ips, raw, g.now().UTC()
 	committed.Owner = nil
+	if vm := g.vmHandle(ctx, pending, ips); vm != "" {
+		committed.Handle = vm
+	}
 	_, err = g.store.Commit(ctx, pending, &committed)
 	var held *store.HeldError
+	if errors.As(err, &held) && committed.Shares(held.Holder) {
+		err = g.share(ctx, pending, &committed, held.Holder)
+	}
 	if errors.As(err, &held) && g.settleDeadHolder(ctx, held.Holder, cniPath) {
 		_, err = g.store.Commit(ctx, pending, &committed)
 	}

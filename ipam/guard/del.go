@@ -50,6 +50,9 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 	if err := g.release(ctx, att, env, args, prev); err != nil {
 		return err
 	}
+	if err := g.releaseVM(ctx, marked, env, args); err != nil {
+		return err
+	}
 	g.releasePodHandle(ctx, marked, env)
 	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
@@ -60,6 +63,7 @@ func (g *Guard) Del(ctx context.Context, env Env) error {
 		if _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {
 			return storeError("forgetting "+att.String(), err)
 		}
+		g.handBack(ctx, marked)
 	}
 	g.at(DelForgotten)
 	g.log.Info("DEL", "attachment", att.String())
@@ -222,6 +226,9 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
+	if err := g.releaseVM(ctx, marked, Env{Path: env.Path}, cniargs.Args{}); err != nil {
+		return err
+	}
 	g.releasePodHandle(ctx, marked, env)
 	marked, err := g.releaseQuarantines(ctx, marked, env)
 	if err != nil {
@@ -231,6 +238,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 	if _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {
 		return storeError("forgetting "+att.String(), err)
 	}
+	g.handBack(ctx, marked)
 	g.at(GCForgotten)
 	g.log.Info("GC released", "attachment", att.String(), "ips", marked.IPs)
 	return nil

@@ -59,6 +59,11 @@ type Record struct {
 	// Stores fill this in; the etcd store keeps them under keys of their
 	// own, so a DEL's blind mark cannot lose them.
 	Quarantined []Quarantine `json:"quarantined,omitempty"`
+	// SharedWith is the record whose address index entries this one took
+	// over when committed: both hold one shared handle's addresses (a
+	// KubeVirt VM's, see SharedHandle). Released first, it hands them
+	// back.
+	SharedWith *Peer `json:"sharedWith,omitempty"`
 
 	// Revision identifies this version of the record in its store, for
 	// compare-and-swap. Stores set it; it is not part of the record's JSON.
@@ -148,6 +153,14 @@ func (r *Record) CheckStored(att Attachment, node string) error {
 	for _, ip := range r.IPs {
 		if _, ok := ParseAddr(ip); !ok {
 			return fmt.Errorf("%s: address %q does not parse", att, ip)
+		}
+	}
+	if r.SharedWith != nil {
+		if err := r.SharedWith.check(att.Network); err != nil {
+			return fmt.Errorf("%s: %w", att, err)
+		}
+		if !SharedHandle(att.Network, r.Handle) {
+			return fmt.Errorf("%s: sharedWith set, but handle %q is not a shared one", att, r.Handle)
 		}
 	}
 	return nil

@@ -47,7 +47,7 @@ func (w *vmWorld) launcher(name, migrationUID string) pod {
 		w.t.Fatal(err)
 	}
 	pod := pod{container: "c-" + name, namespace: "default", name: "virt-launcher-" + w.vm.Name + "-" + name}
-	if err := SeedVirtLauncher(w.ctx, dyn, w.vm, pod.name, migrationUID); err != nil {
+	if _, err := SeedVirtLauncher(w.ctx, dyn, w.vm, pod.name, migrationUID); err != nil {
 		w.t.Fatal(err)
 	}
 	return pod

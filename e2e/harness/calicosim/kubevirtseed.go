@@ -75,8 +75,8 @@ func SeedVM(ctx context.Context, dyn dynamic.Interface, namespace, name string, 
 }
 
 // SeedVirtLauncher creates the virt-launcher pod pod of vm, labelled as a
-// live-migration target when migrationUID is set.
-func SeedVirtLauncher(ctx context.Context, dyn dynamic.Interface, vm *VM, pod, migrationUID string) error {
+// live-migration target when migrationUID is set, and returns its UID.
+func SeedVirtLauncher(ctx context.Context, dyn dynamic.Interface, vm *VM, pod, migrationUID string) (string, error) {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]any{"name": pod, "namespace": vm.Namespace},
@@ -88,15 +88,38 @@ func SeedVirtLauncher(ctx context.Context, dyn dynamic.Interface, vm *VM, pod, m
 	if migrationUID != "" {
 		obj.SetLabels(map[string]string{migrationJobLabel: migrationUID})
 	}
-	if _, err := dyn.Resource(gvrPods).Namespace(vm.Namespace).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("creating pod %s/%s: %w", vm.Namespace, pod, err)
+	created, err := dyn.Resource(gvrPods).Namespace(vm.Namespace).Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("creating pod %s/%s: %w", vm.Namespace, pod, err)
 	}
+	return string(created.GetUID()), nil
+}
+
+// RecreateVMI replaces vm's VMI with a new one of the same name (a VM
+// restart: KubeVirt deletes the VMI and creates the next), owned by the
+// VM as before.
+func RecreateVMI(ctx context.Context, dyn dynamic.Interface, vm *VM) error {
+	r := dyn.Resource(gvrVMIs).Namespace(vm.Namespace)
+	old, err := r.Get(ctx, vm.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading VMI %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	if err := r.Delete(ctx, vm.Name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting VMI %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	vmi := kubeVirtObject("VirtualMachineInstance", vm.Namespace, vm.Name)
+	vmi.SetOwnerReferences(old.GetOwnerReferences())
+	created, err := r.Create(ctx, vmi, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating VMI %s/%s again: %w", vm.Namespace, vm.Name, err)
+	}
+	vm.VMIUID = string(created.GetUID())
 	return nil
 }
 
 // DeleteVM starts deleting the VM (the VMI when standalone) as KubeVirt
 // does while its pods stop: a finalizer keeps it, with its
-// deletionTimestamp, until FinishVMDeletion.
+// deletionTimestamp, while the test's DELs come.
 func DeleteVM(ctx context.Context, dyn dynamic.Interface, vm *VM) error {
 	r := dyn.Resource(gvrVMs).Namespace(vm.Namespace)
 	if vm.Standalone {
@@ -125,3 +148,15 @@ func owner(kind string, obj *unstructured.Unstructured) metav1.OwnerReference {
 	yes := true
 	return metav1.OwnerReference{APIVersion: "kubevirt.io/v1", Kind: kind, Name: obj.GetName(), UID: obj.GetUID(), Controller: &yes}
 }
+
+// DeletePod deletes a pod object, as the API server does once the kubelet
+// has stopped it (its CNI DEL may still come later).
+func DeletePod(ctx context.Context, dyn dynamic.Interface, namespace, pod string) error {
+	if err := dyn.Resource(gvrPods).Namespace(namespace).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting pod %s/%s: %w", namespace, pod, err)
+	}
+	return nil
+}
+
+// NewDynamic is a dynamic client for cfg, as the seeding functions take.
+func NewDynamic(cfg *rest.Config) (dynamic.Interface, error) { return newDynamic(cfg) }

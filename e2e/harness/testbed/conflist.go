@@ -23,6 +23,9 @@ type Network struct {
 	Safe *SafeConfig
 	// CalicoLog is calico-ipam's log_file_path, if set.
 	CalicoLog string
+	// Kubeconfig, when set, is kubernetes.kubeconfig, through which
+	// calico-ipam looks KubeVirt's pods and VMs up (with any datastore).
+	Kubeconfig string
 }
 
 // SafeConfig is safe-ipam's part of the ipam section.
@@ -68,6 +71,9 @@ func (n Network) PluginConfig() map[string]any {
 		"type":     PTP,
 		"nodename": n.Node,
 		"ipam":     n.ipam(),
+	}
+	if n.Kubeconfig != "" {
+		conf["kubernetes"] = map[string]any{"kubeconfig": n.Kubeconfig}
 	}
 	n.Datastore.netConf(conf)
 	if n.CalicoLog != "" {

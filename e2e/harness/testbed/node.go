@@ -29,6 +29,8 @@ const commandTimeout = 60 * time.Second
 type Pod struct {
 	Namespace string
 	Name      string
+	// UID, when set, is passed as K8S_POD_UID, as the kubelet does.
+	UID string
 }
 
 func (p Pod) String() string { return p.Namespace + "/" + p.Name }
@@ -61,6 +63,9 @@ func (s Sandbox) cniArgs() string {
 			"K8S_POD_NAMESPACE="+s.Pod.Namespace,
 			"K8S_POD_NAME="+s.Pod.Name,
 			"K8S_POD_INFRA_CONTAINER_ID="+s.ContainerID())
+		if s.Pod.UID != "" {
+			args = append(args, "K8S_POD_UID="+s.Pod.UID)
+		}
 	}
 	return strings.Join(args, ";")
 }

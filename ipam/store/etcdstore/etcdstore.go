@@ -198,14 +198,14 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 
 // keepKnown carries into this DEL's marker what the record it replaced
 // knew: its addresses (so that forgetting drops their index entries), its
-// handle and its pod. The record may be an earlier DEL's marker, which
+// handle (with the record it shares it with) and its pod. The record may be an earlier DEL's marker, which
 // knows only what that DEL knew.
 func keepKnown(marker, old *record.Record) {
 	if len(old.IPs) > 0 {
 		marker.IPs = old.IPs
 	}
 	if old.Handle != "" {
-		marker.Handle = old.Handle
+		marker.Handle, marker.SharedWith = old.Handle, old.SharedWith
 	}
 	if old.PodName != "" {
 		marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID

@@ -90,7 +90,7 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 		if !sameRevision(cur, pending) {
 			return s.withQuarantines(ctx, s.decodeFirst(att, cur), key), store.ErrConflict
 		}
-		if err := s.judgeHolders(ctx, key, att.Network, committed.IPs, resp.Responses[1:], takeover); err != nil {
+		if err := s.judgeHolders(ctx, key, committed, resp.Responses[1:], takeover); err != nil {
 			return nil, err
 		}
 	}
@@ -98,10 +98,13 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 }
 
 // judgeHolders reads the holders of the index entries that stopped a
-// commit. A committed holder is a *HeldError. An entry whose holder record
-// is gone, is being released, or is the committing record itself may be
-// taken over, if the entry and the holder do not change meanwhile.
-func (s *Store) judgeHolders(ctx context.Context, key, network string, ips []string, gets []*etcdserverpb.ResponseOp, takeover map[string][]clientv3.Cmp) error {
+// commit. A committed holder is a *HeldError, unless the committing record
+// takes its entries over (record.TakesOver: both hold a shared handle's
+// addresses). An entry whose holder record is gone, is being released, or
+// is the committing record itself may be taken over, if the entry and the
+// holder do not change meanwhile.
+func (s *Store) judgeHolders(ctx context.Context, key string, committed *record.Record, gets []*etcdserverpb.ResponseOp, takeover map[string][]clientv3.Cmp) error {
+	network, ips := committed.Network, committed.IPs
 	for i, g := range gets {
 		kvs := g.GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
@@ -124,7 +127,7 @@ func (s *Store) judgeHolders(ctx context.Context, key, network string, ips []str
 			continue
 		}
 		holder, err := decodeStored(s.prefix, holderKey, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-		if err == nil && holder.State == record.Committed {
+		if err == nil && holder.State == record.Committed && !committed.TakesOver(holder) {
 			return &store.HeldError{Addr: ips[i], Holder: holder}
 		}
 		takeover[ik] = []clientv3.Cmp{entry, clientv3.Compare(clientv3.ModRevision(holderKey), "=", resp.Kvs[0].ModRevision)}

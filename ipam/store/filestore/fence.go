@@ -46,7 +46,7 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 		if !store.SameRevision(cur, pending) {
 			return cur, false
 		}
-		if held = s.claim(att, committed.IPs); held != nil {
+		if held = s.claim(committed); held != nil {
 			return cur, false
 		}
 		return committed, true
@@ -57,12 +57,14 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 	return out, err
 }
 
-// claim points the index at att for each address, unless a committed
-// record of another attachment holds one (a *HeldError). An entry naming
-// a record that is gone or not committed is taken over.
-func (s *Store) claim(att record.Attachment, ips []string) error {
+// claim points the index at committed for each address, unless a
+// committed record of another attachment holds one (a *HeldError) that
+// committed does not take over (record.TakesOver). An entry naming a
+// record that is gone or not committed is taken over.
+func (s *Store) claim(committed *record.Record) error {
+	att := committed.Attachment
 	var links []string
-	for _, ip := range ips {
+	for _, ip := range committed.IPs {
 		link := s.addressLink(att.Network, ip)
 		target, err := os.Readlink(link)
 		switch {
@@ -77,7 +79,7 @@ func (s *Store) claim(att record.Attachment, ips []string) error {
 			if err != nil {
 				return err
 			}
-			if holder != nil && holder.State == record.Committed {
+			if holder != nil && holder.State == record.Committed && !committed.TakesOver(holder) {
 				return &store.HeldError{Addr: ip, Holder: holder}
 			}
 		}

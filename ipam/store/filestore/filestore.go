@@ -213,7 +213,7 @@ func (s *Store) locked(ctx context.Context, att record.Attachment, decide func(c
 func keepAddresses(marker, old *record.Record) *record.Record {
 	marker.IPs, marker.Result, marker.Created = old.IPs, old.Result, old.Created
 	marker.PodNamespace, marker.PodName, marker.PodUID = old.PodNamespace, old.PodName, old.PodUID
-	marker.Handle, marker.Quarantined = old.Handle, old.Quarantined
+	marker.Handle, marker.Quarantined, marker.SharedWith = old.Handle, old.Quarantined, old.SharedWith
 	return marker
 }
 

@@ -27,6 +27,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"an ADD's takeover drops the quarantines, a retried mark keeps them", takeoverDropsQuarantines},
 		{"records written before the index get their entries", reindexOldRecords},
 		{"any number of quarantines is forgotten, with the holder unchanged", unquarantineMany},
+		{"a record of the same VM takes the entries over, naming their holder", sharedHandle},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
@@ -36,6 +37,13 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 // commitWith creates a pending record for cid and commits it with ips.
 func commitWith(t *testing.T, s store.Store, cid string, ips ...string) (*record.Record, *record.Record, error) {
 	t.Helper()
+	return commitEdited(t, s, cid, func(c *record.Record) { c.IPs = ips })
+}
+
+// commitEdited creates a pending record for cid and commits it as edit
+// makes it.
+func commitEdited(t *testing.T, s store.Store, cid string, edit func(*record.Record)) (*record.Record, *record.Record, error) {
+	t.Helper()
 	att := attachment(cid)
 	p := pending(att)
 	p.Node = "node1"
@@ -44,7 +52,8 @@ func commitWith(t *testing.T, s store.Store, cid string, ips ...string) (*record
 		t.Fatalf("create %s: %v", cid, err)
 	}
 	c := *p
-	c.State, c.IPs = record.Committed, ips
+	c.State = record.Committed
+	edit(&c)
 	out, err := s.Commit(ctx, p, &c)
 	return p, out, err
 }
@@ -309,5 +318,62 @@ func unquarantineMany(t *testing.T, s store.Store) {
 	}
 	if _, err := s.Swap(ctx, atts[n-1], nil, pending(atts[n-1])); err != nil {
 		t.Fatalf("after the holder went: %v", err)
+	}
+}
+
+// commitShared commits cid with ips under handle, naming with as the
+// record it shares its addresses with.
+func commitShared(t *testing.T, s store.Store, cid string, with *record.Record, handle string, ips ...string) (*record.Record, error) {
+	t.Helper()
+	_, out, err := commitEdited(t, s, cid, func(c *record.Record) {
+		c.IPs, c.Handle = ips, handle
+		if with != nil {
+			c.SharedWith = &record.Peer{Attachment: with.Attachment, Node: with.Node}
+		}
+	})
+	return out, err
+}
+
+func sharedHandle(t *testing.T, s store.Store) {
+	const vm = "net1.vmi.default.vm1"
+	source, err := commitShared(t, s, "source", nil, vm, "10.0.0.1/26")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held *store.HeldError
+	// Sharing must be named, under the same VM handle: another VM's pod,
+	// an ordinary pod, or one that does not name the holder is fenced.
+	for cid, c := range map[string]struct {
+		with   *record.Record
+		handle string
+	}{
+		"unnamed":  {nil, vm},
+		"other-vm": {source, "net1.vmi.default.vm2"},
+		"ordinary": {source, "net1.ordinary"},
+	} {
+		if _, err := commitShared(t, s, cid, c.with, c.handle, "10.0.0.1/26"); !errors.As(err, &held) || held.Holder.Attachment != source.Attachment {
+			t.Fatalf("%s: commit = %v; want held by the source", cid, err)
+		}
+	}
+	target, err := commitShared(t, s, "target", source, vm, "10.0.0.1/26")
+	if err != nil {
+		t.Fatalf("the migration target's commit: %v", err)
+	}
+	// The target holds the entry now: forgetting the source leaves it.
+	m, err := s.MarkReleasing(ctx, marker(source.Attachment))
+	if err != nil || m == nil || m.Handle != vm {
+		t.Fatalf("mark source = %+v, %v", m, err)
+	}
+	if _, err := s.Swap(ctx, source.Attachment, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := commitWith(t, s, "after-source", "10.0.0.1/26"); !errors.As(err, &held) || held.Holder.Attachment != target.Attachment {
+		t.Fatalf("after the source went: commit = %v; want held by the target", err)
+	}
+	// A mark keeps whom the record shares with, so its DEL can hand the
+	// entries back.
+	m, err = s.MarkReleasing(ctx, marker(target.Attachment))
+	if err != nil || !m.SharedWith.Is(source) || m.Handle != vm {
+		t.Fatalf("mark target = %+v, %v; want it to share with the source", m, err)
 	}
 }

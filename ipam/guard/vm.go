@@ -1,0 +1,142 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// KubeVirt VMs (Calico 3.32 and later): calico-ipam keeps a virt-launcher
+// pod's addresses under its VM's handle, which outlives the pod and is
+// shared with the VM's next pod and its live-migration target. safe-ipam
+// keeps out of Calico's way for those addresses: the record names the VM
+// handle, a pod of the same VM may hold the address beside it, and the
+// release passes the pod's identity, so that calico-ipam clears the pod's
+// owner attributes and frees the address only once the VM is deleted.
+// Anyone else given the address is fenced as usual.
+
+// virtLauncherPrefix starts the name of every pod KubeVirt runs a VM in;
+// calico-ipam looks no other pod up.
+const virtLauncherPrefix = "virt-launcher-"
+
+// vmHandle is the VM handle Calico keeps ips under, after the delegate's
+// ADD of a virt-launcher pod, or "" when they are the container's. Only
+// such pods are looked up (one read of Calico's etcd), so an ordinary
+// pod's ADD costs nothing more. What cannot be read leaves the container
+// handle: the address is then fenced from the VM's other pods, never
+// shared on a guess.
+func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []string) string {
+	ns, pod := pending.PodNamespace, pending.PodName
+	if g.cfg.DelegateHandles == config.HandlesPod || ns == "" || !strings.HasPrefix(pod, virtLauncherPrefix) || len(ips) == 0 {
+		return ""
+	}
+	handle, err := g.allocationHandle(ctx, ips)
+	if err != nil {
+		g.log.Warn("ADD of a virt-launcher pod: cannot read which handle Calico keeps its addresses under; recording the container's", "pod", ns+"/"+pod, "error", err)
+		return ""
+	}
+	// A VM of another namespace cannot be this pod's; a hashed handle
+	// ("<network>.vmi._<hash>") does not name one.
+	prefix := g.cfg.Network + ".vmi."
+	if !strings.HasPrefix(handle, prefix+ns+".") && !strings.HasPrefix(handle, prefix+"_") {
+		return ""
+	}
+	return handle
+}
+
+// allocationHandle reads the one handle Calico keeps every one of ips
+// under; addresses under different handles are an error.
+func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, error) {
+	cli, err := g.calicoEtcd(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var handle string
+	for i, ip := range ips {
+		addr, ok := record.ParseAddr(ip)
+		if !ok {
+			return "", errors.New("address " + ip + " does not parse")
+		}
+		h, err := calico.AllocationHandle(ctx, cli, addr)
+		if err != nil {
+			return "", err
+		}
+		if i > 0 && h != handle {
+			return "", errors.New("the pod's addresses are under handles " + handle + " and " + h)
+		}
+		handle = h
+	}
+	return handle, nil
+}
+
+// releaseVM runs the delegate DEL of a VM's record with the pod's
+// identity, after the release by container: calico-ipam clears this
+// pod's owner attributes (under its preconditions, so a late DEL of an
+// old pod leaves the VM's next pod alone) and frees the VM's addresses
+// once the VM is being deleted and no pod owns them.
+func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env Env, args cniargs.Args) error {
+	if rec == nil || !record.SharedHandle(rec.Network, rec.Handle) || rec.PodName == "" {
+		return nil
+	}
+	args = args.With(cniargs.PodNamespace, rec.PodNamespace).With(cniargs.PodName, rec.PodName)
+	if rec.PodUID != "" {
+		args = args.With(cniargs.PodUID, rec.PodUID)
+	}
+	if args.Get("IgnoreUnknown") == "" {
+		args = args.With("IgnoreUnknown", "1")
+	}
+	call := delegate.Call{ContainerID: rec.ContainerID, NetNS: env.NetNS, IfName: rec.IfName, Args: args.String(), Path: env.Path}
+	if err := g.delegate.Run(ctx, "DEL", g.cfg.DelegateConfig(g.version, nil), call); err != nil {
+		return errors.Join(errors.New("releasing "+rec.Attachment.String()+" from VM handle "+rec.Handle), err)
+	}
+	g.log.Info("DEL passed the pod's identity for the VM's handle", "attachment", rec.Attachment.String(), "handle", rec.Handle)
+	return nil
+}
+
+// share commits committed beside holder, a record of the same VM, taking
+// its address index entries over (record.TakesOver).
+func (g *Guard) share(ctx context.Context, pending, committed *record.Record, holder *record.Record) error {
+	committed.SharedWith = &record.Peer{Attachment: holder.Attachment, Node: holder.Node}
+	_, err := g.store.Commit(ctx, pending, committed)
+	if err == nil {
+		g.log.Info("ADD shares its VM's address with the VM's other pod", "attachment", committed.Attachment.String(), "handle", committed.Handle, "with", holder.Attachment.String())
+	}
+	return err
+}
+
+// handBack gives the address index entries of rec, a released record
+// that shared a VM's addresses, back to the record it took them from, if
+// that one still holds them (a migration that failed: the target goes,
+// the source stays). Without it, the source's address would go unfenced.
+// It never fails the release.
+func (g *Guard) handBack(ctx context.Context, rec *record.Record) {
+	if rec == nil || rec.SharedWith == nil {
+		return
+	}
+	st := g.store
+	if peer := rec.SharedWith.Node; peer != "" && peer != g.node {
+		cluster, ok := g.store.(store.Cluster)
+		if !ok {
+			return // a file store holds this node's records only
+		}
+		st = cluster.ForNode(peer)
+	}
+	other, err := st.Get(ctx, rec.SharedWith.Attachment)
+	if err != nil || other == nil || other.State != record.Committed || !other.Shares(rec) {
+		return
+	}
+	if _, err := st.Commit(ctx, other, other); err != nil {
+		g.log.Warn("could not hand the VM's address back to its other pod", "released", rec.Attachment.String(), "to", other.Attachment.String(), "error", err)
+	}
+}

@@ -1,0 +1,57 @@
+package record
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Some handles are shared on purpose: Calico (3.32 and later) keys a
+// KubeVirt VM's addresses by the VM, "<network>.vmi.<namespace>.<name>",
+// so that every pod of the VM (after a restart, a live-migration target
+// beside its source) is given the same address. Two records holding such
+// an address under the same handle are one VM, not a duplicate.
+
+// SharedHandle says whether handle is one Calico gives several pods on
+// purpose (a VM's). No container ID holds ".vmi.".
+func SharedHandle(network, handle string) bool {
+	return strings.HasPrefix(handle, network+".vmi.")
+}
+
+// Shares says whether r and o hold their addresses under one shared
+// handle.
+func (r *Record) Shares(o *Record) bool {
+	return r.Network == o.Network && r.Handle == o.Handle && SharedHandle(r.Network, r.Handle)
+}
+
+// Peer names another node's or this node's record.
+type Peer struct {
+	Attachment
+	Node string `json:"node,omitempty"`
+}
+
+// Is says whether p names rec.
+func (p *Peer) Is(rec *Record) bool {
+	return p != nil && p.Attachment == rec.Attachment && p.Node == rec.Node
+}
+
+// TakesOver says whether committing r may take the address index entries
+// of holder, a committed record: r names holder as the record it shares
+// its addresses with (SharedWith), under the same shared handle.
+func (r *Record) TakesOver(holder *Record) bool {
+	return r.SharedWith.Is(holder) && r.Shares(holder)
+}
+
+func (p *Peer) check(network string) error {
+	if err := p.Attachment.Validate(); err != nil {
+		return fmt.Errorf("sharedWith: %w", err)
+	}
+	if p.Network != network {
+		return fmt.Errorf("sharedWith %s is not on network %s", p.Attachment, network)
+	}
+	if p.Node != "" {
+		if err := ValidateNode(p.Node); err != nil {
+			return fmt.Errorf("sharedWith %s: %w", p.Attachment, err)
+		}
+	}
+	return nil
+}
