@@ -1,6 +1,7 @@
 package calicosim
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -8,19 +9,40 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
-// vmWorld is the simulator on etcd with a real API server holding the
-// KubeVirt objects calico-ipam looks up.
+// vmWorld is the simulator, on etcd or on the Kubernetes datastore, with
+// a real API server holding the KubeVirt objects calico-ipam looks up.
 type vmWorld struct {
-	*sim
+	t          *testing.T
+	ctx        context.Context
 	kubeconfig string
 	vm         *VM
+	// conf is the network config; plugin the simulator; state Calico's
+	// data, on the world's datastore.
+	conf   func() []byte
+	plugin func() *Plugin
+	state  func() *Snapshot
 }
 
-func newVMWorld(t *testing.T, standalone bool) *vmWorld {
+// datastores are the two the VM tests run on.
+var datastores = []string{"etcd", "kubernetes"}
+
+func newVMWorld(t *testing.T, datastore string, standalone bool) *vmWorld {
 	t.Helper()
-	s := newSim(t, poolSpec{"pool1", "10.244.0.0/16", 26})
 	srv := kube.Get(t)
-	if err := InstallKubeVirtCRDs(s.ctx, srv.Config()); err != nil {
+	w := &vmWorld{t: t, kubeconfig: srv.Kubeconfig}
+	pool := poolSpec{"pool1", "10.244.0.0/16", 26}
+	if datastore == "kubernetes" {
+		k := newKDD(t, pool)
+		w.ctx, w.state = k.ctx, k.state
+		w.conf = func() []byte { return k.conf(nil) }
+		w.plugin = func() *Plugin { return kddPlugin(ModernHandles) }
+	} else {
+		s := newSim(t, pool)
+		w.ctx, w.state = s.ctx, s.state
+		w.conf = func() []byte { return s.conf(map[string]any{"kubernetes": map[string]any{"kubeconfig": w.kubeconfig}}) }
+		w.plugin = func() *Plugin { return s.plugin(ModernHandles) }
+	}
+	if err := InstallKubeVirtCRDs(w.ctx, srv.Config()); err != nil {
 		t.Fatal(err)
 	}
 	dyn, err := newDynamic(srv.Config())
@@ -28,12 +50,10 @@ func newVMWorld(t *testing.T, standalone bool) *vmWorld {
 		t.Fatal(err)
 	}
 	vms++
-	name := fmt.Sprintf("vm%d", vms)
-	vm, err := SeedVM(s.ctx, dyn, "default", name, standalone)
-	if err != nil {
+	if w.vm, err = SeedVM(w.ctx, dyn, "default", fmt.Sprintf("vm%d", vms), standalone); err != nil {
 		t.Fatal(err)
 	}
-	return &vmWorld{sim: s, kubeconfig: srv.Kubeconfig, vm: vm}
+	return w
 }
 
 // vms names each test's VM apart on the package's shared API server.
@@ -53,13 +73,9 @@ func (w *vmWorld) launcher(name, migrationUID string) pod {
 	return pod
 }
 
-func (w *vmWorld) conf() []byte {
-	return w.sim.conf(map[string]any{"kubernetes": map[string]any{"kubeconfig": w.kubeconfig}})
-}
-
 func (w *vmWorld) add(p pod) (netip.Prefix, int) {
 	w.t.Helper()
-	res, err := w.plugin(ModernHandles).Allocate(p.args(w.conf()))
+	res, err := w.plugin().Allocate(p.args(w.conf()))
 	if err != nil || len(res.IPs) != 1 {
 		w.t.Fatalf("ADD %s: %+v, %v", p.name, res, err)
 	}
@@ -68,7 +84,7 @@ func (w *vmWorld) add(p pod) (netip.Prefix, int) {
 
 func (w *vmWorld) del(p pod) {
 	w.t.Helper()
-	if err := w.plugin(ModernHandles).Del(p.args(w.conf())); err != nil {
+	if err := w.plugin().Del(p.args(w.conf())); err != nil {
 		w.t.Fatalf("DEL %s: %v", p.name, err)
 	}
 }
@@ -113,7 +129,12 @@ func (w *vmWorld) deleteVM() {
 // the VM runs keeps the address; once the VM is being deleted, the
 // target's DEL releases it.
 func TestKubeVirtMigration(t *testing.T) {
-	w := newVMWorld(t, false)
+	for _, ds := range datastores {
+		t.Run(ds, func(t *testing.T) { vmMigration(t, newVMWorld(t, ds, false)) })
+	}
+}
+
+func vmMigration(t *testing.T, w *vmWorld) {
 	src := w.launcher("src", "")
 	x, routes := w.add(src)
 	if active, _, held := w.owners(x); !held || active != src.name || routes == 0 {
@@ -135,7 +156,7 @@ func TestKubeVirtMigration(t *testing.T) {
 	if _, _, held := w.owners(x); held {
 		t.Fatalf("%s still held after the VM's deletion and its last pod's DEL", x)
 	}
-	if w.value(calico.HandleKey(w.handle())) != "" {
+	if _, left := w.state().Handles[w.handle()]; left {
 		t.Fatal("the VM's handle is left")
 	}
 }
@@ -144,7 +165,12 @@ func TestKubeVirtMigration(t *testing.T) {
 // becomes its owner; a late DEL of the old pod leaves it alone; the
 // standalone VMI's deletion lets the last DEL release it.
 func TestKubeVirtRestartAndLateDEL(t *testing.T) {
-	w := newVMWorld(t, true)
+	for _, ds := range datastores {
+		t.Run(ds, func(t *testing.T) { vmRestartAndLateDEL(t, newVMWorld(t, ds, true)) })
+	}
+}
+
+func vmRestartAndLateDEL(t *testing.T, w *vmWorld) {
 	a := w.launcher("a", "")
 	y, _ := w.add(a)
 	b := w.launcher("b", "")
@@ -165,7 +191,12 @@ func TestKubeVirtRestartAndLateDEL(t *testing.T) {
 // A DEL of a virt-launcher pod that is gone does nothing, as calico-ipam's
 // (its VM's other pod may hold the address).
 func TestKubeVirtDELOfAGonePodDoesNothing(t *testing.T) {
-	w := newVMWorld(t, false)
+	for _, ds := range datastores {
+		t.Run(ds, func(t *testing.T) { vmDELOfAGonePod(t, newVMWorld(t, ds, false)) })
+	}
+}
+
+func vmDELOfAGonePod(t *testing.T, w *vmWorld) {
 	a := w.launcher("a", "")
 	x, _ := w.add(a)
 	gone := pod{container: "c-gone", namespace: "default", name: "virt-launcher-" + w.vm.Name + "-gone"}
