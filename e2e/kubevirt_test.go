@@ -54,15 +54,25 @@ func TestKubeVirt(t *testing.T) {
 	variants := []struct {
 		name, tag       string
 		safe, etcdStore bool
+		// kdd keeps Calico's data in its Kubernetes datastore, on an API
+		// server of the test's own, which holds the KubeVirt objects too.
+		kdd bool
 	}{
-		{"calico-ipam alone", "c", false, false},
-		{"safe-ipam, file store", "f", true, false},
-		{"safe-ipam, etcd store", "e", true, true},
+		{"calico-ipam alone", "c", false, false, false},
+		{"safe-ipam, file store", "f", true, false, false},
+		{"safe-ipam, etcd store", "e", true, true, false},
+		{"Calico KDD, calico-ipam alone", "kc", false, false, true},
+		{"Calico KDD, safe-ipam, etcd store", "ke", true, true, true},
 	}
 	for _, sc := range scenarios {
 		for _, vr := range variants {
 			t.Run(sc.name+"/"+vr.name, func(t *testing.T) {
-				v := newVMBed(t, srv, dyn, sc.tag+vr.tag, vr.safe, vr.etcdStore)
+				var v *vmBed
+				if vr.kdd {
+					v = newKDDVMBed(t, sc.tag+vr.tag, vr.safe, vr.etcdStore)
+				} else {
+					v = newVMBed(t, newCluster(t, sc.tag+vr.tag), sc.tag+vr.tag, srv.Kubeconfig, dyn, vr.safe, vr.etcdStore)
+				}
 				sc.run(v)
 				v.requireNothingLeft()
 			})
@@ -176,7 +186,7 @@ func vmFailedMigration(v *vmBed) {
 // fences it. unfill deletes the pods that cycled the block.
 func (v *vmBed) intrude(vm *calicosim.VM, holder vmPod, x netip.Prefix, otherVM bool) (p vmPod, unfill func()) {
 	v.t.Helper()
-	alloc := &calicosim.Allocator{Client: v.c.Etcd, Node: "node1"}
+	alloc := &calicosim.Allocator{Client: v.c.Etcd, Kube: v.calico, Node: "node1"}
 	if _, err := alloc.ReleaseHandle(v.ctx, v.vmHandle(vm)); err != nil {
 		v.t.Fatal(err)
 	}
@@ -224,6 +234,8 @@ type vmBed struct {
 	nets  map[string]testbed.Network
 	vms   int
 	made  []testbed.Sandbox
+	// calico reaches Calico's Kubernetes datastore; nil when it is etcd.
+	calico dynamic.Interface
 }
 
 // vmPod is one sandbox of a pod, and the node it runs on.
@@ -233,9 +245,11 @@ type vmPod struct {
 	vm   *calicosim.VM // nil for an ordinary pod
 }
 
-func newVMBed(t *testing.T, srv *kubetest.Server, dyn dynamic.Interface, tag string, safe, etcdStore bool) *vmBed {
+// newVMBed sets the two nodes up on c, with calico-ipam looking VMs up
+// through kubeconfig (the API server dyn reaches).
+func newVMBed(t *testing.T, c *testbed.Cluster, tag, kubeconfig string, dyn dynamic.Interface, safe, etcdStore bool) *vmBed {
 	t.Helper()
-	v := &vmBed{t: t, ctx: testContext(t), tag: tag, c: newCluster(t, tag), dyn: dyn, safe: safe,
+	v := &vmBed{t: t, ctx: testContext(t), tag: tag, c: c, dyn: dyn, safe: safe,
 		nodes: map[string]*testbed.Node{}, nets: map[string]testbed.Network{}}
 	dumpOnFailure(t, v.c)
 	if err := v.c.Seed(v.ctx, "node1", "node2"); err != nil {
@@ -253,12 +267,30 @@ func newVMBed(t *testing.T, srv *kubetest.Server, dyn dynamic.Interface, tag str
 			sc = v.c.SafeConfig(n, "container", st)
 		}
 		net := v.c.Network(vmNetwork, "1.0.0", n, sc)
-		net.Kubeconfig = srv.Kubeconfig
+		net.Kubeconfig = kubeconfig
 		if err := net.WriteConflist(n.ConfDir); err != nil {
 			t.Fatal(err)
 		}
 		v.nodes[name], v.nets[name] = n, net
 	}
+	return v
+}
+
+// newKDDVMBed is newVMBed with Calico's data in the Kubernetes datastore
+// of an API server of the test's own, which holds the VMs too.
+func newKDDVMBed(t *testing.T, tag string, safe, etcdStore bool) *vmBed {
+	t.Helper()
+	c := newKubeCluster(t, tag)
+	kd := c.Datastore.(testbed.KubeDatastore)
+	if err := calicosim.InstallKubeVirtCRDs(context.Background(), kd.Config); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := calicosim.NewDynamic(kd.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := newVMBed(t, c, tag, kd.Kubeconfig, dyn, safe, etcdStore)
+	v.calico = dyn
 	return v
 }
 

@@ -168,6 +168,16 @@ func (b *Block) IP(ord int) (netip.Addr, error) { return OrdinalToIP(b.CIDR, ord
 // Ordinal returns the ordinal of ip in the block.
 func (b *Block) Ordinal(ip netip.Addr) (int, error) { return IPToOrdinal(b.CIDR, ip) }
 
+// HandleOf is the handle ip is allocated under, "" when it is free.
+func (b *Block) HandleOf(ip netip.Addr) (string, error) {
+	ord, err := b.Ordinal(ip.Unmap())
+	if err != nil {
+		return "", fmt.Errorf("block %s: %w", b.CIDR, err)
+	}
+	a, _ := b.Attribute(ord)
+	return a.Handle(), nil
+}
+
 // Attribute returns the attribute of an allocated ordinal.
 func (b *Block) Attribute(ord int) (Attribute, bool) {
 	if ord < 0 || ord >= len(b.Allocations) || b.Allocations[ord] == nil {

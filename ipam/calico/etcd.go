@@ -37,25 +37,13 @@ func NodeKnown(ctx context.Context, cli *clientv3.Client, name string) (bool, er
 	return resp.Count > 0, nil
 }
 
-// Block sizes Calico allows: an IPv4 block is a /20 to a /32, an IPv6
-// block a /116 to a /128.
-const (
-	minBlockBits4 = 20
-	minBlockBits6 = 116
-)
-
 // AllocationHandle reads which handle Calico's etcd holds ip under: the
 // block that contains it is one of the few a block size allows, all read
 // in one round trip. "" means ip is not allocated.
 func AllocationHandle(ctx context.Context, cli *clientv3.Client, ip netip.Addr) (string, error) {
-	ip = ip.Unmap()
-	first := minBlockBits4
-	if ip.Is6() {
-		first = minBlockBits6
-	}
 	var gets []clientv3.Op
-	for bits := first; bits <= ip.BitLen(); bits++ {
-		gets = append(gets, clientv3.OpGet(BlockKey(netip.PrefixFrom(ip, bits).Masked())))
+	for _, p := range BlockCandidates(ip) {
+		gets = append(gets, clientv3.OpGet(BlockKey(p)))
 	}
 	resp, err := cli.Txn(ctx).Then(gets...).Commit()
 	if err != nil {
@@ -70,12 +58,7 @@ func AllocationHandle(ctx context.Context, cli *clientv3.Client, ip netip.Addr) 
 		if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
 			return "", fmt.Errorf("decoding %s: %w", kvs[0].Key, err)
 		}
-		ord, err := b.Ordinal(ip)
-		if err != nil {
-			return "", fmt.Errorf("block %s: %w", kvs[0].Key, err)
-		}
-		a, _ := b.Attribute(ord)
-		return a.Handle(), nil
+		return b.HandleOf(ip)
 	}
 	return "", nil
 }

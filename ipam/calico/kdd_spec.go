@@ -1,7 +1,9 @@
 package calico
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -166,4 +168,33 @@ func MarshalSpecKeeping(raw []byte, spec any) ([]byte, error) {
 		return nil, err
 	}
 	return keepUnknownKeys(raw, out), nil
+}
+
+// KDDGetter GETs a Kubernetes API path into v; a missing object is an
+// error wrapping notFound.
+type KDDGetter func(ctx context.Context, path string, v any) error
+
+// KDDAllocationHandle reads which handle Calico's Kubernetes datastore
+// holds ip under, trying the IPAMBlock of each block size Calico allows,
+// the default first (one GET, as clusters run). "" means ip is not
+// allocated.
+func KDDAllocationHandle(ctx context.Context, get KDDGetter, notFound error, ip netip.Addr) (string, error) {
+	for _, p := range BlockCandidates(ip) {
+		var obj struct {
+			Spec IPAMBlockSpec `json:"spec"`
+		}
+		err := get(ctx, "/apis/"+KDDAPIVersion+"/"+PluralIPAMBlocks+"/"+BlockName(p), &obj)
+		if errors.Is(err, notFound) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		b, err := obj.Spec.Block()
+		if err != nil {
+			return "", err
+		}
+		return b.HandleOf(ip)
+	}
+	return "", nil
 }

@@ -60,3 +60,27 @@ func low32(a netip.Addr) uint32 {
 	b = b[len(b)-4:]
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
+
+// Block sizes Calico allows (an IPv4 block is a /20 to a /32, an IPv6
+// block a /116 to a /128), and its defaults.
+const (
+	minBlockBits4, defaultBlockBits4 = 20, 26
+	minBlockBits6, defaultBlockBits6 = 116, 122
+)
+
+// BlockCandidates are the blocks that may hold ip, one per block size
+// Calico allows, the default size first.
+func BlockCandidates(ip netip.Addr) []netip.Prefix {
+	ip = ip.Unmap()
+	first, def := minBlockBits4, defaultBlockBits4
+	if ip.Is6() {
+		first, def = minBlockBits6, defaultBlockBits6
+	}
+	out := []netip.Prefix{netip.PrefixFrom(ip, def).Masked()}
+	for bits := first; bits <= ip.BitLen(); bits++ {
+		if bits != def {
+			out = append(out, netip.PrefixFrom(ip, bits).Masked())
+		}
+	}
+	return out
+}

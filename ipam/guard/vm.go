@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -29,7 +31,7 @@ const virtLauncherPrefix = "virt-launcher-"
 
 // vmHandle is the VM handle Calico keeps ips under, after the delegate's
 // ADD of a virt-launcher pod, or "" when they are the container's. Only
-// such pods are looked up (one read of Calico's etcd), so an ordinary
+// such pods are looked up (one read of Calico's datastore), so an ordinary
 // pod's ADD costs nothing more. What cannot be read leaves the container
 // handle: the address is then fenced from the VM's other pods, never
 // shared on a guess.
@@ -53,13 +55,14 @@ func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []stri
 }
 
 // allocationHandle reads the one handle Calico keeps every one of ips
-// under; addresses under different handles are an error.
+// under, from its datastore as calico-ipam reaches it; addresses under
+// different handles are an error.
 func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, error) {
-	cli, err := g.calicoEtcd(ctx)
+	read, done, err := g.calicoAllocations(ctx)
 	if err != nil {
 		return "", err
 	}
-	defer cli.Close()
+	defer done()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var handle string
@@ -68,7 +71,7 @@ func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, err
 		if !ok {
 			return "", errors.New("address " + ip + " does not parse")
 		}
-		h, err := calico.AllocationHandle(ctx, cli, addr)
+		h, err := read(ctx, addr)
 		if err != nil {
 			return "", err
 		}
@@ -78,6 +81,28 @@ func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, err
 		handle = h
 	}
 	return handle, nil
+}
+
+// calicoAllocations opens Calico's datastore for reading which handle
+// holds an address: etcd, or the Kubernetes API through
+// kubernetes.kubeconfig.
+func (g *Guard) calicoAllocations(ctx context.Context) (func(context.Context, netip.Addr) (string, error), func(), error) {
+	if g.cfg.Calico.Datastore() == config.DatastoreKubernetes {
+		kube, err := kubeapi.New(g.cfg.Calico.Kubeconfig, 5*time.Second)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, ip netip.Addr) (string, error) {
+			return calico.KDDAllocationHandle(ctx, kube.Get, kubeapi.ErrNotFound, ip)
+		}, func() {}, nil
+	}
+	cli, err := g.calicoEtcd(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(ctx context.Context, ip netip.Addr) (string, error) {
+		return calico.AllocationHandle(ctx, cli, ip)
+	}, func() { cli.Close() }, nil
 }
 
 // releaseVM runs the delegate DEL of a VM's record with the pod's

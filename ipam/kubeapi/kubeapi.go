@@ -1,0 +1,235 @@
+// Package kubeapi reads objects from the Kubernetes API for the CNI
+// binary, which runs on every pod start: a kubeconfig of the kinds Calico
+// writes for its CNI plugin (a server, a CA, a token or a client
+// certificate) and a GET. client-go would cost every pod start about 2 ms
+// of package initialisation for the rare call that needs it (a KubeVirt
+// pod with Calico's Kubernetes datastore); the admin commands use
+// client-go.
+package kubeapi
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+)
+
+// ErrNotFound means the object does not exist (HTTP 404).
+var ErrNotFound = errors.New("not found")
+
+// Client GETs objects from one API server.
+type Client struct {
+	server string
+	token  string
+	http   *http.Client
+}
+
+// kubeconfig is the part of a kubeconfig file Client reads.
+type kubeconfig struct {
+	CurrentContext string `json:"current-context"`
+	Contexts       []struct {
+		Name    string `json:"name"`
+		Context struct {
+			Cluster string `json:"cluster"`
+			User    string `json:"user"`
+		} `json:"context"`
+	} `json:"contexts"`
+	Clusters []struct {
+		Name    string  `json:"name"`
+		Cluster cluster `json:"cluster"`
+	} `json:"clusters"`
+	Users []struct {
+		Name string `json:"name"`
+		User user   `json:"user"`
+	} `json:"users"`
+}
+
+type cluster struct {
+	Server                   string `json:"server"`
+	CertificateAuthority     string `json:"certificate-authority"`
+	CertificateAuthorityData []byte `json:"certificate-authority-data"`
+	InsecureSkipTLSVerify    bool   `json:"insecure-skip-tls-verify"`
+}
+
+type user struct {
+	Token                 string          `json:"token"`
+	TokenFile             string          `json:"tokenFile"`
+	ClientCertificate     string          `json:"client-certificate"`
+	ClientCertificateData []byte          `json:"client-certificate-data"`
+	ClientKey             string          `json:"client-key"`
+	ClientKeyData         []byte          `json:"client-key-data"`
+	Exec                  json.RawMessage `json:"exec"`
+	AuthProvider          json.RawMessage `json:"auth-provider"`
+}
+
+// New reads the kubeconfig at path (its current context); timeout bounds
+// each request. Exec plugins and auth providers are not supported.
+func New(path string, timeout time.Duration) (*Client, error) {
+	data, err := nodefile.Read(path, nodefile.Small)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %w", err)
+	}
+	var kc kubeconfig
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return nil, fmt.Errorf("kubeconfig %s does not parse", path)
+	}
+	cl, us, err := kc.current()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	if _, err := url.Parse(cl.Server); err != nil || cl.Server == "" {
+		return nil, fmt.Errorf("kubeconfig %s: the cluster's server is not a URL", path)
+	}
+	dir := filepath.Dir(path)
+	tlsConf, err := cl.tls(dir)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	token, err := us.credentials(dir, tlsConf)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	return &Client{server: strings.TrimSuffix(cl.Server, "/"), token: token,
+		http: &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: nil}}}, nil
+}
+
+func (kc *kubeconfig) current() (*cluster, *user, error) {
+	name := kc.CurrentContext
+	if name == "" && len(kc.Contexts) == 1 {
+		name = kc.Contexts[0].Name
+	}
+	for _, c := range kc.Contexts {
+		if c.Name != name {
+			continue
+		}
+		var cl *cluster
+		for i := range kc.Clusters {
+			if kc.Clusters[i].Name == c.Context.Cluster {
+				cl = &kc.Clusters[i].Cluster
+			}
+		}
+		us := &user{}
+		for i := range kc.Users {
+			if kc.Users[i].Name == c.Context.User {
+				us = &kc.Users[i].User
+			}
+		}
+		if cl == nil {
+			return nil, nil, fmt.Errorf("context %q names no cluster it lists", name)
+		}
+		return cl, us, nil
+	}
+	return nil, nil, fmt.Errorf("no context %q", name)
+}
+
+func (c *cluster) tls(dir string) (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipTLSVerify} //nolint:gosec // as the kubeconfig says
+	ca := c.CertificateAuthorityData
+	if c.CertificateAuthority != "" {
+		var err error
+		if ca, err = nodefile.Read(resolve(dir, c.CertificateAuthority), nodefile.Small); err != nil {
+			return nil, fmt.Errorf("certificate-authority %w", err)
+		}
+	}
+	if len(ca) > 0 {
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(ca) {
+			return nil, errors.New("certificate-authority holds no PEM certificate")
+		}
+	}
+	return conf, nil
+}
+
+// credentials returns the bearer token, or puts the client certificate
+// into conf.
+func (u *user) credentials(dir string, conf *tls.Config) (string, error) {
+	if len(u.Exec) > 0 && string(u.Exec) != "null" || len(u.AuthProvider) > 0 && string(u.AuthProvider) != "null" {
+		return "", errors.New("the user authenticates through an exec plugin or auth provider, which safe-ipam's CNI binary does not run")
+	}
+	certPEM, keyPEM := u.ClientCertificateData, u.ClientKeyData
+	for _, f := range []struct {
+		name, path string
+		dst        *[]byte
+	}{{"client-certificate", u.ClientCertificate, &certPEM}, {"client-key", u.ClientKey, &keyPEM}} {
+		if f.path == "" {
+			continue
+		}
+		data, err := nodefile.Read(resolve(dir, f.path), nodefile.Small)
+		if err != nil {
+			return "", fmt.Errorf("%s %w", f.name, err)
+		}
+		*f.dst = data
+	}
+	if len(certPEM) > 0 || len(keyPEM) > 0 {
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return "", errors.New("client-certificate and client-key do not make a key pair")
+		}
+		conf.Certificates = []tls.Certificate{cert}
+	}
+	if u.TokenFile != "" {
+		data, err := nodefile.Read(resolve(dir, u.TokenFile), nodefile.Small)
+		if err != nil {
+			return "", fmt.Errorf("tokenFile %w", err)
+		}
+		return strings.TrimSpace(string(data)), nil
+	}
+	return u.Token, nil
+}
+
+// resolve reads a kubeconfig's relative path from its own directory, as
+// kubectl does.
+func resolve(dir, path string) string {
+	if filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(dir, path)
+}
+
+// Get reads the object at the API path into v ("/apis/<group>/<version>/
+// <plural>/<name>"); a missing object is ErrNotFound.
+func (c *Client) Get(ctx context.Context, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+path, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
+	switch {
+	case err != nil:
+		return fmt.Errorf("GET %s: %w", path, err)
+	case resp.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("GET %s: %w", path, ErrNotFound)
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	case len(body) > maxObject:
+		return fmt.Errorf("GET %s: larger than %d bytes", path, maxObject)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return fmt.Errorf("GET %s: decoding: %w", path, err)
+	}
+	return nil
+}
+
+// maxObject is far above any IPAM block (a /20 block is about 300 KiB).
+const maxObject = 8 << 20

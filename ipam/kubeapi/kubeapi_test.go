@@ -1,0 +1,102 @@
+package kubeapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+)
+
+// A real API server, read through kubeconfigs written as Calico's
+// installer writes its CNI plugin's (a server, a CA and a token), with
+// the variants kubectl reads: relative files, a tokenFile.
+func TestGet(t *testing.T) {
+	srv := kubetest.Start(t)
+	if err := srv.Namespace("default"); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(srv.Config().TLSClientConfig.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := srv.Config().BearerToken
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	write("ca.crt", string(ca))
+	write("token", token+"\n")
+	kubeconfig := func(clusterExtra, userExtra string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Config
+current-context: calico
+contexts:
+- name: calico
+  context: {cluster: local, user: calico}
+clusters:
+- name: local
+  cluster:
+    server: %s
+%s
+users:
+- name: calico
+  user:
+%s
+`, srv.URL, clusterExtra, userExtra)
+	}
+	tests := []struct {
+		name, conf string
+		wantNew    string // an error New must give
+		wantGet    string // an error Get must give
+	}{
+		{"CA file and token", kubeconfig("    certificate-authority: ca.crt", "    token: "+token), "", ""},
+		{"tokenFile", kubeconfig("    certificate-authority: "+filepath.Join(dir, "ca.crt"), "    tokenFile: token"), "", ""},
+		{"wrong token", kubeconfig("    certificate-authority: ca.crt", "    token: nope"), "", "401"},
+		{"no CA: the server is not trusted", kubeconfig("", "    token: "+token), "", "certificate"},
+		{"an exec plugin", kubeconfig("    certificate-authority: ca.crt", "    exec: {command: aws}"), "exec plugin", ""},
+		{"a missing CA file", kubeconfig("    certificate-authority: missing.crt", "    token: x"), "certificate-authority", ""},
+		{"not YAML", "{", "does not parse", ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := New(write(fmt.Sprintf("kubeconfig-%d", i), tt.conf), 5*time.Second)
+			if tt.wantNew != "" || err != nil {
+				if err == nil || tt.wantNew == "" || !strings.Contains(err.Error(), tt.wantNew) {
+					t.Fatalf("New: %v; want an error with %q", err, tt.wantNew)
+				}
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var ns struct {
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+			}
+			err = c.Get(ctx, "/api/v1/namespaces/default", &ns)
+			if tt.wantGet != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantGet) {
+					t.Fatalf("Get: %v; want an error with %q", err, tt.wantGet)
+				}
+				return
+			}
+			if err != nil || ns.Metadata.Name != "default" {
+				t.Fatalf("Get = %+v, %v", ns, err)
+			}
+			if err := c.Get(ctx, "/api/v1/namespaces/nope", &ns); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Get of a missing namespace: %v; want ErrNotFound", err)
+			}
+		})
+	}
+}
