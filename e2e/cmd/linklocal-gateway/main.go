@@ -9,7 +9,8 @@
 // command through unchanged, and on ADD gives each IPv4 address Calico's
 // gateway. It drops the result's routes: ptp installs the route to the
 // address's subnet itself, via the gateway, and a route via a gateway the
-// container cannot reach yet would make ptp's ADD fail.
+// container cannot reach yet would make ptp's ADD fail. An address with a
+// host mask (a KubeVirt VM's, reused) is given to ptp as a /31.
 //
 // Config, in the interface plugin's ipam section:
 //
@@ -62,6 +63,12 @@ func add(args *skel.CmdArgs) error {
 	for _, ipc := range res.IPs {
 		if ipc.Gateway == nil && ipc.Address.IP.To4() != nil {
 			ipc.Gateway = calicoGateway
+		}
+		// calico-ipam gives a KubeVirt VM's reused address a host mask;
+		// ptp deletes the subnet route the kernel adds with the address,
+		// and a /32 gets none.
+		if ones, bits := ipc.Address.Mask.Size(); ipc.Address.IP.To4() != nil && ones == bits {
+			ipc.Address.Mask = net.CIDRMask(31, 32)
 		}
 	}
 	res.Routes = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -21,6 +22,8 @@ type vmWorld struct {
 	conf   func() []byte
 	plugin func() *Plugin
 	state  func() *Snapshot
+	// allocator writes the world's datastore as calico-ipam does.
+	allocator func() *Allocator
 }
 
 // datastores are the two the VM tests run on.
@@ -36,11 +39,13 @@ func newVMWorld(t *testing.T, datastore string, standalone bool) *vmWorld {
 		w.ctx, w.state = k.ctx, k.state
 		w.conf = func() []byte { return k.conf(nil) }
 		w.plugin = func() *Plugin { return kddPlugin(ModernHandles) }
+		w.allocator = func() *Allocator { return &Allocator{Kube: k.dyn, Node: node1} }
 	} else {
 		s := newSim(t, pool)
 		w.ctx, w.state = s.ctx, s.state
 		w.conf = func() []byte { return s.conf(map[string]any{"kubernetes": map[string]any{"kubeconfig": w.kubeconfig}}) }
 		w.plugin = func() *Plugin { return s.plugin(ModernHandles) }
+		w.allocator = func() *Allocator { return &Allocator{Client: s.cli, Node: node1} }
 	}
 	if err := InstallKubeVirtCRDs(w.ctx, srv.Config()); err != nil {
 		t.Fatal(err)
@@ -141,8 +146,8 @@ func vmMigration(t *testing.T, w *vmWorld) {
 		t.Fatalf("source's %s: active %q, held by the VM's handle %v, %d routes", x, active, held, routes)
 	}
 	target := w.launcher("dst", "migration-1")
-	if got, routes := w.add(target); got != x || routes != 0 {
-		t.Fatalf("migration target got %s with %d routes; want %s with none", got, routes, x)
+	if got, routes := w.add(target); got != netip.PrefixFrom(x.Addr(), 32) || routes != 0 {
+		t.Fatalf("migration target got %s with %d routes; want %s/32 with none, as Calico reports a reused address", got, routes, x.Addr())
 	}
 	if active, alternate, _ := w.owners(x); active != src.name || alternate != target.name {
 		t.Fatalf("owners %q / %q; want %s active, %s alternate", active, alternate, src.name, target.name)
@@ -174,8 +179,8 @@ func vmRestartAndLateDEL(t *testing.T, w *vmWorld) {
 	a := w.launcher("a", "")
 	y, _ := w.add(a)
 	b := w.launcher("b", "")
-	if got, _ := w.add(b); got != y {
-		t.Fatalf("the VM's new pod got %s; want %s", got, y)
+	if got, routes := w.add(b); got != netip.PrefixFrom(y.Addr(), 32) || routes != 1 {
+		t.Fatalf("the VM's new pod got %s with %d routes; want %s/32 with a route to it", got, routes, y.Addr())
 	}
 	w.del(a) // late: after b's ADD
 	if active, _, held := w.owners(y); !held || active != b.name {
@@ -203,5 +208,32 @@ func vmDELOfAGonePod(t *testing.T, w *vmWorld) {
 	w.del(gone)
 	if active, _, held := w.owners(x); !held || active != a.name {
 		t.Fatalf("a gone pod's DEL changed %s: held %v, active %q", x, held, active)
+	}
+}
+
+// A VM's handle released from outside (calicoctl ipam release) fails the
+// DEL of its pod, as calico-ipam's does, until the pod is gone.
+func TestKubeVirtDELAfterAnOutsideRelease(t *testing.T) {
+	for _, ds := range datastores {
+		t.Run(ds, func(t *testing.T) {
+			w := newVMWorld(t, ds, false)
+			a := w.launcher("a", "")
+			w.add(a)
+			w.deleteVM()
+			if _, err := w.allocator().ReleaseHandle(w.ctx, w.handle()); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.plugin().Del(a.args(w.conf())); err == nil || !strings.Contains(err.Error(), "does not exist") {
+				t.Fatalf("DEL with the VM's handle gone: %v; want it to fail", err)
+			}
+			dyn, err := newDynamic(kube.Get(t).Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := DeletePod(w.ctx, dyn, a.namespace, a.name); err != nil {
+				t.Fatal(err)
+			}
+			w.del(a)
+		})
 	}
 }

@@ -259,11 +259,23 @@ func (c *call) reuseVMAddrs(handle string, vm *vmPod, owner map[string]string) (
 		return nil, err
 	}
 	c.log.Info("reused the VM's addresses", "handle", handle, "migrationTarget", target, "assignments", held)
-	res := result(held)
-	if target {
-		res.Routes = nil
+	return reusedResult(held, target), nil
+}
+
+// reusedResult reports a VM's addresses as calico-ipam does when it
+// reuses them: each with a host mask, with a route to itself for the
+// VM's next pod, and no route at all for a migration target (the source
+// keeps the route until the migration completes).
+func reusedResult(asgs []Assignment, target bool) *current.Result {
+	res := &current.Result{CNIVersion: current.ImplementedSpecVersion, Routes: []*types.Route{}}
+	for _, asg := range asgs {
+		host := net.CIDRMask(asg.IP.BitLen(), asg.IP.BitLen())
+		res.IPs = append(res.IPs, &current.IPConfig{Address: net.IPNet{IP: asg.IP.AsSlice(), Mask: host}})
+		if !target {
+			res.Routes = append(res.Routes, &types.Route{Dst: net.IPNet{IP: asg.IP.AsSlice(), Mask: host}})
+		}
 	}
-	return res, nil
+	return res
 }
 
 func (p *Plugin) now() time.Time {
@@ -380,6 +392,16 @@ func (c *call) releaseVM(vm *vmPod) error {
 	handle, err := calico.VMHandle(c.conf.Name, vm.namespace, vm.vmi)
 	if err != nil {
 		return err
+	}
+	// calico-ipam lists the handle's addresses first, and a handle that
+	// is gone (released from outside) fails the DEL, until the pod is
+	// gone too.
+	h, err := c.alloc.store().readHandle(c.ctx, handle)
+	if err != nil {
+		return err
+	}
+	if h.handle == nil {
+		return fmt.Errorf("resource does not exist: IPAM handle %s", handle)
 	}
 	err = c.setOwners(handle, func(a *calico.Attribute) {
 		switch {
