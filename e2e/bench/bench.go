@@ -89,6 +89,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"churn", r.measureChurn},
 		{"rss", r.measureRSS},
 		{"audit", r.measureAudit},
+		{"kubevirt", r.measureKubeVirt},
 	}
 	for _, s := range steps {
 		r.logf("bench: %s ...", s.name)

@@ -84,7 +84,7 @@ func (p pod) runtime() *libcni.RuntimeConf {
 		IfName:      "eth0",
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", "bench"}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID},
+			{"K8S_POD_NAMESPACE", benchNamespace}, {"K8S_POD_NAME", p.name}, {"K8S_POD_INFRA_CONTAINER_ID", p.containerID},
 		},
 	}
 }

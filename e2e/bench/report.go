@@ -13,8 +13,8 @@ func (res *Results) WriteTable(w io.Writer) {
 	fmt.Fprintln(tw, "config\top\tp50 ms\tp95 ms\tp99 ms\tn\tp50 vs alone\t")
 	for _, l := range res.Latency {
 		ratio := "-"
-		if l.Config != Alone {
-			ratio = fmt.Sprintf("x%.2f", res.Ratios[fmt.Sprintf("%s %s p50", l.Config, l.Op)])
+		if r, ok := res.Ratios[fmt.Sprintf("%s %s p50", l.Config, l.Op)]; ok {
+			ratio = fmt.Sprintf("x%.2f", r)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%.2f\t%.2f\t%d\t%s\t\n", l.Config, l.Op, l.P50, l.P95, l.P99, l.N, ratio)
 	}
