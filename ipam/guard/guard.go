@@ -1,8 +1,10 @@
 // Package guard implements safe-ipam's CNI verbs (ADD, DEL, CHECK, GC,
 // STATUS): it records which attachment owns which addresses and makes
 // every handle the delegate touches container-keyed, so no DEL can
-// release by pod name. It is handed an open store and a resolved
-// delegate; the binary's main wires them.
+// release by pod name. The one exception is Calico's own: a KubeVirt
+// VM's handle, which Calico guards with owner attributes (see vm.go). It
+// is handed an open store and a resolved delegate; the binary's main
+// wires them.
 package guard
 
 import (
