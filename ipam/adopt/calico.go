@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -39,21 +40,19 @@ func HoldersFrom(snap *snapshot.Snapshot) Holders {
 // HandleOf is the handle that really holds the attachment's addresses,
 // when it is one of the attachment's own: `<network>.<containerID>`
 // (Calico 3.x), the bare container ID (Calico 2.x without pod identity),
-// or the pod's `namespace.podname` (Calico 2.x with it). Otherwise, when
-// every address is free or another's, it is fallback: the handle the
-// plugin's own ADD would use, which its DEL releases.
+// or the pod's `namespace.podname` (Calico 2.x with it), or, for a
+// KubeVirt virt-launcher pod, its VM's handle (record.VMPodHandle).
+// Otherwise, when every address is free or another's, it is fallback:
+// the handle the plugin's own ADD would use, which its DEL releases.
 func (h Holders) HandleOf(att record.Attachment, a liveness.Running, addrs []netip.Addr, fallback string) string {
 	own := []string{att.Network + "." + att.ContainerID, att.ContainerID}
 	if a.PodNamespace != "" && a.PodName != "" {
 		own = append(own, a.PodNamespace+"."+a.PodName)
 	}
 	for _, addr := range addrs {
-		if handle, ok := h.byAddr[addr]; ok {
-			for _, o := range own {
-				if handle == o {
-					return handle
-				}
-			}
+		handle, ok := h.byAddr[addr]
+		if ok && (slices.Contains(own, handle) || record.VMPodHandle(att.Network, a.PodNamespace, a.PodName, handle)) {
+			return handle
 		}
 	}
 	return fallback

@@ -25,10 +25,6 @@ import (
 // owner attributes and frees the address only once the VM is deleted.
 // Anyone else given the address is fenced as usual.
 
-// virtLauncherPrefix starts the name of every pod KubeVirt runs a VM in;
-// calico-ipam looks no other pod up.
-const virtLauncherPrefix = "virt-launcher-"
-
 // vmHandle is the VM handle Calico keeps ips under, after the delegate's
 // ADD of a virt-launcher pod, or "" when they are the container's. Only
 // such pods are looked up (one read of Calico's datastore), so an ordinary
@@ -37,7 +33,7 @@ const virtLauncherPrefix = "virt-launcher-"
 // shared on a guess.
 func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []string) string {
 	ns, pod := pending.PodNamespace, pending.PodName
-	if g.cfg.DelegateHandles == config.HandlesPod || ns == "" || !strings.HasPrefix(pod, virtLauncherPrefix) || len(ips) == 0 {
+	if g.cfg.DelegateHandles == config.HandlesPod || ns == "" || !strings.HasPrefix(pod, record.VirtLauncherPrefix) || len(ips) == 0 {
 		return ""
 	}
 	handle, err := g.allocationHandle(ctx, ips)
@@ -45,10 +41,7 @@ func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []stri
 		g.log.Warn("ADD of a virt-launcher pod: cannot read which handle Calico keeps its addresses under; recording the container's", "pod", ns+"/"+pod, "error", err)
 		return ""
 	}
-	// A VM of another namespace cannot be this pod's; a hashed handle
-	// ("<network>.vmi._<hash>") does not name one.
-	prefix := g.cfg.Network + ".vmi."
-	if !strings.HasPrefix(handle, prefix+ns+".") && !strings.HasPrefix(handle, prefix+"_") {
+	if !record.VMPodHandle(g.cfg.Network, ns, pod, handle) {
 		return ""
 	}
 	return handle

@@ -17,6 +17,22 @@ func SharedHandle(network, handle string) bool {
 	return strings.HasPrefix(handle, network+".vmi.")
 }
 
+// VirtLauncherPrefix starts the name of every pod KubeVirt runs a VM in;
+// calico-ipam looks no other pod up.
+const VirtLauncherPrefix = "virt-launcher-"
+
+// VMPodHandle says whether handle, under which Calico keeps an address
+// of pod namespace/name, is that pod's VM's: the pod is a virt-launcher
+// pod, and the handle a VM handle of its namespace (or a hashed one,
+// "<network>.vmi._<hash>", which names none).
+func VMPodHandle(network, namespace, pod, handle string) bool {
+	if namespace == "" || !strings.HasPrefix(pod, VirtLauncherPrefix) {
+		return false
+	}
+	prefix := network + ".vmi."
+	return strings.HasPrefix(handle, prefix+namespace+".") || strings.HasPrefix(handle, prefix+"_")
+}
+
 // Shares says whether r and o hold their addresses under one shared
 // handle.
 func (r *Record) Shares(o *Record) bool {
