@@ -79,10 +79,16 @@ func ModeWarnings(snap *snapshot.Snapshot) []string {
 		}
 	}
 	var out []string
-	if recs := counts[podModeOn3x]; len(recs) > 0 {
-		out = append(out, fmt.Sprintf(`delegateHandles is "pod", but calico-ipam keyed %d record(s) (%s) by <network>.<containerID>, as Calico 3.x does. `+
-			`Pod mode is only for a Calico 2.x calico-ipam: it hides the pod's namespace and name from calico-ipam on ADD, so Calico 3.x cannot apply IP pools selected by namespace and writes no pod attributes. Set delegateHandles to "container"`,
-			len(recs), sample(recs)))
+	// Pod mode hides the pod from calico-ipam, which then keys every
+	// record <network>.<containerID>, whether it is Calico 3.x or a build
+	// that keys by pod name when it sees the pod (container mode would
+	// leak with that one). Only allocations calico-ipam made with the pod
+	// in view tell them apart.
+	byContainer, byPodName := keyingEvidence(snap)
+	if recs := counts[podModeOn3x]; len(recs) > 0 && byContainer > 0 && byPodName == 0 {
+		out = append(out, fmt.Sprintf(`delegateHandles is "pod", but calico-ipam keyed %d record(s) (%s) by <network>.<containerID>, and %d allocation(s) it made with the pod in view by container too, as Calico 3.x does. `+
+			`Pod mode is only for a calico-ipam that keys by pod name (Calico 2.x): it hides the pod's namespace and name from calico-ipam on ADD, so Calico 3.x cannot apply IP pools selected by namespace and writes no pod attributes. Set delegateHandles to "container"`,
+			len(recs), sample(recs), byContainer))
 	}
 	if recs := counts[containerModeOn2x]; len(recs) > 0 {
 		out = append(out, fmt.Sprintf(`delegateHandles is "container", but calico-ipam keyed %d record(s) (%s) by namespace.podname, as Calico 2.x does. `+
@@ -98,4 +104,23 @@ func sample(recs []string) string {
 		return strings.Join(recs[:3], ", ") + ", ..."
 	}
 	return strings.Join(recs, ", ")
+}
+
+// keyingEvidence counts the allocations calico-ipam made with the pod in
+// view (its attributes name the pod): under a handle other than the
+// pod's name (it keys by container, as Calico 3.x does), or under
+// namespace.podname (as Calico 2.x does). A KubeVirt VM's handle says
+// neither.
+func keyingEvidence(snap *snapshot.Snapshot) (byContainer, byPodName int) {
+	for _, al := range snap.Allocations {
+		if al.Namespace == "" || al.Pod == "" || strings.Contains(al.Handle, ".vmi.") {
+			continue
+		}
+		if al.Handle == al.Namespace+"."+al.Pod {
+			byPodName++
+		} else {
+			byContainer++
+		}
+	}
+	return byContainer, byPodName
 }

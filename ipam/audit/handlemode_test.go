@@ -22,13 +22,20 @@ func TestWrongDelegateHandlesIsWarned(t *testing.T) {
 		generation   calicosim.HandleMode
 		podArgs      bool   // whether pod identity reached calico-ipam on ADD
 		recordHandle string // "" for <network>.<containerID>
+		// seen is a pod calico-ipam allocated for with the pod in view
+		// (not behind safe-ipam), keyed as generation keys it: what tells
+		// a Calico 3.x from a build that keys by pod name.
+		seen         bool
 		warning      string
 		earlyRelease bool
 	}{
-		{"pod mode in front of Calico 3.x", calicosim.ModernHandles, false, "c1", `delegateHandles is "pod"`, false},
-		{"container mode in front of Calico 2.x", calicosim.LegacyHandles, true, "", `delegateHandles is "container"`, true},
-		{"pod mode in front of Calico 2.x", calicosim.LegacyHandles, false, "c1", "", false},
-		{"container mode in front of Calico 3.x", calicosim.ModernHandles, true, "", "", false},
+		{"pod mode in front of Calico 3.x", calicosim.ModernHandles, false, "c1", true, `delegateHandles is "pod"`, false},
+		// Nothing shows how calico-ipam keys a pod it sees: no alarm (a
+		// build that keys by pod name looks the same here).
+		{"pod mode, nothing calico-ipam keyed with the pod in view", calicosim.ModernHandles, false, "c1", false, "", false},
+		{"container mode in front of Calico 2.x", calicosim.LegacyHandles, true, "", false, `delegateHandles is "container"`, true},
+		{"pod mode in front of Calico 2.x", calicosim.LegacyHandles, false, "c1", true, "", false},
+		{"container mode in front of Calico 3.x", calicosim.ModernHandles, true, "", true, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,6 +45,9 @@ func TestWrongDelegateHandlesIsWarned(t *testing.T) {
 				ns, pod = "default", "web-0"
 			}
 			ip := w.simAddArgs(tt.generation, "c1", ns, pod)
+			if tt.seen {
+				w.simAddArgs(tt.generation, "c2", "default", "web-1")
+			}
 			rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: "c1", IfName: "eth0"},
 				PodNamespace: "default", PodName: "web-0", Node: "node1", Handle: "k8s-pod-network.c1", State: record.Committed,
 				IPs: []string{ip + "/26"}, Created: time.Now(), Updated: time.Now()}
