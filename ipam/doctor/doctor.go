@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
@@ -208,9 +209,10 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.Error = "node name: " + err.Error()
 	}
 	net.Delegate = checkDelegate(ctx, n, cfg)
-	net.Store = checkStore(ctx, cfg, c.Network, net.Node, j)
+	var recs []*record.Record
+	net.Store, recs = checkStore(ctx, cfg, c.Network, net.Node, j)
 	if net.Node != "" {
-		net.Calico = checkCalico(ctx, cfg, c.Path, net.Node)
+		net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs)
 	}
 	switch {
 	case net.Error != "":
@@ -254,7 +256,7 @@ func checkDelegate(ctx context.Context, n cninode.Dirs, cfg *config.Config) *Del
 // checkStore asks the record store for this node's records of the
 // network. A file store whose directory does not exist yet answers with
 // none: doctor creates nothing.
-func checkStore(ctx context.Context, cfg *config.Config, network, node string, j judge) *StoreReport {
+func checkStore(ctx context.Context, cfg *config.Config, network, node string, j judge) (*StoreReport, []*record.Record) {
 	s := cfg.Store
 	out := &StoreReport{Type: s.Type, Where: s.Dir}
 	if s.Type == config.StoreEtcd {
@@ -262,25 +264,25 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 		out.Exposure = etcdconn.Exposure(s.Endpoints, cfg.StoreTLS(""))
 	} else if _, err := os.Stat(s.Dir); errors.Is(err, os.ErrNotExist) {
 		out.Answers = true
-		return out
+		return out, nil
 	}
 	st, err := opener.Open(ctx, cfg, node, opener.Options{Access: opener.ReadOnly})
 	if err != nil {
 		out.Error = err.Error()
-		return out
+		return out, nil
 	}
 	defer st.Close()
 	recs, err := st.List(ctx, network)
 	if err != nil {
 		out.Error = err.Error()
-		return out
+		return out, nil
 	}
 	out.Answers, out.Records = true, len(recs)
 	for _, rec := range recs {
 		out.Quarantines += len(rec.Quarantined)
 	}
 	j.stale(out, cfg, node, recs)
-	return out
+	return out, recs
 }
 
 // judge is the liveness view doctor judges stale records by, read once
@@ -331,7 +333,7 @@ func firstNonEmpty(s ...string) string {
 // reaches it, for this node and for its IPAM data: a datastore that does
 // not answer, a node Calico does not know, or (on the Kubernetes
 // datastore) no IPAM resources, and calico-ipam fails every ADD.
-func checkCalico(ctx context.Context, cfg *config.Config, path, node string) *CalicoReport {
+func checkCalico(ctx context.Context, cfg *config.Config, path, node string, recs []*record.Record) *CalicoReport {
 	out := &CalicoReport{}
 	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, path))
 	if err != nil {
@@ -351,8 +353,60 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string) *Ca
 			break
 		}
 		out.Answers = true
+		out.Error = handleModeProblem(ctx, ds, cfg, recs)
 	}
 	return out
+}
+
+// modeSample is how many of the node's latest records doctor compares
+// with Calico's data.
+const modeSample = 8
+
+// handleModeProblem says why the records show delegateHandles "container"
+// in front of a calico-ipam that keys ADD by namespace.podname (as
+// Calico 2.x does), or "": every DEL then releases nothing, and every
+// address leaks. (Pod mode in front of Calico 3.x protects as well, and
+// from the records alone looks the same as the right pod mode: no alarm.)
+func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.Config, recs []*record.Record) string {
+	if cfg.DelegateHandles != config.HandlesContainer {
+		return ""
+	}
+	recs = slices.DeleteFunc(slices.Clone(recs), func(r *record.Record) bool {
+		return r.State != record.Committed || r.PodName == "" || len(r.IPs) == 0
+	})
+	slices.SortFunc(recs, func(a, b *record.Record) int { return b.Updated.Compare(a.Updated) })
+	recs = recs[:min(len(recs), modeSample)]
+	byPodName := 0
+	for _, rec := range recs {
+		addr, ok := record.ParseAddr(rec.IPs[0])
+		if !ok {
+			continue
+		}
+		if h, err := allocationHandle(ctx, ds, addr); err == nil && h == rec.PodNamespace+"."+rec.PodName {
+			byPodName++
+		}
+	}
+	if byPodName == 0 {
+		return ""
+	}
+	return fmt.Sprintf(`delegateHandles is "container", but calico-ipam keyed %d of this node's %d latest records by namespace.podname, as Calico 2.x does: `+
+		`safe-ipam's DEL cannot release those handles, so every address leaks. Set delegateHandles to "pod" (safe-ipam install --delegate-handles=pod)`,
+		byPodName, len(recs))
+}
+
+// allocationHandle is the handle Calico's data holds addr under, "" when
+// it is free or in no block.
+func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Addr) (string, error) {
+	for _, p := range calico.BlockCandidates(addr) {
+		b, err := ds.Block(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		if b != nil {
+			return b.Block.HandleOf(addr)
+		}
+	}
+	return "", nil
 }
 
 // calicoKeys are the top-level keys of Calico's network config that say

@@ -81,6 +81,24 @@ func (n *node) storeRecord(t *testing.T, nodeName string) {
 	}
 }
 
+// recordPodNameKeyed allocates an address in Calico's data under
+// handle, and records it as safe-ipam's container mode does for pod
+// default/web-0, container c1.
+func (n *node) recordPodNameKeyed(t *testing.T, handle string) {
+	t.Helper()
+	ctx := context.Background()
+	must(t, calicosim.SeedIPPool(ctx, n.etcd.Client(), "default-ipv4-ippool", "10.244.0.0/16", 26))
+	addr, err := calicosim.SeedLegacyHandle(ctx, n.etcd.Client(), n.calicoNodeName(t), handle)
+	must(t, err)
+	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", n.calicoNodeName(t), 5*time.Second)
+	att := record.Attachment{Network: "k8s-pod-network", ContainerID: "c1", IfName: "eth0"}
+	rec := &record.Record{Attachment: att, Node: n.calicoNodeName(t), State: record.Committed, Handle: "k8s-pod-network.c1",
+		PodNamespace: "default", PodName: "web-0", IPs: []string{addr.String() + "/26"}, Created: time.Now(), Updated: time.Now()}
+	if _, err := st.Swap(ctx, att, nil, rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestDoctor(t *testing.T) {
 	tests := []struct {
 		name       string
@@ -117,6 +135,16 @@ func TestDoctor(t *testing.T) {
 			_, err := n.etcd.Client().Delete(context.Background(), calico.NodeKey(n.calicoNodeName(t)))
 			must(t, err)
 		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "has no Node"},
+		// Issue 22: container mode in front of a calico-ipam that keys ADD
+		// by namespace.podname leaks every address; doctor said protected.
+		{"takeover, container mode, calico-ipam keys by pod name", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			n.recordPodNameKeyed(t, "default.web-0")
+		}, ExitBroken, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, `calico-ipam keyed 1 of this node's 1 latest records by namespace.podname`},
+		{"takeover, container mode, calico-ipam keys by container", func(t *testing.T, n *node) {
+			n.install(t, install.TakeoverMode{})
+			n.recordPodNameKeyed(t, "k8s-pod-network.c1")
+		}, ExitProtected, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "doctor: protected"},
 		{"calico-node restarted after takeover", func(t *testing.T, n *node) {
 			n.install(t, install.TakeoverMode{})
 			b, err := os.ReadFile(filepath.Join(n.BinDir, "calico"))
