@@ -15,7 +15,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build tools test unit e2e e2e-runtime e2e-kubernetes kube-apiserver lint demo bench chaos clean
+.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes kube-apiserver lint demo bench chaos clean
 
 all: build
 
@@ -23,6 +23,15 @@ all: build
 # holds the admin commands, which safe-ipam hands to it. One main each.
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./plugin/safe-ipam ./plugin/safe-ipam-admin
+
+# The image deploy/safe-ipam.yaml runs, without Docker: both binaries,
+# static (install copies the CNI binary onto nodes, whose libc it must
+# not depend on), in one layer, as a docker-archive tagged with the
+# release the manifest pins (ipam/about.Release). Load it with
+# `ctr -n k8s.io images import` or `docker load`, or push it with crane.
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/image/ ./plugin/safe-ipam ./plugin/safe-ipam-admin
+	$(GO) run ./deploy/image/cmd -bin $(BIN)/image -revision $(VERSION) -out $(BIN)/safe-ipam-image.tar
 
 tools:
 	$(GO) build -o $(BIN)/ ./e2e/cmd/calico-ipam ./e2e/cmd/demo ./e2e/cmd/linklocal-gateway $(TOOLS)

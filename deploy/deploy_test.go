@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
@@ -313,5 +314,16 @@ func TestRBACGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ClusterRole grants %v; want exactly %v", got, want)
+	}
+}
+
+// Every container runs the image `make image` builds, by its pinned tag
+// (never :latest, which a node would not pull again).
+func TestDaemonSetPinsTheImage(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		if c.Image != about.Image {
+			t.Errorf("container %s runs %q; want %q (about.Image, what make image tags)", c.Name, c.Image, about.Image)
+		}
 	}
 }

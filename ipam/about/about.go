@@ -17,6 +17,14 @@ const (
 	AdminBinary = "safe-ipam-admin"
 )
 
+// Release is this tree's release: the tag of the image `make image`
+// builds and deploy/safe-ipam.yaml runs. Binaries carry the exact build
+// (git describe) in their version line.
+const Release = "0.3.0"
+
+// Image is the image deploy/ runs, pinned to Release.
+const Image = "safe-ipam:" + Release
+
 // CNIVersions are the CNI spec versions the CNI binary speaks.
 var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 

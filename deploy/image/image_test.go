@@ -1,0 +1,87 @@
+package image
+
+import (
+	"archive/tar"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
+)
+
+// The image holds both binaries, executable, under the tag the manifest
+// pins, and reads back as an image; without a binary there is none.
+func TestBuild(t *testing.T) {
+	bin := t.TempDir()
+	want := map[string]string{about.CNIBinary: "cni build", about.AdminBinary: "admin build"}
+	for name, data := range want {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "image.tar")
+	if err := Build(Options{BinDir: bin, Revision: "abc123", Arch: "amd64"}, out); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(about.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(out, &tag)
+	if err != nil {
+		t.Fatalf("reading the image back under %s: %v", about.Image, err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != "amd64" || strings.Join(cf.Config.Entrypoint, " ") != BinDir+"/"+about.CNIBinary ||
+		cf.Config.Labels["org.opencontainers.image.version"] != about.Release || cf.Config.Labels["org.opencontainers.image.revision"] != "abc123" {
+		t.Fatalf("config = %+v", cf)
+	}
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers = %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, _ := io.ReadAll(tr)
+		if hdr.Mode != 0o755 || hdr.Uid != 0 {
+			t.Errorf("%s: mode %o uid %d", hdr.Name, hdr.Mode, hdr.Uid)
+		}
+		got[hdr.Name] = string(data)
+	}
+	for name, data := range want {
+		if got["usr/local/bin/"+name] != data {
+			t.Errorf("the image's /usr/local/bin/%s = %q; want %q (holds %v)", name, got["usr/local/bin/"+name], data, got)
+		}
+	}
+	if err := os.Remove(filepath.Join(bin, about.AdminBinary)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Build(Options{BinDir: bin}, out); err == nil || !strings.Contains(err.Error(), about.AdminBinary) {
+		t.Fatalf("Build without the admin binary: %v; want an error naming it", err)
+	}
+}
