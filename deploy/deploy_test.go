@@ -327,3 +327,50 @@ func TestDaemonSetPinsTheImage(t *testing.T) {
 		}
 	}
 }
+
+// The cluster uninstall manifest runs `safe-ipam uninstall` where the
+// DaemonSet installs, on the same nodes, with the same dirs at their
+// paths: the bin dir and the file store writable, Calico's config
+// read-only; its waiting container has no mount and no privilege.
+func TestUninstallManifest(t *testing.T) {
+	var un appsv1.DaemonSet
+	decodeStrict(t, "safe-ipam-uninstall.yaml", &un)
+	ds := daemonSet(t)
+	spec, inst := un.Spec.Template.Spec, ds.Spec.Template.Spec
+	if un.Namespace != ds.Namespace || !reflect.DeepEqual(spec.Tolerations, inst.Tolerations) ||
+		!reflect.DeepEqual(spec.NodeSelector, inst.NodeSelector) || spec.HostNetwork != inst.HostNetwork {
+		t.Error("the uninstall DaemonSet does not run where safe-ipam's does")
+	}
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("%d init containers and %d containers; want one uninstall and one that waits", len(spec.InitContainers), len(spec.Containers))
+	}
+	un0, in0 := spec.InitContainers[0], inst.InitContainers[0]
+	want := []string{"/usr/local/bin/safe-ipam", "uninstall", "--cni-bin-dir=" + flagValue(in0.Command, "cni-bin-dir"), "--cni-conf-dir=" + flagValue(in0.Command, "cni-conf-dir")}
+	if !slices.Equal(un0.Command, want) || un0.Image != about.Image {
+		t.Errorf("uninstall runs %q in %s; want %q in %s", un0.Command, un0.Image, want, about.Image)
+	}
+	hostPaths := map[string]string{}
+	for _, v := range spec.Volumes {
+		hostPaths[v.Name] = v.HostPath.Path
+	}
+	writable := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false}
+	for _, m := range un0.VolumeMounts {
+		if hostPaths[m.Name] != m.MountPath {
+			t.Errorf("uninstall mounts host %s at %s", hostPaths[m.Name], m.MountPath)
+		}
+		if w, ok := writable[m.MountPath]; !ok || w == m.ReadOnly {
+			t.Errorf("uninstall mounts %s read-only %v", m.MountPath, m.ReadOnly)
+		}
+		delete(writable, m.MountPath)
+	}
+	if len(writable) > 0 {
+		t.Errorf("uninstall does not mount %v", writable)
+	}
+	wait := spec.Containers[0]
+	if len(wait.VolumeMounts) > 0 || len(wait.Command) > 0 || wait.SecurityContext == nil || wait.SecurityContext.RunAsNonRoot == nil || !*wait.SecurityContext.RunAsNonRoot {
+		t.Errorf("the waiting container %+v mounts, runs or may more than it needs", wait)
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		t.Error("a service account token is mounted; uninstall needs no API access")
+	}
+}
