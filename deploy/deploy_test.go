@@ -7,10 +7,12 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -372,5 +374,33 @@ func TestUninstallManifest(t *testing.T) {
 	}
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		t.Error("a service account token is mounted; uninstall needs no API access")
+	}
+}
+
+// The two long-running containers serve metrics on a port they declare,
+// and their liveness probe asks that port's /healthz.
+func TestDaemonSetServesMetricsAndLiveness(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	ports := map[int32]string{}
+	for _, name := range []string{"watch", "gc"} {
+		c := container(t, spec, name)
+		addr := flagValue(c.Command, "metrics-addr")
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Errorf("%s serves no metrics (--metrics-addr %q)", name, addr)
+			continue
+		}
+		p, _ := strconv.Atoi(port)
+		if len(c.Ports) != 1 || c.Ports[0].ContainerPort != int32(p) {
+			t.Errorf("%s declares ports %+v; want %d", name, c.Ports, p)
+		}
+		if other, dup := ports[int32(p)]; dup {
+			t.Errorf("%s and %s both take port %d of the node", name, other, p)
+		}
+		ports[int32(p)] = name
+		lp := c.LivenessProbe
+		if lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz" || lp.HTTPGet.Port.IntValue() != p {
+			t.Errorf("%s's liveness probe %+v; want GET /healthz on %d", name, lp, p)
+		}
 	}
 }

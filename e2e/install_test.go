@@ -2,6 +2,10 @@ package e2e
 
 import (
 	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
@@ -63,6 +67,7 @@ func TestInstallModesEndToEnd(t *testing.T) {
 				}
 			}
 			n.story(t, ctx, c, "b")
+			watch.assertMetrics(t, len(windows))
 			slices.Sort(windows)
 			t.Logf("%s: unprotected after each of %d calico-node restarts, from the start of Calico's writes until safe-ipam was back: %v; the watch's own log: %v",
 				mode, len(windows), windows, watch.windows())
@@ -308,11 +313,20 @@ type watchProcess struct {
 	mu   sync.Mutex
 	log  []string
 	done chan struct{}
+	// metrics is its --metrics-addr.
+	metrics string
 }
 
 func (n *calicoNode) startWatch(t *testing.T, mode string) *watchProcess {
 	t.Helper()
-	w := &watchProcess{cmd: exec.Command(n.safeIPAM, append([]string{"install", "--watch", "--mode=" + mode}, n.flags()...)...), done: make(chan struct{})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	args := append([]string{"install", "--watch", "--mode=" + mode, "--metrics-addr=" + addr}, n.flags()...)
+	w := &watchProcess{cmd: exec.Command(n.safeIPAM, args...), done: make(chan struct{}), metrics: addr}
 	stderr, err := w.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +356,48 @@ func (w *watchProcess) read(sc *bufio.Scanner, started chan struct{}) {
 		if strings.Contains(sc.Text(), "watching") {
 			once.Do(func() { close(started) })
 		}
+	}
+}
+
+// assertMetrics checks what the watch serves: the node protected, its
+// records counted, each of restarts re-installs counted with its window,
+// and /healthz answering.
+func (w *watchProcess) assertMetrics(t *testing.T, restarts int) {
+	t.Helper()
+	get := func(path string) string {
+		resp, err := http.Get("http://" + w.metrics + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	body := get("/metrics")
+	value := func(name string) float64 {
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, name+" "); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		t.Errorf("the watch's metrics have no %s:\n%s", name, body)
+		return -1
+	}
+	if v := value("safe_ipam_protected"); v != 1 {
+		t.Errorf("safe_ipam_protected %v; want 1", v)
+	}
+	if v := value(`safe_ipam_records{network="k8s-pod-network"}`); v < 0 {
+		t.Errorf("safe_ipam_records %v", v)
+	}
+	if v := value("safe_ipam_reinstalls_total"); v < float64(restarts) {
+		t.Errorf("safe_ipam_reinstalls_total %v; want at least %d, one per calico-node restart", v, restarts)
+	}
+	if v := value("safe_ipam_unprotected_seconds_count"); v != value("safe_ipam_reinstalls_total") {
+		t.Errorf("safe_ipam_unprotected_seconds_count %v; want one window per re-install", v)
+	}
+	if got := get("/healthz"); got != "ok\n" {
+		t.Errorf("/healthz = %q", got)
 	}
 }
 

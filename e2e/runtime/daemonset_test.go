@@ -22,7 +22,8 @@ import (
 // real containerd (issue 19, item 5): containerd never sends CNI GC, so
 // without it a sandbox whose DEL never came keeps its record and its
 // address for ever. Its command runs here with only the node's paths
-// (conf, bin dir, CRI socket) and its period changed; on both stores, a
+// (conf, bin dir, CRI socket), its period and its metrics port (a free
+// loopback one) changed; on both stores, a
 // later run collects such a sandbox, the running one keeps its address,
 // and SIGTERM ends the loop with exit 0.
 func TestDaemonSetGCLoop(t *testing.T) {
@@ -106,7 +107,8 @@ func (n *node) daemonSetGC(t *testing.T) []string {
 		if c.Name != "gc" {
 			continue
 		}
-		local := map[string]string{"--conf": n.conflist(), "--cni-bin-dir": prepared.bin.Dir, "--cri-endpoint": n.cd.Endpoint(), "--every": "1s"}
+		local := map[string]string{"--conf": n.conflist(), "--cni-bin-dir": prepared.bin.Dir, "--cri-endpoint": n.cd.Endpoint(), "--every": "1s",
+			"--metrics-addr": "127.0.0.1:0"}
 		var out []string
 		for _, arg := range c.Command {
 			name, _, _ := strings.Cut(arg, "=")

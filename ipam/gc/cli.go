@@ -113,8 +113,9 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	live := admin.NewLiveness(calico.Place)
 	live.ExplicitOnly = true
 	out := admin.NewOutput(2 * time.Minute)
-	cmd := admin.NewCommand("gc", usage, stderr, n, live, out)
-	r := &runner{cmd: cmd, node: n, live: live, out: out, stdout: stdout, stderr: stderr}
+	r := &runner{node: n, live: live, out: out, stdout: stdout, stderr: stderr}
+	cmd := admin.NewCommand("gc", usage, stderr, n, live, out, &r.metricsAddr)
+	r.cmd = cmd
 	cmd.Flags().BoolVar(&r.apply, "apply", false, "release (default: dry run, printing what would be released)")
 	cmd.Flags().BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
 	cmd.Flags().DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
@@ -128,7 +129,15 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return cmd.Fail(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
 	}
 	if r.every == 0 {
+		if r.metricsAddr.Addr != "" {
+			return cmd.Fail(errors.New("--metrics-addr needs --every: only a gc that keeps running serves metrics"))
+		}
 		return r.round(ctx)
+	}
+	if r.metricsAddr.Addr != "" {
+		if err := r.serveMetrics(ctx); err != nil {
+			return cmd.Fail(err)
+		}
 	}
 	return r.loop(ctx)
 }
@@ -143,18 +152,31 @@ type runner struct {
 	deadNodes      bool
 	every          time.Duration
 	stdout, stderr io.Writer
+	metricsAddr    admin.MetricsAddr
+	// tally is what this round released and left; metrics report it.
+	tally tally
+	// observe, when metrics are served, is told of each round.
+	observe func(code int, t tally)
 }
+
+// tally counts a round's records: released, and found to release but not
+// released (a dry run, or a release that failed).
+type tally struct{ released, stale int }
 
 // round is one gc: this node's records judged by the liveness source,
 // then other nodes' records judged by Calico's Nodes. Its exit code is
 // the worse of the two.
 func (r *runner) round(ctx context.Context) int {
+	r.tally = tally{}
 	code := admin.ExitOK
 	if r.live.Explicit() {
 		code = max(code, r.collectNode(ctx))
 	}
 	if r.deadNodes {
 		code = max(code, r.collectDeadNodes(ctx))
+	}
+	if r.observe != nil {
+		r.observe(code, r.tally)
 	}
 	return code
 }
@@ -165,7 +187,10 @@ func (r *runner) round(ctx context.Context) int {
 func (r *runner) loop(ctx context.Context) int {
 	for {
 		if err := r.node.read(); err != nil {
-			r.cmd.Fail(err)
+			code := r.cmd.Fail(err)
+			if r.observe != nil {
+				r.observe(code, tally{})
+			}
 		} else {
 			r.round(ctx)
 		}
@@ -204,7 +229,19 @@ func (r *runner) collectNode(ctx context.Context) int {
 	case len(plan.Release) > 0:
 		code = admin.ExitAttention
 	}
+	r.count(len(plan.Release), code)
 	return r.print(report, r.text(report), code, report.Error)
+}
+
+// count adds n records a collection planned to the round's tally:
+// released when it applied them all, else left. (A release that failed
+// part-way counts its records as left: the next round tries them again.)
+func (r *runner) count(n, code int) {
+	if r.apply && code == admin.ExitOK {
+		r.tally.released += n
+	} else {
+		r.tally.stale += n
+	}
 }
 
 // text is how a round's report is printed: whole, except in a --every
@@ -273,5 +310,6 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 	case plan.Len() > 0:
 		code = admin.ExitAttention
 	}
+	r.count(plan.Len(), code)
 	return r.print(report, r.text(report), code, report.Error)
 }

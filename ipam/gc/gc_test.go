@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -463,8 +466,9 @@ func TestEveryCollectsOnEachRunAndOutlivesAFailedOne(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan int, 1)
 	var stdout, stderr bytes.Buffer // read only after the loop ended
+	addr := freeAddr(t)
 	go func() {
-		done <- gc.RunContext(ctx, []string{"--conf", n.conf, "--cni-bin-dir", n.bin, "--live", live, "--apply", "--every", "20ms"}, &stdout, &stderr)
+		done <- gc.RunContext(ctx, []string{"--conf", n.conf, "--cni-bin-dir", n.bin, "--live", live, "--apply", "--every", "20ms", "--metrics-addr", addr}, &stdout, &stderr)
 	}()
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
@@ -480,6 +484,9 @@ func TestEveryCollectsOnEachRunAndOutlivesAFailedOne(t *testing.T) {
 	// A sandbox whose DEL never came, after the loop started.
 	n.record(t, "gone", "eth0", time.Hour)
 	waitFor("a later run releases it", func() bool { return slices.Equal(n.left(t), []string{"running/eth0"}) })
+	waitFor("the metrics count it", func() bool {
+		return metric(t, addr, "safe_ipam_gc_released_total") == "1" && metric(t, addr, `safe_ipam_gc_rounds_total{result="ok"}`) != ""
+	})
 
 	// The source goes away: runs fail and release nothing; then it is back.
 	if err := os.Rename(live, live+".away"); err != nil {
@@ -494,6 +501,12 @@ func TestEveryCollectsOnEachRunAndOutlivesAFailedOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor("the loop outlived the failed runs", func() bool { return slices.Equal(n.left(t), []string{"running/eth0"}) })
+	if metric(t, addr, `safe_ipam_gc_rounds_total{result="error"}`) == "" || metric(t, addr, "safe_ipam_gc_released_total") != "2" {
+		t.Errorf("the metrics do not show the failed rounds and both releases:\n%s", scrape(t, addr, "/metrics"))
+	}
+	if got := scrape(t, addr, "/healthz"); got != "ok\n" {
+		t.Errorf("/healthz = %q; want ok", got)
+	}
 
 	cancel()
 	if code := <-done; code != admin.ExitOK {
@@ -535,4 +548,39 @@ func TestDeadNodesWithALivenessSource(t *testing.T) {
 	if got := calls(t, w.bin); !slices.Equal(got, []string{"DEL c1", "DEL c4"}) {
 		t.Errorf("delegate calls %v", got)
 	}
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// scrape GETs path from addr; "" when it does not answer.
+func scrape(t *testing.T, addr, path string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// metric is the value of the sample named name (with its labels) in the
+// metrics at addr, "" when absent.
+func metric(t *testing.T, addr, name string) string {
+	t.Helper()
+	for _, line := range strings.Split(scrape(t, addr, "/metrics"), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return v
+		}
+	}
+	return ""
 }

@@ -33,6 +33,7 @@ type cliFlags struct {
 	dryRun, watch bool
 	out           *admin.Output
 	settle        time.Duration
+	metrics       admin.MetricsAddr
 	// handles, store and logFile are node settings; "" leaves them.
 	handles, store, logFile string
 }
@@ -71,7 +72,11 @@ func (f *cliFlags) settings() (Settings, error) {
 func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code int, stop bool) {
 	f = &cliFlags{out: admin.NewOutput(0)}
 	dirs := &admin.NodeDirs{}
-	cmd := admin.NewCommand(name, cliUsage[name], stderr, dirs, f.out)
+	groups := []admin.Group{dirs, f.out}
+	if name == "install" {
+		groups = append(groups, &f.metrics)
+	}
+	cmd := admin.NewCommand(name, cliUsage[name], stderr, groups...)
 	fs := cmd.Flags()
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would change and change nothing")
 	if name == "install" {
@@ -90,6 +95,9 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 	f.node = Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	if f.watch && f.dryRun {
 		return nil, cmd.Fail(errors.New("--watch and --dry-run exclude each other")), true
+	}
+	if f.metrics.Addr != "" && !f.watch {
+		return nil, cmd.Fail(errors.New("--metrics-addr needs --watch: only the watch keeps running")), true
 	}
 	return f, 0, false
 }
@@ -124,8 +132,10 @@ Example: safe-ipam uninstall --dry-run
 `,
 }
 
-// RunInstall is `safe-ipam install`.
-func RunInstall(args []string, stdout, stderr io.Writer) int {
+// RunInstall is `safe-ipam install`. check is what the watch's metrics
+// report of the node (safe-ipam doctor, which the admin binary wires in:
+// doctor reads what install writes, so install does not import it).
+func RunInstall(args []string, stdout, stderr io.Writer, check NodeCheck) int {
 	f, code, stop := parseCLI("install", args, stderr)
 	if stop {
 		return code
@@ -146,7 +156,7 @@ func RunInstall(args []string, stdout, stderr io.Writer) int {
 		return ExitError
 	}
 	if f.watch {
-		return runWatch(f, mode, self, settings, stderr)
+		return runWatch(f, mode, self, settings, stderr, check)
 	}
 	r, err := InstallWith(f.node, mode, self, settings, f.dryRun)
 	code = report("install", f, r, err, stdout, stderr)
@@ -233,17 +243,25 @@ func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Wri
 }
 
 // runWatch installs and keeps the install until SIGTERM or SIGINT.
-func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.Writer) int {
+func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.Writer, check NodeCheck) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("cmd", "install --watch")
 	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settings: settings, Settle: f.settle, Log: log}
+	observe := func(Reassertion) {}
+	if f.metrics.Addr != "" {
+		var err error
+		if observe, err = watchMetrics(ctx, f.metrics.Addr, f.node, check, log); err != nil {
+			fmt.Fprintln(stderr, "safe-ipam install --watch:", err)
+			return ExitError
+		}
+	}
 	// Once safe-ipam is in place, records written before the address
 	// index get their entries: every start of the DaemonSet (an upgrade
 	// of safe-ipam included) runs the migration.
 	// In the background: a slow store must not hold up re-assertions.
 	first := sync.OnceFunc(func() { go reindex(f.node, stderr, stderr) })
-	w.Reasserted = func(Reassertion) { first() }
+	w.Reasserted = func(r Reassertion) { first(); observe(r) }
 	log.Info("watching", "bin", f.node.BinDir, "conf", f.node.ConfDir, "mode", mode.Name(), "settle", f.settle)
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "safe-ipam install --watch:", err)

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
@@ -56,7 +58,7 @@ func dispatch(args []string) int {
 	case "gc":
 		return gc.Run(args[1:], stdout, stderr)
 	case "install":
-		return install.RunInstall(args[1:], stdout, stderr)
+		return install.RunInstall(args[1:], stdout, stderr, checkNode)
 	case "uninstall":
 		return install.RunUninstall(args[1:], stdout, stderr)
 	case "doctor":
@@ -64,4 +66,19 @@ func dispatch(args []string) int {
 	}
 	fmt.Fprintf(stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
 	return 2
+}
+
+// checkNode is doctor's answer for the watch's metrics.
+func checkNode(ctx context.Context, n install.Node) (bool, []install.StoreCount, error) {
+	r, err := doctor.Check(ctx, cninode.Dirs(n), nil)
+	if err != nil {
+		return false, nil, err
+	}
+	var stores []install.StoreCount
+	for _, net := range r.Networks {
+		if net.Store != nil && net.Store.Answers {
+			stores = append(stores, install.StoreCount{Network: net.Network, Records: net.Store.Records, Quarantines: net.Store.Quarantines})
+		}
+	}
+	return r.Protected, stores, nil
 }

@@ -1,0 +1,37 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/metrics"
+)
+
+// serveMetrics serves gc's metrics at --metrics-addr while the loop runs;
+// /healthz fails once rounds stop coming (a wedged process), not when a
+// round fails: the next round tries again.
+func (r *runner) serveMetrics(ctx context.Context) error {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewGC(reg)
+	beat := metrics.NewHeartbeat(2*r.every + r.out.Timeout)
+	bound, err := metrics.Listen(ctx, r.metricsAddr.Addr, reg, beat.Alive)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.stderr, "safe-ipam gc: serving metrics at %s\n", bound)
+	r.observe = func(code int, t tally) {
+		beat.Beat()
+		m.Released.Add(float64(t.released))
+		m.Stale.Set(float64(t.stale))
+		if code == admin.ExitError {
+			m.Rounds.WithLabelValues("error").Inc()
+			return
+		}
+		m.Rounds.WithLabelValues("ok").Inc()
+		m.LastSuccess.SetToCurrentTime()
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+// Package metrics is what the DaemonSet's long-running containers tell
+// Prometheus, each on its own --metrics-addr: the watch (install --watch)
+// whether the node is protected, its records and quarantines, and how
+// often it put safe-ipam back and for how long the node was unprotected;
+// gc its rounds and what they released. Each also answers /healthz, the
+// container's liveness probe. Only the admin binary links it: the CNI
+// binary, run on every pod start, keeps no state across calls.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "safe_ipam"
+
+// Watch are the watch container's metrics.
+type Watch struct {
+	// Protected is doctor's verdict, 1 or 0, at the last check.
+	Protected prometheus.Gauge
+	// Records and Quarantines are this node's, by network, at the last
+	// check.
+	Records, Quarantines *prometheus.GaugeVec
+	// LastCheck is when the last check finished (Unix seconds).
+	LastCheck prometheus.Gauge
+	// Reinstalls counts the times the watch put safe-ipam back after
+	// calico-node's installer (or anyone) undid it; Unprotected is how
+	// long the node was unprotected each time, as the watch measured it.
+	Reinstalls  prometheus.Counter
+	Unprotected prometheus.Histogram
+}
+
+// NewWatch registers the watch's metrics in reg.
+func NewWatch(reg prometheus.Registerer) *Watch {
+	w := &Watch{
+		Protected: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "protected",
+			Help: "1 when safe-ipam doctor says this node is protected, else 0, at the last check."}),
+		Records: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "records",
+			Help: "safe-ipam's records of this node, by network, at the last check."}, []string{"network"}),
+		Quarantines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "quarantines",
+			Help: "Allocations fenced off because a running attachment holds their address (each an ADD that was refused), held with this node's records, by network."}, []string{"network"}),
+		LastCheck: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "last_check_timestamp_seconds",
+			Help: "When the watch last finished checking the node (Unix time)."}),
+		Reinstalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reinstalls_total",
+			Help: "Times the watch put safe-ipam back after the node's CNI dirs undid it (calico-node's installer does on every start)."}),
+		Unprotected: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "unprotected_seconds",
+			Help:    "How long the node was unprotected before each re-install, from the change the watch saw to safe-ipam back in place.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}),
+	}
+	reg.MustRegister(w.Protected, w.Records, w.Quarantines, w.LastCheck, w.Reinstalls, w.Unprotected)
+	return w
+}
+
+// GC are the gc container's metrics.
+type GC struct {
+	// Rounds counts gc rounds by result: "ok" or "error".
+	Rounds *prometheus.CounterVec
+	// Released counts the records released (with their addresses).
+	Released prometheus.Counter
+	// Stale is what the last round found to release and did not (a dry
+	// run, or a release that failed).
+	Stale prometheus.Gauge
+	// LastSuccess is when a round last succeeded (Unix seconds).
+	LastSuccess prometheus.Gauge
+}
+
+// NewGC registers gc's metrics in reg.
+func NewGC(reg prometheus.Registerer) *GC {
+	g := &GC{
+		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Subsystem: "gc", Name: "rounds_total",
+			Help: "gc rounds, by result (ok, error)."}, []string{"result"}),
+		Released: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "gc", Name: "released_total",
+			Help: "Records gc released with their addresses: sandboxes the runtime no longer lists, and records of nodes Calico no longer knows."}),
+		Stale: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "stale_records",
+			Help: "Records the last round found to release and did not (a dry run, or a failed release)."}),
+		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "last_success_timestamp_seconds",
+			Help: "When a gc round last succeeded (Unix time)."}),
+	}
+	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess)
+	return g
+}
+
+// Listen binds addr at once (so that a taken port fails the command, not
+// a probe later) and serves reg at /metrics and alive at /healthz (200,
+// or 503 with alive's error) until ctx ends.
+func Listen(ctx context.Context, addr string, reg *prometheus.Registry, alive func() error) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := alive(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = ln.Close()
+		}
+	}()
+	return ln.Addr(), nil
+}
+
+// Heartbeat is a liveness check: alive while Beat was called within
+// Within.
+type Heartbeat struct {
+	Within time.Duration
+	last   atomic.Int64 // Unix nanoseconds
+}
+
+// NewHeartbeat starts alive, as of now.
+func NewHeartbeat(within time.Duration) *Heartbeat {
+	h := &Heartbeat{Within: within}
+	h.Beat()
+	return h
+}
+
+// Beat records that the loop went round.
+func (h *Heartbeat) Beat() { h.last.Store(time.Now().UnixNano()) }
+
+// Alive says whether the loop went round within Within.
+func (h *Heartbeat) Alive() error {
+	if since := time.Since(time.Unix(0, h.last.Load())); since > h.Within {
+		return fmt.Errorf("the loop last went round %s ago (more than %s)", since.Round(time.Second), h.Within)
+	}
+	return nil
+}

@@ -1,0 +1,62 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// /metrics serves the registry; /healthz follows the heartbeat: 503 once
+// the loop stops coming round.
+func TestListen(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	w := NewWatch(reg)
+	g := NewGC(reg)
+	w.Protected.Set(1)
+	w.Reinstalls.Inc()
+	g.Released.Add(3)
+	beat := NewHeartbeat(200 * time.Millisecond)
+	addr, err := Listen(ctx, "127.0.0.1:0", reg, beat.Alive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + addr.String()
+	_, body := get(t, base+"/metrics")
+	for _, want := range []string{"safe_ipam_protected 1", "safe_ipam_reinstalls_total 1", "safe_ipam_gc_released_total 3", "safe_ipam_unprotected_seconds_count 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d while beating", code)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if code, body := get(t, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "last went round") {
+		t.Errorf("/healthz %d %q after the beats stopped; want 503", code, body)
+	}
+	beat.Beat()
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d after a beat", code)
+	}
+	if _, err := Listen(ctx, addr.String(), reg, beat.Alive); err == nil {
+		t.Error("a taken address was accepted")
+	}
+}
