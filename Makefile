@@ -4,7 +4,7 @@ BIN      ?= bin
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # -s -w: no symbol table or DWARF (stack traces keep working). The plugin
 # is exec'd on every pod start and stop, and the smaller file starts
-# faster (see README, "Cost").
+# faster (see docs/performance.md, "Cost").
 LDFLAGS  := -s -w -X main.Version=$(VERSION)
 PKGS     := ./...
 

@@ -462,7 +462,7 @@ func (g *Generator) expect(b *batch, call Call) Expect {
 // committed record a crash after the commit left: it is answered from
 // the record on the node (seed 186559945 found this expectation missing).
 // Nor does the DEL of a quarantined attachment, which releases nothing
-// until its holder is released (README, "Fencing"; seed 607448584).
+// until its holder is released (docs/design.md, "Fencing"; seed 607448584).
 func (g *Generator) outageExpect(call Call) Expect {
 	return outageExpect(g.setup.Store, call)
 }

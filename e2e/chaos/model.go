@@ -65,7 +65,7 @@ type Attachment struct {
 	// gets it.
 	Victim bool
 	// QuarantinedBy: an ADD of it was fenced, so its allocation is a
-	// quarantine tied to this holder (README, "Fencing") until the holder
+	// quarantine tied to this holder (docs/design.md, "Fencing") until the holder
 	// is released; until then its DEL releases nothing and calls no
 	// delegate.
 	QuarantinedBy *Attachment

@@ -43,7 +43,7 @@ func TestOutageExpectAfterCrashedCommit(t *testing.T) {
 
 // TestOutageExpectForAQuarantinedDel: a fenced ADD leaves its allocation
 // quarantined for the holder it names; the attachment's DEL releases
-// nothing and calls no delegate until the holder is released (README,
+// nothing and calls no delegate until the holder is released (docs/design.md,
 // "Fencing"), so with a file store it succeeds during an outage. Once the
 // holder is released the quarantine goes with it, and the DEL is an
 // ordinary one again. Seed 607448584 failed on this expectation.

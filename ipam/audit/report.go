@@ -13,7 +13,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
-// Report is the audit's output; its JSON form is stable (README).
+// Report is the audit's output; its JSON form is stable (docs/operations.md).
 type Report struct {
 	Revision int64 `json:"revision"`
 	// ResourceVersion is where the Kubernetes datastore was read.

@@ -29,7 +29,7 @@ Example: safe-ipam repair --conf /etc/cni/net.d/10-calico.conflist \
 `
 
 // Report is the audit's report with what repair planned and did; its
-// JSON form is the audit's plus these fields (README).
+// JSON form is the audit's plus these fields (docs/operations.md).
 type Report struct {
 	*audit.Report
 	Actions []Action  `json:"actions,omitempty"`
