@@ -1,0 +1,49 @@
+// Package render writes deploy/'s manifests for a node whose CNI dirs are
+// not /opt/cni/bin and /etc/cni/net.d (k3s, some distributions): the
+// dirs appear in hostPaths, mountPaths and flags, and must change
+// together, since the containers mount them at their host paths (Calico's
+// config names its TLS files by host path).
+package render
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// The dirs deploy/'s manifests are written for.
+const (
+	DefaultBinDir  = "/opt/cni/bin"
+	DefaultConfDir = "/etc/cni/net.d"
+)
+
+// Dirs are a node's CNI dirs.
+type Dirs struct {
+	BinDir, ConfDir string
+}
+
+// Manifest is manifest with the default dirs replaced by d's, wherever a
+// whole path names them.
+func Manifest(manifest string, d Dirs) (string, error) {
+	for _, p := range []string{d.BinDir, d.ConfDir} {
+		if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, " \t\n\"'#:") {
+			return "", fmt.Errorf("CNI dir %q: want a clean absolute path", p)
+		}
+	}
+	// One pass, so that a new dir that holds an old one (k3s's conf dir
+	// ends in etc/cni/net.d) is not replaced again; a whole path only,
+	// not the start of a longer name (a file in the dir keeps its name
+	// under the new dir).
+	to := map[string]string{DefaultBinDir: d.BinDir, DefaultConfDir: d.ConfDir}
+	return dirs.ReplaceAllStringFunc(manifest, func(m string) string {
+		for from, dir := range to {
+			if rest, ok := strings.CutPrefix(m, from); ok {
+				return dir + rest
+			}
+		}
+		return m
+	}), nil
+}
+
+var dirs = regexp.MustCompile(`(` + regexp.QuoteMeta(DefaultBinDir) + `|` + regexp.QuoteMeta(DefaultConfDir) + `)(/|\b|$)`)
