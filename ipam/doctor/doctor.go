@@ -98,6 +98,10 @@ type StoreReport struct {
 	Stale      int    `json:"stale"`
 	StaleBy    string `json:"staleBy,omitempty"`
 	StaleError string `json:"staleError,omitempty"`
+	// Overdue are the stale records last written more than StaleOverdue
+	// ago: gc (the DaemonSet's runs every 5 minutes) is not releasing
+	// them, and the node is broken.
+	Overdue int `json:"overdue"`
 	// Exposure says how the store's etcd is exposed (plain text, no CA
 	// file); a warning, not a problem: it works.
 	Exposure string `json:"exposure,omitempty"`
@@ -220,6 +224,9 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.Error = "delegate: " + net.Delegate.Error
 	case net.Store.Error != "":
 		net.Error = "record store: " + net.Store.Error
+	case net.Store.Overdue > 0:
+		net.Error = fmt.Sprintf("%d stale record(s) older than %s that safe-ipam gc has not released (%s lists no sandbox for them): is the DaemonSet's gc container running?",
+			net.Store.Overdue, StaleOverdue, net.Store.StaleBy)
 	case net.Calico.Error != "":
 		net.Error = net.Calico.Error
 	default:
@@ -316,9 +323,17 @@ func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*
 	for _, rec := range recs {
 		if rules.Why(rec) == "" {
 			out.Stale++
+			if rules.Now.Sub(rec.Updated) > StaleOverdue {
+				out.Overdue++
+			}
 		}
 	}
 }
+
+// StaleOverdue is how long a stale record may wait for gc before the
+// node counts as broken: three of the DaemonSet's gc periods. A younger
+// one is the next run's work, not a fault.
+const StaleOverdue = 15 * time.Minute
 
 func firstNonEmpty(s ...string) string {
 	for _, v := range s {

@@ -287,10 +287,13 @@ func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
 		stale        int
 		staleBy      bool
 		staleError   string
+		// The records were written an hour ago: a stale one gc has not
+		// released in that time makes the node broken (issue 22).
+		exit int
 	}{
-		{name: "no liveness source"},
-		{name: "the runtime lists one of two", listed: `[{"containerID":"running","ifname":"eth0"}]`, stale: 1, staleBy: true},
-		{name: "a source that lists nothing", listed: `[]`, staleBy: true, staleError: "lists nothing running"},
+		{name: "no liveness source", exit: ExitProtected},
+		{name: "the runtime lists one of two", listed: `[{"containerID":"running","ifname":"eth0"}]`, stale: 1, staleBy: true, exit: ExitBroken},
+		{name: "a source that lists nothing", listed: `[]`, staleBy: true, staleError: "lists nothing running", exit: ExitProtected},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -300,8 +303,8 @@ func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
 				args = append(args, "--live", live)
 			}
 			var out, errOut bytes.Buffer
-			if code := Run(args, &out, &errOut); code != ExitProtected {
-				t.Fatalf("exit %d\n%s%s", code, out.String(), errOut.String())
+			if code := Run(args, &out, &errOut); code != tt.exit {
+				t.Fatalf("exit %d; want %d\n%s%s", code, tt.exit, out.String(), errOut.String())
 			}
 			var r Report
 			must(t, json.Unmarshal(out.Bytes(), &r))
@@ -313,6 +316,22 @@ func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
 			Run(args[1:], &out, &errOut)
 			t.Logf("doctor:\n%s", out.String())
 		})
+	}
+	// A stale record younger than StaleOverdue is the next gc run's work:
+	// still protected.
+	young := time.Now().Add(-5 * time.Minute)
+	_, err = st.Commit(ctx, nil, &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: "young", IfName: "eth0"}, Node: node,
+		Handle: "k8s-pod-network.young", State: record.Committed, IPs: []string{"10.244.0.3/26"}, Created: young, Updated: young})
+	must(t, err)
+	must(t, os.WriteFile(live, []byte(`[{"containerID":"running","ifname":"eth0"},{"containerID":"gone","ifname":"eth0"}]`), 0o644))
+	var out, errOut bytes.Buffer
+	if code := Run([]string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir, "--live", live}, &out, &errOut); code != ExitProtected {
+		t.Errorf("a stale record 5 minutes old: exit %d; want protected\n%s%s", code, out.String(), errOut.String())
+	}
+	var rep Report
+	must(t, json.Unmarshal(out.Bytes(), &rep))
+	if s := rep.Networks[0].Store; s.Stale != 1 || s.Overdue != 0 {
+		t.Errorf("store %+v; want 1 stale, none overdue", s)
 	}
 }
 
