@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"time"
@@ -116,7 +117,7 @@ func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env Env, args
 	}
 	call := delegate.Call{ContainerID: rec.ContainerID, NetNS: env.NetNS, IfName: rec.IfName, Args: args.String(), Path: env.Path}
 	if err := g.delegate.Run(ctx, "DEL", g.cfg.DelegateConfig(g.version, nil), call); err != nil {
-		return errors.Join(errors.New("releasing "+rec.Attachment.String()+" from VM handle "+rec.Handle), err)
+		return fmt.Errorf("releasing %s from VM handle %s in %s: %w", rec.Attachment, rec.Handle, g.delegate.Type, err)
 	}
 	g.log.Info("DEL passed the pod's identity for the VM's handle", "attachment", rec.Attachment.String(), "handle", rec.Handle)
 	return nil
