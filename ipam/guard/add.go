@@ -144,7 +144,14 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	if err != nil {
 		return err
 	}
-	g.log.Info("ADD", "attachment", pending.Attachment.String(), "ips", ips, "handle", committed.Handle)
+	// The handle is Calico's own only when it was read from Calico's data
+	// (a VM's); otherwise it is the one safe-ipam's DEL releases, which
+	// doctor compares with Calico's data.
+	key := "expectedHandle"
+	if record.SharedHandle(committed.Network, committed.Handle) {
+		key = "handle"
+	}
+	g.log.Info("ADD", "attachment", pending.Attachment.String(), "ips", ips, key, committed.Handle)
 	return nil
 }
 

@@ -336,6 +336,12 @@ func cniCode(err error) uint {
 // a store in between to stage a race or a lost answer.
 func (r *rig) guardOver(st store.Store, conf []byte) *guard.Guard {
 	r.t.Helper()
+	return r.guardLogging(st, conf, slog.New(slog.DiscardHandler))
+}
+
+// guardLogging is guardOver logging to log.
+func (r *rig) guardLogging(st store.Store, conf []byte, log *slog.Logger) *guard.Guard {
+	r.t.Helper()
 	cfg, err := config.Parse(conf)
 	if err != nil {
 		r.t.Fatal(err)
@@ -348,7 +354,7 @@ func (r *rig) guardOver(st store.Store, conf []byte) *guard.Guard {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return guard.New(cfg, setup, st, d, slog.New(slog.DiscardHandler))
+	return guard.New(cfg, setup, st, d, log)
 }
 
 // resultIPs lists a result's addresses, in CNI 1.0.0's form.
