@@ -374,8 +374,10 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 }
 
 // modeSample is how many of the node's latest records doctor compares
-// with Calico's data.
-const modeSample = 8
+// with Calico's data: one block read each, and the readiness probe runs
+// doctor every 10 seconds on every node, so few; a wrong mode shows in
+// every record.
+const modeSample = 3
 
 // handleModeProblem says why the records show delegateHandles "container"
 // in front of a calico-ipam that keys ADD by namespace.podname (as
