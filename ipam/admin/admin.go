@@ -118,9 +118,15 @@ func (c *Command) ParseOrExit(args []string) (int, bool) {
 	case errors.Is(err, flag.ErrHelp):
 		return ExitOK, true
 	}
+	return c.FailUsage(err), true
+}
+
+// FailUsage reports a usage error (flags that do not go together) as Fail
+// does, then where to read more.
+func (c *Command) FailUsage(err error) int {
 	code := c.Fail(err)
 	fmt.Fprintf(c.Stderr, "Run 'safe-ipam %s --help' for its flags and examples.\n", c.Name)
-	return code, true
+	return code
 }
 
 // hint adds to a flag error what the operator most likely meant.

@@ -114,7 +114,7 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	live.ExplicitOnly = true
 	out := admin.NewOutput(2 * time.Minute)
 	r := &runner{node: n, live: live, out: out, stdout: stdout, stderr: stderr}
-	cmd := admin.NewCommand("gc", usage, stderr, n, live, out, &r.metricsAddr)
+	cmd := admin.NewCommand("gc", usage, stderr, &r.metricsAddr, n, live, out)
 	r.cmd = cmd
 	cmd.Flags().BoolVar(&r.apply, "apply", false, "release (default: dry run, printing what would be released)")
 	cmd.Flags().BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
@@ -123,14 +123,14 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if !live.Explicit() && !r.deadNodes {
-		return cmd.Fail(errors.New("name what to collect: a liveness source (--cri-endpoint, --cni-cache or --live) for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
+		return cmd.FailUsage(errors.New("name what to collect: a liveness source (--cri-endpoint, --cni-cache or --live) for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
 	}
 	if r.every < 0 {
-		return cmd.Fail(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
+		return cmd.FailUsage(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
 	}
 	if r.every == 0 {
 		if r.metricsAddr.Addr != "" {
-			return cmd.Fail(errors.New("--metrics-addr needs --every: only a gc that keeps running serves metrics"))
+			return cmd.FailUsage(errors.New("--metrics-addr needs --every: only a gc that keeps running serves metrics"))
 		}
 		return r.round(ctx)
 	}

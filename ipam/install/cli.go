@@ -94,10 +94,10 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 	}
 	f.node = Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	if f.watch && f.dryRun {
-		return nil, cmd.Fail(errors.New("--watch and --dry-run exclude each other")), true
+		return nil, cmd.FailUsage(errors.New("--watch and --dry-run exclude each other")), true
 	}
 	if f.metrics.Addr != "" && !f.watch {
-		return nil, cmd.Fail(errors.New("--metrics-addr needs --watch: only the watch keeps running")), true
+		return nil, cmd.FailUsage(errors.New("--metrics-addr needs --watch: only the watch keeps running")), true
 	}
 	return f, 0, false
 }

@@ -70,6 +70,8 @@ func TestUsageErrorsNameTheFix(t *testing.T) {
 		{[]string{"audit", "--min-age", "5"}, "--min-age=5m"},
 		{[]string{"gc", "/etc/cni/net.d/10-calico.conflist"}, "--conf=/etc/cni/net.d/10-calico.conflist"},
 		{[]string{"install", "--mod=takeover"}, "unknown flag --mod"},
+		{[]string{"install", "--metrics-addr=:9253"}, "--metrics-addr needs --watch"},
+		{[]string{"gc", "--conf", "/x.conflist", "--dead-nodes", "--every=5m", "--metrics-addr=9254"}, "want host:port or :port"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
