@@ -198,8 +198,8 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 
 // keepKnown carries into this DEL's marker what the record it replaced
 // knew: its addresses (so that forgetting drops their index entries), its
-// handle (with the record it shares it with) and its pod. The record may be an earlier DEL's marker, which
-// knows only what that DEL knew.
+// handle (with the record it shares it with) and its pod. The record may
+// be an earlier DEL's marker, which knows only what that DEL knew.
 func keepKnown(marker, old *record.Record) {
 	if len(old.IPs) > 0 {
 		marker.IPs = old.IPs
