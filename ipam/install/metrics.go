@@ -73,7 +73,11 @@ func checkNode(ctx context.Context, node Node, check NodeCheck, m *metrics.Watch
 	if err != nil {
 		protected, stores = false, nil
 	}
-	m.Protected.Set(map[bool]float64{true: 1}[protected])
+	if protected {
+		m.Protected.Set(1)
+	} else {
+		m.Protected.Set(0)
+	}
 	for _, s := range stores {
 		m.Records.WithLabelValues(s.Network).Add(float64(s.Records))
 		m.Quarantines.WithLabelValues(s.Network).Add(float64(s.Quarantines))
