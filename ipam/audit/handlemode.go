@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
@@ -113,7 +114,7 @@ func sample(recs []string) string {
 // neither.
 func keyingEvidence(snap *snapshot.Snapshot) (byContainer, byPodName int) {
 	for _, al := range snap.Allocations {
-		if al.Namespace == "" || al.Pod == "" || strings.Contains(al.Handle, ".vmi.") {
+		if al.Namespace == "" || al.Pod == "" || calico.IsVMHandle(al.Handle) {
 			continue
 		}
 		if al.Handle == al.Namespace+"."+al.Pod {
