@@ -5,9 +5,13 @@
 //
 // Like Calico's one multi-call binary, it picks its role from the base of
 // argv[0]: calico-node's installer copies that binary as both "calico" and
-// "calico-ipam". As "calico" it is a minimal stand-in for Calico's main
-// plugin: it runs the IPAM plugin its ipam.type names (which is how
-// Calico's plugin reaches calico-ipam) and sets up no dataplane. Every
+// "calico-ipam". As "calico" it stands in for Calico's main plugin: it runs
+// the IPAM plugin its ipam.type names with the whole network config (which
+// is how Calico's plugin reaches calico-ipam), then gives the pod its
+// interface as Calico does: a veth whose host end is named after the pod,
+// the address on the pod's end behind a link-local gateway, and a /32 route
+// on the host, refused when the address already routes to another pod. If
+// the interface cannot be made, the address is released again. Every
 // other name is the IPAM simulator.
 //
 // Besides the CNI variables it reads CALICO_IPAM_LOCK_FILE (host lock,
@@ -26,6 +30,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 )
@@ -37,7 +42,7 @@ const mainPluginRole = "calico"
 func main() {
 	if filepath.Base(os.Args[0]) == mainPluginRole {
 		skel.PluginMainFuncs(skel.CNIFuncs{Add: mainAdd, Del: mainDel, Check: mainCheck}, calicosim.Versions(),
-			"calico main plugin stand-in (safe-ipam e2e): delegates to its ipam.type, no dataplane")
+			"calico main plugin stand-in (safe-ipam e2e): its ipam.type, then a veth")
 		return
 	}
 	p := calicosim.New(os.Getenv, os.Stdout, os.Stderr)
@@ -47,6 +52,7 @@ func main() {
 // netConf is what the main plugin reads of its config.
 type netConf struct {
 	types.NetConf
+	MTU int `json:"mtu"`
 }
 
 func parse(stdin []byte) (*netConf, error) {
@@ -61,28 +67,52 @@ func parse(stdin []byte) (*netConf, error) {
 }
 
 // mainAdd hands the whole config to the IPAM plugin, as Calico's plugin
-// does, and returns its result in the config's version.
+// does, wires the pod, and returns the result in the config's version.
 func mainAdd(args *skel.CmdArgs) error {
 	c, err := parse(args.StdinData)
 	if err != nil {
 		return err
 	}
-	res, err := invoke.DelegateAdd(context.Background(), c.IPAM.Type, args.StdinData, nil)
+	var k8s podArgs
+	if err := types.LoadArgs(args.Args, &k8s); err != nil {
+		return fmt.Errorf("CNI_ARGS: %w", err)
+	}
+	ctx := context.Background()
+	raw, err := invoke.DelegateAdd(ctx, c.IPAM.Type, args.StdinData, nil)
 	if err != nil {
+		return err
+	}
+	res, err := current.NewResultFromResult(raw)
+	if err != nil {
+		return fmt.Errorf("the IPAM result: %w", err)
+	}
+	mtu := c.MTU
+	if mtu == 0 {
+		mtu = 1500
+	}
+	if err := wire(args.Netns, args.IfName, hostVethName(args.ContainerID, k8s), mtu, res); err != nil {
+		// Calico releases what it allocated when the dataplane fails.
+		if derr := invoke.DelegateDel(ctx, c.IPAM.Type, args.StdinData, nil); derr != nil {
+			return fmt.Errorf("%w (and releasing the address: %v)", err, derr)
+		}
 		return err
 	}
 	return types.PrintResult(res, c.CNIVersion)
 }
 
+// mainDel removes the pod's interface, then releases through the IPAM.
 func mainDel(args *skel.CmdArgs) error {
 	c, err := parse(args.StdinData)
 	if err != nil {
 		return err
 	}
+	if err := unwire(args.Netns, args.IfName); err != nil {
+		return err
+	}
 	return invoke.DelegateDel(context.Background(), c.IPAM.Type, args.StdinData, nil)
 }
 
-// mainCheck passes: there is no dataplane to check.
+// mainCheck passes: Calico's CHECK is not modelled.
 func mainCheck(args *skel.CmdArgs) error {
 	_, err := parse(args.StdinData)
 	return err

@@ -28,6 +28,8 @@ type Containerd struct {
 	// Env is added to containerd's environment, and so to every CNI
 	// plugin it runs (CALICO_SIM_HANDLES, CALICO_IPAM_LOCK_FILE).
 	Env []string
+	// Sandbox is the sandbox image's tag (default SandboxImage).
+	Sandbox string
 
 	nsenter *exec.Cmd
 	pid     int
@@ -72,7 +74,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = %[5]q
     conf_dir = %[6]q
     max_conf_num = 1
-`, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Socket(), SandboxImage, c.BinDir, c.ConfDir)
+`, filepath.Join(c.Dir, "root"), filepath.Join(c.Dir, "state"), c.Socket(), c.sandbox(), c.BinDir, c.ConfDir)
+}
+
+func (c *Containerd) sandbox() string {
+	if c.Sandbox != "" {
+		return c.Sandbox
+	}
+	return SandboxImage
 }
 
 // Start starts containerd and waits until its CRI API answers.
@@ -97,7 +106,7 @@ func (c *Containerd) Start(ctx context.Context) error {
 		return fmt.Errorf("starting containerd: %w", err)
 	}
 	c.nsenter, c.log = cmd, log
-	if c.pid, err = childOf(ctx, cmd.Process.Pid); err != nil {
+	if c.pid, err = ChildOf(ctx, cmd.Process.Pid); err != nil {
 		c.Stop()
 		return err
 	}
@@ -121,9 +130,9 @@ func ProcessEnv() []string {
 	return append(env, "PATH="+os.Getenv("PATH")+":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 }
 
-// childOf is the PID of nsenter's child: nsenter forks to enter the PID
-// namespace, and containerd is that child.
-func childOf(ctx context.Context, parent int) (int, error) {
+// ChildOf is the PID of nsenter's child: nsenter forks to enter the PID
+// namespace, and the program it runs is that child.
+func ChildOf(ctx context.Context, parent int) (int, error) {
 	path := fmt.Sprintf("/proc/%d/task/%d/children", parent, parent)
 	for {
 		data, err := os.ReadFile(path)
@@ -134,7 +143,7 @@ func childOf(ctx context.Context, parent int) (int, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("containerd's PID under nsenter %d: %w (%v)", parent, ctx.Err(), err)
+			return 0, fmt.Errorf("the PID of nsenter %d's child: %w (%v)", parent, ctx.Err(), err)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -21,11 +21,17 @@ const SandboxImage = "safe-ipam.test/pause:1"
 // BuildSandboxImage packs the static pause program as a one-layer image
 // at archivePath (a docker-archive), tagged SandboxImage.
 func BuildSandboxImage(pause, archivePath string) error {
+	return BuildPauseImage(pause, archivePath, SandboxImage)
+}
+
+// BuildPauseImage packs the static pause program as a one-layer image
+// tagged tag: a sandbox image, or a container that only waits.
+func BuildPauseImage(pause, archivePath, tag string) error {
 	bin, err := os.ReadFile(pause)
 	if err != nil {
-		return fmt.Errorf("sandbox image: %w", err)
+		return fmt.Errorf("pause image: %w", err)
 	}
-	return image.Write(archivePath, SandboxImage, runtime.GOARCH, map[string]image.File{"/pause": {Data: bin, Mode: 0o755}},
+	return image.Write(archivePath, tag, runtime.GOARCH, map[string]image.File{"/pause": {Data: bin, Mode: 0o755}},
 		v1.Config{Entrypoint: []string{"/pause"}})
 }
 

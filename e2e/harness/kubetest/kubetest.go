@@ -89,10 +89,15 @@ func New(dir string) (*Server, error) {
 
 // Binary is the kube-apiserver binary: $KUBE_APISERVER, or the cached
 // build of scripts/kube-apiserver.sh, built now if it is missing.
-func Binary() (string, error) {
+func Binary() (string, error) { return Command("kube-apiserver") }
+
+// Command is the cached build of a Kubernetes command the script builds
+// (kube-apiserver, kubelet, kube-controller-manager, kube-scheduler),
+// built now if it is missing, or the binary its variable names.
+func Command(name string) (string, error) {
 	script := filepath.Join(repoRoot(), "scripts", "kube-apiserver.sh")
 	var stderr bytes.Buffer
-	cmd := exec.Command("bash", script)
+	cmd := exec.Command("bash", script, name)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

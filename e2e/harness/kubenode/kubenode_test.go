@@ -1,0 +1,72 @@
+package kubenode
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+)
+
+// A node comes up, becomes Ready once a CNI config is there, runs a pod
+// on its host network, and leaves no cgroup, mount or process behind.
+func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: the node harness needs root")
+		}
+		t.Skip("the node harness needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	pause := filepath.Join(dir, "pause")
+	build := exec.CommandContext(ctx, "go", "build", "-o", pause, "../containerd/cmd/pause")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	img := filepath.Join(dir, "pause.tar")
+	if err := containerd.BuildPauseImage(pause, img, PauseImage); err != nil {
+		t.Fatal(err)
+	}
+	var root string
+	t.Run("up", func(t *testing.T) {
+		n := Start(t, Options{Name: "kubenode-test", Pause: pause, SandboxImage: PauseImage, Images: []string{img}})
+		root = n.cgroupRoot
+		if err := os.WriteFile(n.Path("/etc/cni/net.d/10-test.conflist"),
+			[]byte(`{"cniVersion":"1.0.0","name":"test","plugins":[{"type":"loopback"}]}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host", Namespace: "default"},
+			Spec: corev1.PodSpec{HostNetwork: true, AutomountServiceAccountToken: new(bool),
+				Containers: []corev1.Container{{Name: "c", Image: PauseImage, ImagePullPolicy: corev1.PullNever}}}}
+		if _, err := n.API.Client().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.WaitPodsReady(ctx, "default", ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat("/etc/cni/net.d/10-test.conflist"); err == nil {
+			t.Error("the node's CNI config is on the host")
+		}
+	})
+	hier, err := cgroupHierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hier {
+		if _, err := os.Stat(filepath.Join(h, root)); err == nil {
+			t.Errorf("cgroup %s left behind", filepath.Join(h, root))
+		}
+	}
+}
