@@ -88,15 +88,16 @@ func (n *Node) startKubelet(ctx context.Context) error {
 }
 
 // cgroupHierarchies are the v1 hierarchies the kubelet wants the node's
-// cgroup root in.
-func cgroupHierarchies() ([]string, error) {
+// cgroup root in, and with all, the hybrid layout's cgroup v2 one too,
+// where runc also makes the containers' cgroups.
+func cgroupHierarchies(all bool) ([]string, error) {
 	entries, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {
 		return nil, err
 	}
 	var dirs []string
 	for _, e := range entries {
-		if e.IsDir() && e.Name() != "unified" {
+		if e.IsDir() && (all || e.Name() != "unified") {
 			dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name()))
 		}
 	}
@@ -106,7 +107,7 @@ func cgroupHierarchies() ([]string, error) {
 // makeCgroups creates the node's cgroup root in every hierarchy:
 // cgroups are not namespaced, so each node gets its own subtree.
 func (n *Node) makeCgroups(context.Context) error {
-	dirs, err := cgroupHierarchies()
+	dirs, err := cgroupHierarchies(false)
 	if err != nil {
 		return err
 	}
@@ -121,7 +122,7 @@ func (n *Node) makeCgroups(context.Context) error {
 // removeCgroups removes the node's cgroups, deepest first, once their
 // processes are gone (they die with the namespace's PID 1).
 func removeCgroups(root string) error {
-	dirs, err := cgroupHierarchies()
+	dirs, err := cgroupHierarchies(true)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 			t.Error("the node's CNI config is on the host")
 		}
 	})
-	hier, err := cgroupHierarchies()
+	hier, err := cgroupHierarchies(true)
 	if err != nil {
 		t.Fatal(err)
 	}
