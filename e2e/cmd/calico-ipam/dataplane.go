@@ -80,6 +80,9 @@ func podSide(ifName string, res *current.Result) error {
 	if err != nil {
 		return err
 	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("setting %s up: %w", ifName, err)
+	}
 	for _, c := range res.IPs {
 		addr := &netlink.Addr{IPNet: &net.IPNet{IP: c.Address.IP, Mask: net.CIDRMask(32, 32)}}
 		if err := netlink.AddrAdd(link, addr); err != nil {

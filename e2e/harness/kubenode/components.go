@@ -189,7 +189,7 @@ func (n *Node) keepLogs(t testing.TB) {
 	})
 	for name, path := range logs {
 		b, err := os.ReadFile(path)
-		if err != nil {
+		if err != nil || len(b) == 0 {
 			continue
 		}
 		_ = os.WriteFile(filepath.Join(keep, name), b, 0o644)

@@ -1,0 +1,404 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+)
+
+const (
+	// nodeName is the one node's name, in Kubernetes and in Calico.
+	nodeName = "node1"
+	// network is the name in Calico's conflist.
+	network = "k8s-pod-network"
+	// manifest and uninstallManifest are the project's, applied as written.
+	manifest          = "../../deploy/safe-ipam.yaml"
+	uninstallManifest = "../../deploy/safe-ipam-uninstall.yaml"
+	// Where calico-node and safe-ipam keep their files on a node.
+	binDir      = "/opt/cni/bin"
+	confDir     = "/etc/cni/net.d"
+	conflist    = confDir + "/10-calico.conflist"
+	storeDir    = "/var/lib/cni/safe-ipam"
+	criEndpoint = "unix:///run/containerd/containerd.sock"
+)
+
+// cluster is one test's node with Calico installed on it.
+type cluster struct {
+	t    *testing.T
+	node *kubenode.Node
+	kube kubernetes.Interface
+	// calico reads and seeds Calico's data in the API server's etcd.
+	calico *testbed.Cluster
+	// legacy makes the simulator key by pod name, as Calico 2.x did.
+	legacy bool
+}
+
+// newCluster starts a node, seeds Calico's data, installs Calico on the
+// node as calico-node's installer does, and waits for the node to be
+// Ready.
+func newCluster(t *testing.T, legacy bool) *cluster {
+	t.Helper()
+	requireHost(t)
+	ctx := testContext(t, 3*time.Minute)
+	var env []string
+	if legacy && !prepared.realCalico {
+		env = append(env, "CALICO_SIM_HANDLES=legacy")
+	}
+	n := kubenode.Start(t, kubenode.Options{Name: nodeName, Pause: prepared.pause, SandboxImage: kubenode.PauseImage,
+		Images: prepared.images, Env: env})
+	c := &cluster{t: t, node: n, kube: n.API.Client(), legacy: legacy,
+		calico: &testbed.Cluster{Etcd: n.API.Etcd().Client(), EtcdEndpoint: n.EtcdEndpoint(), Dir: t.TempDir()}}
+	if err := c.calico.Seed(ctx, nodeName); err != nil {
+		t.Fatal(err)
+	}
+	if err := seedClusterInformation(ctx, c.calico); err != nil {
+		t.Fatal(err)
+	}
+	c.installCalico()
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatalf("node %s not Ready: %v", nodeName, err)
+	}
+	t.Cleanup(c.dumpOnFailure)
+	return c
+}
+
+// installCalico does what calico-node does on the node before any pod
+// starts: the node name file, Calico's kubeconfig, the plugins, and the
+// multi-call binary with its conflist (calicoNodeStart).
+func (c *cluster) installCalico() {
+	t := c.t
+	t.Helper()
+	kubeconfig, err := os.ReadFile(c.node.API.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"/var/lib/calico/nodename":     []byte(nodeName),
+		confDir + "/calico-kubeconfig": kubeconfig,
+	}
+	for path, data := range files {
+		if err := os.WriteFile(c.node.Path(path), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range prepared.plugins {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c.node.Path(filepath.Join(binDir, filepath.Base(p))), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.calicoNodeStart()
+}
+
+// calicoNodeStart is one start of calico-node's install-cni: calico and
+// calico-ipam copied from Calico's binary, 10-calico.conflist rendered
+// from the manifest's template and written in place.
+func (c *cluster) calicoNodeStart() {
+	t := c.t
+	t.Helper()
+	tmpl, err := testbed.CalicoNetworkTemplate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := testbed.CalicoDefaults(c.node.EtcdEndpoint())
+	values["KUBERNETES_NODE_NAME"] = nodeName
+	conf, err := testbed.RenderCalicoNetwork(tmpl, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := testbed.CalicoInstaller{Binary: prepared.calico, BinDir: c.node.Path(binDir), ConfDir: c.node.Path(confDir), Network: conf}
+	if err := inst.Run(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// installSafeIPAM applies deploy/safe-ipam.yaml and waits for its pod to be
+// Ready, which its readiness probe (doctor) allows only once the node is
+// protected. installArgs are added to the install container's command
+// with a JSON patch, as an operator edits the DaemonSet (for Calico 2.x,
+// --delegate-handles=pod, as the manifest says).
+func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
+	c.t.Helper()
+	start := time.Now()
+	if err := c.node.Apply(ctx, manifest); err != nil {
+		c.t.Fatal(err)
+	}
+	var ops []string
+	for _, a := range installArgs {
+		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/initContainers/0/command/-","value":%q}`, a))
+	}
+	if len(ops) > 0 {
+		patch := []byte("[" + strings.Join(ops, ",") + "]")
+		if _, err := c.kube.AppsV1().DaemonSets("kube-system").Patch(ctx, "safe-ipam", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	c.waitRollout(ctx, "safe-ipam")
+	c.t.Logf("safe-ipam's DaemonSet Ready %s after it was applied", time.Since(start).Round(100*time.Millisecond))
+	if code, out := c.admin(ctx, "doctor"); code != 0 {
+		c.t.Fatalf("the DaemonSet is Ready but doctor exits %d:\n%s", code, out)
+	}
+}
+
+// waitRollout waits until the DaemonSet's pods all run its latest
+// template and are Ready.
+func (c *cluster) waitRollout(ctx context.Context, name string) {
+	c.t.Helper()
+	var last string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		ds, err := c.kube.AppsV1().DaemonSets("kube-system").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		st := ds.Status
+		last = fmt.Sprintf("generation %d observed %d, desired %d, updated %d, ready %d, available %d",
+			ds.Generation, st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, st.NumberAvailable)
+		if st.ObservedGeneration >= ds.Generation && st.DesiredNumberScheduled > 0 &&
+			st.UpdatedNumberScheduled == st.DesiredNumberScheduled && st.NumberReady == st.DesiredNumberScheduled &&
+			st.NumberAvailable == st.DesiredNumberScheduled {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("DaemonSet %s not rolled out: %s", name, last)
+		}
+	}
+}
+
+// admin runs safe-ipam-admin inside the node with the node's dirs, as an
+// operator runs it there, and returns its exit code and output.
+func (c *cluster) admin(ctx context.Context, args ...string) (int, string) {
+	c.t.Helper()
+	args = append(args, "--cni-bin-dir="+binDir)
+	switch args[0] {
+	case "doctor":
+		args = append(args, "--cni-conf-dir="+confDir)
+	case "audit":
+		args = append(args, "--conf="+conflist, "--cri-endpoint="+criEndpoint)
+	}
+	cmd := c.node.Holder.Command(ctx, append([]string{prepared.admin}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if cmd.ProcessState == nil {
+		c.t.Fatalf("safe-ipam %v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String()
+}
+
+// allocations is Calico's data: each allocated address and its handle.
+func (c *cluster) allocations(ctx context.Context) map[netip.Addr]string {
+	c.t.Helper()
+	out, err := c.readAllocations(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+func (c *cluster) readAllocations(ctx context.Context) (map[netip.Addr]string, error) {
+	snap, err := c.calico.Calico(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[netip.Addr]string{}
+	for _, a := range snap.Allocations() {
+		out[a.IP] = a.Handle
+	}
+	return out, nil
+}
+
+// records is safe-ipam's records on the node (its file store), one line
+// each.
+func (c *cluster) records(ctx context.Context) []string {
+	c.t.Helper()
+	recs, err := c.calico.Records(ctx, network, testbed.FileStore(c.node.Path(storeDir)))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, r := range recs {
+		out = append(out, fmt.Sprintf("%s %s %v", r.Attachment, r.State, r.IPs))
+	}
+	return out
+}
+
+// runningPods are the pods of namespace that run with an address and are
+// not being deleted: what must each hold its own allocated address.
+func (c *cluster) runningPods(ctx context.Context, namespace string) ([]corev1.Pod, error) {
+	list, err := c.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// violations are what is wrong now with the running pods of namespace:
+// an address Calico holds for nobody (free, so it can be handed out
+// again), or two pods with one address. Safe to call from any goroutine.
+func (c *cluster) violations(ctx context.Context, namespace string) ([]string, error) {
+	pods, err := c.runningPods(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	// Pods first: a pod listed as running had its address before this read.
+	allocs, err := c.readAllocations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	holder := map[string]string{}
+	var out []string
+	for _, p := range pods {
+		ip := p.Status.PodIP
+		if other, ok := holder[ip]; ok {
+			out = append(out, fmt.Sprintf("%s and %s both run with %s", other, p.Name, ip))
+		}
+		holder[ip] = p.Name
+		if _, ok := allocs[netip.MustParseAddr(ip)]; !ok {
+			out = append(out, fmt.Sprintf("%s (uid %s) runs with %s, which is free in Calico's data", p.Name, p.UID, ip))
+		}
+	}
+	return out, nil
+}
+
+// sandboxFailures are the FailedCreatePodSandBox events of namespace: pod
+// starts the CNI plugin refused.
+func (c *cluster) sandboxFailures(ctx context.Context, namespace string) []string {
+	c.t.Helper()
+	list, err := c.kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreatePodSandBox"})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		out = append(out, fmt.Sprintf("%s: %s", e.InvolvedObject.Name, e.Message))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pod is a pod that only waits, on the pod network.
+func pod(name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels}, Spec: podSpec(false)}
+}
+
+// podSpec runs the pause program; ignoreTerm makes it wait out its grace
+// period, as many real containers do.
+func podSpec(ignoreTerm bool) corev1.PodSpec {
+	cmd := []string{"/pause"}
+	if ignoreTerm {
+		cmd = append(cmd, "--ignore-term")
+	}
+	grace := int64(2)
+	return corev1.PodSpec{
+		AutomountServiceAccountToken:  new(bool),
+		TerminationGracePeriodSeconds: &grace,
+		Containers: []corev1.Container{{Name: "main", Image: kubenode.PauseImage, Command: cmd,
+			ImagePullPolicy: corev1.PullNever}},
+	}
+}
+
+// waitReleased waits until Calico and safe-ipam hold nothing: every
+// address released.
+func (c *cluster) waitReleased(ctx context.Context) {
+	c.t.Helper()
+	var allocs map[netip.Addr]string
+	var recs []string
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		allocs, recs = c.allocations(ctx), c.records(ctx)
+		if len(allocs) == 0 && len(recs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("addresses not released after every pod went: Calico %v, safe-ipam %v", allocs, recs)
+		}
+	}
+}
+
+// deleteAllPods deletes every pod of the default namespace gracefully and
+// waits until they are gone.
+func (c *cluster) deleteAllPods(ctx context.Context) {
+	c.t.Helper()
+	if err := c.kube.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(300 * time.Millisecond) {
+		list, err := c.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if len(list.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%d pods left", len(list.Items))
+		}
+	}
+}
+
+func (c *cluster) dumpOnFailure() {
+	t := c.t
+	if !t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if snap, err := c.calico.Calico(ctx); err == nil {
+		for _, a := range snap.Allocations() {
+			t.Logf("calico: %s held by %s", a.IP, a.Handle)
+		}
+	}
+	if list, err := c.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range list.Items {
+			t.Logf("pod %s/%s uid %s: %s %s ready=%v", p.Namespace, p.Name, p.UID, p.Status.Phase, p.Status.PodIP, kubenode.PodReady(&p))
+		}
+	}
+	if list, err := c.kube.CoreV1().Events("").List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range list.Items {
+			if e.Type != corev1.EventTypeNormal {
+				t.Logf("event %s %s: %s", e.InvolvedObject.Name, e.Reason, strings.TrimSpace(e.Message))
+			}
+		}
+	}
+}
+
+// testContext bounds one test.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// seedClusterInformation writes ClusterInformation "default" with
+// datastoreReady, which calico-node writes and Calico's main plugin checks
+// before it wires a pod.
+func seedClusterInformation(ctx context.Context, c *testbed.Cluster) error {
+	const key = "/calico/resources/v3/projectcalico.org/clusterinformations/default"
+	val := fmt.Sprintf(`{"kind":"ClusterInformation","apiVersion":"projectcalico.org/v3","metadata":{"name":"default","uid":"8d6c3d0e-cluster-suite","creationTimestamp":%q},"spec":{"clusterGUID":"5f0b1c2dcluster","clusterType":"k8s,bgp","datastoreReady":true}}`,
+		time.Now().UTC().Format(time.RFC3339))
+	_, err := c.Etcd.Put(ctx, key, val)
+	return err
+}

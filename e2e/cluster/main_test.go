@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/deploy/image"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+)
+
+// upgradeImage is the tag the DaemonSet is rolled to in the upgrade test.
+const upgradeImage = "safe-ipam:upgrade-test"
+
+// suite is what TestMain prepares once: the node's CNI binaries and the
+// images every node imports.
+type suite struct {
+	dir string
+	// calico is Calico's multi-call binary: the simulator, or $CALICO_CNI.
+	calico     string
+	realCalico bool
+	// admin is safe-ipam-admin, run on the node for doctor and audit.
+	admin string
+	// safeIPAM is the CNI binary the image holds.
+	safeIPAM string
+	// plugins are the other CNI binaries calico-node installs and the
+	// runtime needs: loopback, and portmap from Calico's conflist.
+	plugins []string
+	pause   string
+	images  []string
+	// unsuitable is why this host cannot run the suite, nil if it can.
+	unsuitable error
+}
+
+var prepared suite
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if prepared.unsuitable = checkHost(); prepared.unsuitable != nil {
+		return m.Run()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "safe-ipam-cluster-bin-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := build(ctx, dir); err != nil {
+		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// build puts every binary in dir and packs the images: pause (the
+// kubelet's sandbox image), safe-ipam's, and safe-ipam's again under the
+// upgrade tag. The Kubernetes commands are built (or found cached) here,
+// before any test's clock starts.
+func build(ctx context.Context, dir string) error {
+	for _, name := range []string{"kube-apiserver", "kubelet", "kube-controller-manager", "kube-scheduler"} {
+		if _, err := kubetest.Command(name); err != nil {
+			return err
+		}
+	}
+	static := filepath.Join(dir, "static") + string(filepath.Separator)
+	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, static, "../../plugin/safe-ipam", "../../plugin/safe-ipam-admin",
+		"../harness/containerd/cmd/pause"); err != nil {
+		return err
+	}
+	cni := filepath.Join(dir, "cni") + string(filepath.Separator)
+	if err := goBuild(ctx, nil, cni, "github.com/containernetworking/plugins/plugins/main/loopback",
+		"github.com/containernetworking/plugins/plugins/meta/portmap"); err != nil {
+		return err
+	}
+	prepared = suite{dir: dir, admin: filepath.Join(static, "safe-ipam-admin"), safeIPAM: filepath.Join(static, "safe-ipam"),
+		pause: filepath.Join(static, "pause"), plugins: []string{filepath.Join(cni, "loopback"), filepath.Join(cni, "portmap")}}
+	if path := os.Getenv("CALICO_CNI"); path != "" {
+		prepared.calico, prepared.realCalico = path, true
+	} else {
+		// Static, as Calico ships it: safe-ipam's image, which runs it as
+		// the delegate for doctor and gc, has no libc.
+		prepared.calico = filepath.Join(dir, "calico")
+		if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, prepared.calico, "../cmd/calico-ipam"); err != nil {
+			return err
+		}
+	}
+	pauseImage := filepath.Join(dir, "pause.tar")
+	if err := containerd.BuildPauseImage(prepared.pause, pauseImage, kubenode.PauseImage); err != nil {
+		return err
+	}
+	prepared.images = []string{pauseImage}
+	for _, tag := range []string{"", upgradeImage} {
+		out := filepath.Join(dir, fmt.Sprintf("safe-ipam%d.tar", len(prepared.images)))
+		// Build reads the two binaries from BinDir and nothing else there.
+		if err := image.Build(image.Options{BinDir: static, Tag: tag, Arch: runtime.GOARCH, Revision: "cluster-suite"}, out); err != nil {
+			return err
+		}
+		prepared.images = append(prepared.images, out)
+	}
+	return nil
+}
+
+func goBuild(ctx context.Context, env []string, out string, pkgs ...string) error {
+	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", out}, pkgs...)...)
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, b)
+	}
+	return nil
+}
+
+// checkHost says why this machine cannot run a node here: root, and the
+// programs scripts/install-deps.sh installs.
+func checkHost() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the cluster suite must run as root: namespaces, cgroups, containerd and the kubelet")
+	}
+	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "mount"} {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("%s is not installed (run scripts/install-deps.sh): %w", prog, err)
+		}
+	}
+	return nil
+}
+
+// requireHost skips the test on a host that cannot run it, or fails it
+// under CI, where a skip would hide that the proof never ran.
+func requireHost(t *testing.T) {
+	t.Helper()
+	if prepared.unsuitable == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %v", prepared.unsuitable)
+	}
+	t.Skip(prepared.unsuitable)
+}
