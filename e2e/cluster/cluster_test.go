@@ -19,6 +19,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
 const (
@@ -33,7 +34,6 @@ const (
 	binDir      = "/opt/cni/bin"
 	confDir     = "/etc/cni/net.d"
 	conflist    = confDir + "/10-calico.conflist"
-	storeDir    = "/var/lib/cni/safe-ipam"
 	criEndpoint = "unix:///run/containerd/containerd.sock"
 )
 
@@ -225,11 +225,11 @@ func (c *cluster) readAllocations(ctx context.Context) (map[netip.Addr]string, e
 	return out, nil
 }
 
-// records is safe-ipam's records on the node (its file store), one line
-// each.
+// records is safe-ipam's records, one line each: in Calico's etcd, where
+// the plugin keeps them by default when Calico's datastore is etcd.
 func (c *cluster) records(ctx context.Context) []string {
 	c.t.Helper()
-	recs, err := c.calico.Records(ctx, network, testbed.FileStore(c.node.Path(storeDir)))
+	recs, err := c.calico.Records(ctx, network, testbed.EtcdStore(c.node.EtcdEndpoint(), config.DefaultEtcdPrefix))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -314,6 +314,8 @@ func podSpec(ignoreTerm bool) corev1.PodSpec {
 	}
 	grace := int64(2)
 	return corev1.PodSpec{
+		// No cluster DNS here, and no ServiceAccount admission.
+		DNSPolicy:                     corev1.DNSDefault,
 		AutomountServiceAccountToken:  new(bool),
 		TerminationGracePeriodSeconds: &grace,
 		Containers: []corev1.Container{{Name: "main", Image: kubenode.PauseImage, Command: cmd,

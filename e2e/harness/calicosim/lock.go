@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -20,17 +21,22 @@ const NoLock = "none"
 // hostLock holds an flock on a file; the zero value holds nothing.
 type hostLock struct{ f *os.File }
 
-// lockHost takes an exclusive flock on path, waiting until ctx ends.
-func lockHost(ctx context.Context, path string) (hostLock, error) {
+// lockHost takes an exclusive flock on path, waiting until ctx ends. As
+// calico-ipam's, the lock is best effort: a lock file that cannot be made
+// or opened (no /var/run/calico where calico-ipam runs in a container) is
+// logged, and the command goes on without it, relying on the datastore's
+// compare-and-swap alone.
+func lockHost(ctx context.Context, path string, log *slog.Logger) (hostLock, error) {
 	if path == NoLock {
 		return hostLock{}, nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return hostLock{}, fmt.Errorf("creating lock directory: %w", err)
+		log.Error("cannot make the IPAM lock's directory; going on without the host-wide lock", "error", err)
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return hostLock{}, fmt.Errorf("opening lock file: %w", err)
+		log.Error("cannot open the IPAM lock; going on without the host-wide lock", "error", err)
+		return hostLock{}, nil
 	}
 	// Poll with LOCK_NB rather than block, so a stuck holder cannot
 	// outlive the command's deadline.

@@ -1,8 +1,10 @@
 package calicosim
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,12 +105,31 @@ func TestHostLockPath(t *testing.T) {
 			}
 		})
 	}
-	l, err := lockHost(context.Background(), explicit)
+	l, err := lockHost(context.Background(), explicit, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.unlock()
 	if _, err := os.Stat(explicit); err != nil {
 		t.Errorf("lock file not created: %v", err)
+	}
+}
+
+// TestHostLockBestEffort: a lock file that cannot be made (as in a
+// container with a read-only /var/run) is logged and the command goes on,
+// as calico-ipam's best-effort lock does.
+func TestHostLockBestEffort(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	l, err := lockHost(context.Background(), filepath.Join(notDir, "ipam.lock"), slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatalf("an unusable lock path fails the command: %v", err)
+	}
+	l.unlock()
+	if !strings.Contains(logged.String(), "without the host-wide lock") {
+		t.Errorf("nothing logged about the lock: %q", logged.String())
 	}
 }

@@ -10,14 +10,19 @@ import (
 )
 
 // openLog logs to stderr and, when log_file_path is set, appends to that
-// file too, as calico-ipam does. The returned func closes the file.
+// file too, as calico-ipam does. The returned func closes the file. A file
+// that cannot be opened (a read-only or missing /var/log, as in a
+// container that runs calico-ipam) is logged as an error and the command
+// goes on, logging to stderr only: calico-ipam does not fail for its log.
 func openLog(stderr io.Writer, conf *NetConf) (*slog.Logger, func(), error) {
 	if conf.LogFilePath == "" {
 		return newLogger(stderr, conf.LogLevel), func() {}, nil
 	}
 	f, err := openLogFile(conf.LogFilePath)
 	if err != nil {
-		return nil, nil, err
+		log := newLogger(stderr, conf.LogLevel)
+		log.Error("cannot log to log_file_path", "error", err)
+		return log, func() {}, nil
 	}
 	return newLogger(io.MultiWriter(stderr, f), conf.LogLevel), func() { f.Close() }, nil
 }

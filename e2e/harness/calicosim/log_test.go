@@ -38,8 +38,9 @@ func TestLogsGoToStderrAndLogFile(t *testing.T) {
 	}
 }
 
-// TestBadLogFilePath: a log_file_path that cannot be opened is an error
-// naming the key, and the ADD assigns nothing.
+// TestBadLogFilePath: a log_file_path that cannot be opened is logged to
+// stderr, naming the key, and the command goes on, as calico-ipam only
+// logs that it failed to create the file's directory.
 func TestBadLogFilePath(t *testing.T) {
 	s := newSim(t, poolSpec{"p", "10.244.0.0/16", 26})
 	notDir := filepath.Join(t.TempDir(), "file")
@@ -47,11 +48,22 @@ func TestBadLogFilePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := s.conf(map[string]any{"log_file_path": filepath.Join(notDir, "cni.log")})
-	_, err := s.add(ModernHandles, pod{container: "c1"}, conf)
-	if err == nil || !strings.Contains(err.Error(), "log_file_path") {
-		t.Fatalf("err = %v, want one naming log_file_path", err)
+	var stderr bytes.Buffer
+	p := s.plugin(ModernHandles)
+	p.Stderr = &stderr
+	if _, err := p.Allocate(pod{container: "c1"}.args(conf)); err != nil {
+		t.Fatalf("ADD with an unusable log_file_path: %v", err)
+	}
+	if n := len(s.state().Allocations()); n != 1 {
+		t.Errorf("%d allocations after the ADD, want 1", n)
+	}
+	if !strings.Contains(stderr.String(), "log_file_path") {
+		t.Errorf("stderr does not name log_file_path:\n%s", stderr.String())
+	}
+	if err := p.Del(pod{container: "c1"}.args(conf)); err != nil {
+		t.Fatalf("DEL with an unusable log_file_path: %v", err)
 	}
 	if n := len(s.state().Allocations()); n != 0 {
-		t.Errorf("%d allocations after a refused ADD", n)
+		t.Errorf("%d allocations after the DEL", n)
 	}
 }

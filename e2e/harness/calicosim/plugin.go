@@ -143,7 +143,7 @@ func (p *Plugin) open(args *skel.CmdArgs, checkArgs func(string) error) (*call, 
 
 func (c *call) connect(lockPath string) error {
 	var err error
-	if c.lock, err = lockHost(c.ctx, lockPath); err != nil {
+	if c.lock, err = lockHost(c.ctx, lockPath, c.log); err != nil {
 		return err
 	}
 	if c.conf.DatastoreType == DatastoreKubernetes {

@@ -252,9 +252,15 @@ func (n *Node) RestartContainerd(ctx context.Context) error { return n.Container
 
 // RestartKubelet stops the kubelet (SIGTERM) and starts it again.
 func (n *Node) RestartKubelet(ctx context.Context) error {
-	n.procs["kubelet"].stop()
-	return n.startKubelet(ctx)
+	n.StopKubelet()
+	return n.StartKubelet(ctx)
 }
+
+// StopKubelet stops the kubelet; pods keep running.
+func (n *Node) StopKubelet() { n.procs["kubelet"].stop() }
+
+// StartKubelet starts the kubelet again after StopKubelet.
+func (n *Node) StartKubelet(ctx context.Context) error { return n.startKubelet(ctx) }
 
 func (n *Node) close(t testing.TB) {
 	for _, name := range []string{"kubelet", "kube-scheduler", "kube-controller-manager"} {
