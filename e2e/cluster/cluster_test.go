@@ -46,6 +46,9 @@ type cluster struct {
 	calico *testbed.Cluster
 	// legacy makes the simulator key by pod name, as Calico 2.x did.
 	legacy bool
+	// rekeyWeb0 moves each web-0's allocation to its pod-name handle once
+	// it runs: Calico 2.x keying, with a real (3.x) calico-ipam.
+	rekeyWeb0 bool
 }
 
 // newCluster starts a node, seeds Calico's data, installs Calico on the
