@@ -2,6 +2,7 @@ package kubenode
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,8 @@ import (
 )
 
 // A node comes up, becomes Ready once a CNI config is there, runs a pod
-// on its host network, and leaves no cgroup, mount or process behind.
+// on its host network, and leaves no cgroup, mount or process behind; two
+// do so side by side.
 func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -36,28 +38,15 @@ func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	if err := containerd.BuildPauseImage(pause, img, PauseImage); err != nil {
 		t.Fatal(err)
 	}
-	var root string
-	t.Run("up", func(t *testing.T) {
-		n := Start(t, Options{Name: "kubenode-test", Pause: pause, SandboxImage: PauseImage, Images: []string{img}})
-		root = n.cgroupRoot
-		if err := os.WriteFile(n.Path("/etc/cni/net.d/10-test.conflist"),
-			[]byte(`{"cniVersion":"1.0.0","name":"test","plugins":[{"type":"loopback"}]}`), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.WaitReady(ctx); err != nil {
-			t.Fatal(err)
-		}
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host", Namespace: "default"},
-			Spec: corev1.PodSpec{HostNetwork: true, AutomountServiceAccountToken: new(bool),
-				Containers: []corev1.Container{{Name: "c", Image: PauseImage, ImagePullPolicy: corev1.PullNever}}}}
-		if _, err := n.API.Client().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.WaitPodsReady(ctx, "default", ""); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := os.Stat("/etc/cni/net.d/10-test.conflist"); err == nil {
-			t.Error("the node's CNI config is on the host")
+	// Two nodes side by side: each has its own namespaces, ports and
+	// cgroup root.
+	roots := make([]string, 2)
+	t.Run("side by side", func(t *testing.T) {
+		for i := range roots {
+			t.Run(fmt.Sprintf("node%d", i), func(t *testing.T) {
+				t.Parallel()
+				roots[i] = runAPod(ctx, t, pause, img, fmt.Sprintf("kubenode-test-%d", i))
+			})
 		}
 	})
 	hier, err := cgroupHierarchies(true)
@@ -65,8 +54,36 @@ func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range hier {
-		if _, err := os.Stat(filepath.Join(h, root)); err == nil {
-			t.Errorf("cgroup %s left behind", filepath.Join(h, root))
+		for _, root := range roots {
+			if _, err := os.Stat(filepath.Join(h, root)); root != "" && err == nil {
+				t.Errorf("cgroup %s left behind", filepath.Join(h, root))
+			}
 		}
 	}
+}
+
+// runAPod starts a node, runs a host-network pod on it, and returns the
+// node's cgroup root; the node is torn down when t ends.
+func runAPod(ctx context.Context, t *testing.T, pause, img, name string) string {
+	n := Start(t, Options{Name: name, Pause: pause, SandboxImage: PauseImage, Images: []string{img}})
+	if err := os.WriteFile(n.Path("/etc/cni/net.d/10-test.conflist"),
+		[]byte(`{"cniVersion":"1.0.0","name":"test","plugins":[{"type":"loopback"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "host", Namespace: "default"},
+		Spec: corev1.PodSpec{HostNetwork: true, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "c", Image: PauseImage, ImagePullPolicy: corev1.PullNever}}}}
+	if _, err := n.API.Client().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.WaitPodsReady(ctx, "default", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/etc/cni/net.d/10-test.conflist"); err == nil {
+		t.Error("the node's CNI config is on the host")
+	}
+	return n.cgroupRoot
 }
