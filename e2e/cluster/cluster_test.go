@@ -141,7 +141,7 @@ func (c *cluster) calicoNodeStart() {
 func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 	c.t.Helper()
 	start := time.Now()
-	if err := c.node.Apply(ctx, manifest); err != nil {
+	if err := c.node.API.Apply(manifest); err != nil {
 		c.t.Fatal(err)
 	}
 	var ops []string

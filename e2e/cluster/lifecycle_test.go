@@ -206,15 +206,15 @@ func TestUninstall(t *testing.T) {
 	c.installSafeIPAM(ctx)
 	names := c.createPods(ctx, "before", 2)
 	c.waitPodsStarted(ctx, names)
-	if err := c.node.Delete(ctx, manifest); err != nil {
+	if err := c.node.API.Delete(manifest); err != nil {
 		t.Fatal(err)
 	}
 	c.waitNoPods(ctx, "kube-system", "k8s-app=safe-ipam")
-	if err := c.node.Apply(ctx, uninstallManifest); err != nil {
+	if err := c.node.API.Apply(uninstallManifest); err != nil {
 		t.Fatal(err)
 	}
 	c.waitRollout(ctx, "safe-ipam-uninstall")
-	if err := c.node.Delete(ctx, uninstallManifest); err != nil {
+	if err := c.node.API.Delete(uninstallManifest); err != nil {
 		t.Fatal(err)
 	}
 	c.waitNoPods(ctx, "kube-system", "k8s-app=safe-ipam-uninstall")

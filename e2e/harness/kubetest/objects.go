@@ -99,13 +99,33 @@ func (s *Server) waitBound(c context.Context, user, clusterRole string) error {
 // is waited for until it is established, so the next document (or the
 // caller) can use its kind.
 func (s *Server) Apply(path string) error {
+	return s.eachObject("apply", path, apply)
+}
+
+// Delete deletes every object of a multi-document YAML file, as `kubectl
+// delete -f` does (in the foreground: a DaemonSet's pods go before it).
+// Objects already gone are fine.
+func (s *Server) Delete(path string) error {
+	return s.eachObject("delete", path, func(c context.Context, r dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+		fg := metav1.DeletePropagationForeground
+		err := r.Delete(c, obj.GetName(), metav1.DeleteOptions{PropagationPolicy: &fg})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// eachObject calls do with each object of the file at path and the
+// resource it belongs to, in the file's order.
+func (s *Server) eachObject(verb, path string, do func(context.Context, dynamic.ResourceInterface, *unstructured.Unstructured) error) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("kubetest: apply: %w", err)
+		return fmt.Errorf("kubetest: %s: %w", verb, err)
 	}
 	dyn, err := dynamic.NewForConfig(s.Config())
 	if err != nil {
-		return fmt.Errorf("kubetest: apply: %w", err)
+		return fmt.Errorf("kubetest: %s: %w", verb, err)
 	}
 	cached := memory.NewMemCacheClient(s.admin.Discovery())
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(cached)
@@ -115,35 +135,44 @@ func (s *Server) Apply(path string) error {
 		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("kubetest: apply %s: document %d: %w", path, i, err)
+			return fmt.Errorf("kubetest: %s %s: document %d: %w", verb, path, i, err)
 		}
 		if len(obj.Object) == 0 {
 			continue
 		}
 		cached.Invalidate() // a CRD applied above adds kinds
-		if err := apply(dyn, mapper, &obj); err != nil {
-			return fmt.Errorf("kubetest: apply %s: document %d (%s %s): %w", path, i, obj.GetKind(), obj.GetName(), err)
+		r, err := resourceOf(dyn, mapper, &obj)
+		if err == nil {
+			c, cancel := ctx()
+			err = do(c, r, &obj)
+			cancel()
+		}
+		if err != nil {
+			return fmt.Errorf("kubetest: %s %s: document %d (%s %s): %w", verb, path, i, obj.GetKind(), obj.GetName(), err)
 		}
 	}
 }
 
-func apply(dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured) error {
+// resourceOf is the client of obj's resource, in its namespace if it has
+// one (default when the object names none).
+func resourceOf(dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unstructured) (dynamic.ResourceInterface, error) {
 	gvk := obj.GroupVersionKind()
 	m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var r dynamic.ResourceInterface = dyn.Resource(m.Resource)
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ns := obj.GetNamespace()
 		if ns == "" {
 			ns = metav1.NamespaceDefault
 		}
-		r = dyn.Resource(m.Resource).Namespace(ns)
+		return dyn.Resource(m.Resource).Namespace(ns), nil
 	}
-	c, cancel := ctx()
-	defer cancel()
-	_, err = r.Create(c, obj, metav1.CreateOptions{})
+	return dyn.Resource(m.Resource), nil
+}
+
+func apply(c context.Context, r dynamic.ResourceInterface, obj *unstructured.Unstructured) error {
+	_, err := r.Create(c, obj, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		var cur *unstructured.Unstructured
 		if cur, err = r.Get(c, obj.GetName(), metav1.GetOptions{}); err == nil {
@@ -151,7 +180,7 @@ func apply(dyn dynamic.Interface, mapper meta.RESTMapper, obj *unstructured.Unst
 			_, err = r.Update(c, obj, metav1.UpdateOptions{})
 		}
 	}
-	if err != nil || gvk.Kind != "CustomResourceDefinition" {
+	if err != nil || obj.GetKind() != "CustomResourceDefinition" {
 		return err
 	}
 	return waitEstablished(c, r, obj.GetName())
