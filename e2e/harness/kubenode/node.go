@@ -7,12 +7,13 @@
 // its components and the pods on its host network use the same URLs as
 // the test.
 //
-// Inside, the node has private /var/lib, /var/log and /run (directories
-// of the node's scratch dir), and /etc and /opt overlaid, so /etc/cni/net.d
-// and /opt/cni/bin exist there and nowhere else. Path gives the host's
-// view of any path inside. Close kills the namespace's PID 1, which ends
-// every process of the node, and removes the cgroups; on failure the
-// components' logs are kept and named in the test log.
+// Inside, the node has private /var/lib and /var/log (directories of the
+// node's scratch dir), and /etc, /opt and /run overlaid, so
+// /etc/cni/net.d and /opt/cni/bin exist there and nowhere else. Path gives
+// the host's view of any path inside. The test's cleanup kills the
+// namespace's PID 1, which ends every process of the node, and removes
+// the cgroups; on failure the components' logs are kept and named in the
+// test log.
 //
 // Several nodes run side by side: each has its own namespaces, ports,
 // cgroup root and directories.
