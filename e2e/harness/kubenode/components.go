@@ -200,3 +200,35 @@ func (n *Node) keepLogs(t testing.TB) {
 	}
 	t.Logf("kubenode %s: every component's log is kept in %s", n.Name, keep)
 }
+
+// dirPrefix names a node's scratch dir in the temp dir, and its cgroup
+// root; holderFile, in the scratch dir, holds its PID 1's host PID.
+const (
+	dirPrefix  = "sipk-"
+	holderFile = "holder.pid"
+)
+
+// sweep removes what nodes of killed test runs left: a test binary killed
+// on a timeout takes the node's processes with it (PID 1 dies with it) but
+// runs no cleanup, so its cgroups and scratch dir stay. A node counts as
+// left when its PID 1 is gone; one still starting (no PID file yet), or
+// running in another test binary, is never touched.
+func sweep() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPrefix+"*"))
+	for _, dir := range dirs {
+		pid, err := os.ReadFile(filepath.Join(dir, holderFile))
+		if err != nil || processAlive(strings.TrimSpace(string(pid))) {
+			continue
+		}
+		if removeCgroups("/"+filepath.Base(dir)) == nil {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+// processAlive says whether /proc has the PID: a dead holder's PID is
+// gone, or (rarely) reused, which only delays the sweep.
+func processAlive(pid string) bool {
+	_, err := os.Stat(filepath.Join("/proc", pid))
+	return err == nil
+}

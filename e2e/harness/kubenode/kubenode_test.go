@@ -87,3 +87,51 @@ func runAPod(ctx context.Context, t *testing.T, pause, img, name string) string 
 	}
 	return n.cgroupRoot
 }
+
+// A node whose test binary was killed leaves its scratch dir and cgroups;
+// the next start sweeps them, and never a node whose PID 1 still runs.
+func TestSweepRemovesKilledNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true: cgroups need root")
+		}
+		t.Skip("cgroups need root")
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	pids := map[string]int{"killed": dead.Process.Pid, "running": os.Getpid()}
+	dirs := map[string]string{}
+	hier, err := cgroupHierarchies(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pid := range pids {
+		dir, err := os.MkdirTemp(os.TempDir(), dirPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dirs[name] = dir
+		t.Cleanup(func() {
+			_ = removeCgroups("/" + filepath.Base(dir))
+			_ = os.RemoveAll(dir)
+		})
+		if err := os.WriteFile(filepath.Join(dir, holderFile), []byte(fmt.Sprint(pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hier {
+			if err := os.MkdirAll(filepath.Join(h, filepath.Base(dir), "kubepods"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sweep()
+	for name, dir := range dirs {
+		_, statErr := os.Stat(dir)
+		_, cgErr := os.Stat(filepath.Join(hier[0], filepath.Base(dir)))
+		if kept := statErr == nil && cgErr == nil; kept != (name == "running") {
+			t.Errorf("%s node: dir kept %v (%v), cgroup kept %v (%v)", name, statErr == nil, statErr, cgErr == nil, cgErr)
+		}
+	}
+}

@@ -85,8 +85,9 @@ func Start(t testing.TB, opt Options) *Node {
 }
 
 func start(ctx context.Context, opt Options) (*Node, error) {
+	sweep()
 	// Short: containerd's socket path must fit a sockaddr_un.
-	dir, err := os.MkdirTemp("", "sipk-")
+	dir, err := os.MkdirTemp(os.TempDir(), dirPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +136,10 @@ func (n *Node) startHolder(ctx context.Context) error {
 		return err
 	}
 	n.Holder = h
+	// What sweep reads to tell a node whose test was killed.
+	if err := os.WriteFile(filepath.Join(n.Dir, holderFile), []byte(strconv.Itoa(h.Pid)), 0o644); err != nil {
+		return err
+	}
 	var cmds [][]string
 	for _, m := range inside {
 		host := filepath.Join(n.Dir, m.host)
@@ -264,6 +269,8 @@ func (n *Node) StopKubelet() { n.procs["kubelet"].stop() }
 func (n *Node) StartKubelet(ctx context.Context) error { return n.startKubelet(ctx) }
 
 func (n *Node) close(t testing.TB) {
+	// Ours to clean up from here on, not another test binary's sweep.
+	_ = os.Remove(filepath.Join(n.Dir, holderFile))
 	for _, name := range []string{"kubelet", "kube-scheduler", "kube-controller-manager"} {
 		if p := n.procs[name]; p != nil {
 			p.stop()
