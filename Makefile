@@ -57,7 +57,7 @@ e2e-runtime:
 
 # The real Kubernetes commands the tests start (kube-apiserver; kubelet,
 # kube-controller-manager and kube-scheduler for the one-node cluster),
-# built once per version into a cache outside the tree: about 20 minutes
+# built once per version into a cache outside the tree: 5 to 12 minutes
 # cold on 2 cores, then seconds. See scripts/kube-apiserver.sh.
 kube-binaries:
 	@for c in kube-apiserver kubelet kube-controller-manager kube-scheduler; do \

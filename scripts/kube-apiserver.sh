@@ -15,9 +15,10 @@
 #                           as is (KUBELET, KUBE_CONTROLLER_MANAGER and
 #                           KUBE_SCHEDULER do the same for the others)
 #
-# A cold build of kube-apiserver takes 6 to 12 minutes on 2 cores and about
-# 2.2 GB of Go build cache; the others then take 2 to 4 minutes each, as they
-# share most packages. Each is a 70 to 100 MB static binary (CGO_ENABLED=0).
+# A cold build of kube-apiserver takes 4 to 12 minutes on 2 cores and about
+# 2.2 GB of Go build cache; the other three then take about 80 s together, as
+# they share most packages. Each is a 70 to 100 MB static binary
+# (CGO_ENABLED=0).
 set -euo pipefail
 
 name="${1:-kube-apiserver}"
