@@ -28,7 +28,7 @@ import (
 // etcd; a kube-apiserver holds the pods, VMs and VMIs calico-ipam looks
 // up.
 func TestKubeVirt(t *testing.T) {
-	requireHost(t)
+	testbed.RequireHost(t, prepared.unsuitable)
 	srv := kubetest.Start(t)
 	if err := srv.Namespace("default"); err != nil {
 		t.Fatal(err)

@@ -81,24 +81,11 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// requireHost skips the test on a host that cannot run it, or fails it
-// under CI, where a skip would hide that the proof never ran.
-func requireHost(t *testing.T) {
-	t.Helper()
-	if prepared.unsuitable == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %v", prepared.unsuitable)
-	}
-	t.Skip(prepared.unsuitable)
-}
-
 // newCluster starts an etcd of the test's own and returns an unseeded
 // cluster whose netns are all removed when the test ends, failed or not.
 func newCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
-	requireHost(t)
+	testbed.RequireHost(t, prepared.unsuitable)
 	srv := etcdtest.Start(t)
 	set := testbed.NewNetnsSet(netnsPrefix + tag + "-")
 	t.Cleanup(func() {
@@ -117,7 +104,7 @@ func newCluster(t *testing.T, tag string) *testbed.Cluster {
 // CRDs applied. calico-ipam gets the admin kubeconfig.
 func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
-	requireHost(t)
+	testbed.RequireHost(t, prepared.unsuitable)
 	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := kubetest.Start(t)
 	if err := srv.Apply(crds); err != nil {

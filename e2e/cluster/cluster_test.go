@@ -56,7 +56,7 @@ type cluster struct {
 // Ready.
 func newCluster(t *testing.T, legacy bool) *cluster {
 	t.Helper()
-	requireHost(t)
+	testbed.RequireHost(t, prepared.unsuitable)
 	ctx := testContext(t, 3*time.Minute)
 	var env []string
 	if legacy && !prepared.realCalico {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,7 +44,7 @@ var prepared suite
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	if prepared.unsuitable = checkHost(); prepared.unsuitable != nil {
+	if prepared.unsuitable = containerd.CheckHost("cluster", "mount"); prepared.unsuitable != nil {
 		return m.Run()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -118,31 +117,4 @@ func goBuild(ctx context.Context, env []string, out string, pkgs ...string) erro
 		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, b)
 	}
 	return nil
-}
-
-// checkHost says why this machine cannot run a node here: root, and the
-// programs scripts/install-deps.sh installs.
-func checkHost() error {
-	if os.Geteuid() != 0 {
-		return errors.New("the cluster suite must run as root: namespaces, cgroups, containerd and the kubelet")
-	}
-	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "mount"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			return fmt.Errorf("%s is not installed (run scripts/install-deps.sh): %w", prog, err)
-		}
-	}
-	return nil
-}
-
-// requireHost skips the test on a host that cannot run it, or fails it
-// under CI, where a skip would hide that the proof never ran.
-func requireHost(t *testing.T) {
-	t.Helper()
-	if prepared.unsuitable == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %v", prepared.unsuitable)
-	}
-	t.Skip(prepared.unsuitable)
 }

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,7 +38,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if prepared.unsuitable = checkHost(); prepared.unsuitable != nil {
+	if prepared.unsuitable = containerd.CheckHost("runtime"); prepared.unsuitable != nil {
 		return m.Run()
 	}
 	dir, err := os.MkdirTemp("", "safe-ipam-runtime-bin-")
@@ -81,31 +80,4 @@ func goBuild(ctx context.Context, env []string, out, pkg string) error {
 		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
 	}
 	return nil
-}
-
-// checkHost says why this machine cannot run containerd here: root, and
-// the programs scripts/install-deps.sh installs.
-func checkHost() error {
-	if os.Geteuid() != 0 {
-		return errors.New("the runtime suite must run as root: containerd, namespaces and veths")
-	}
-	for _, prog := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			return fmt.Errorf("%s is not installed (run scripts/install-deps.sh): %w", prog, err)
-		}
-	}
-	return nil
-}
-
-// requireHost skips the test on a host that cannot run it, or fails it
-// under CI, where a skip would hide that the proof never ran.
-func requireHost(t *testing.T) {
-	t.Helper()
-	if prepared.unsuitable == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %v", prepared.unsuitable)
-	}
-	t.Skip(prepared.unsuitable)
 }

@@ -61,7 +61,7 @@ type node struct {
 
 func newNode(t *testing.T, opt nodeOptions) *node {
 	t.Helper()
-	requireHost(t)
+	testbed.RequireHost(t, prepared.unsuitable)
 	ctx := testContext(t)
 	srv := etcdtest.Start(t)
 	dir := t.TempDir()

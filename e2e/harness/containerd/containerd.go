@@ -217,3 +217,17 @@ func (c *Containerd) signal(sig syscall.Signal) error {
 	}
 	return syscall.Kill(c.pid, sig)
 }
+
+// CheckHost says why this machine cannot run containerd for suite here:
+// root, and the programs scripts/install-deps.sh installs, with extra.
+func CheckHost(suite string, extra ...string) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the %s suite must run as root: containerd, namespaces and veths", suite)
+	}
+	for _, prog := range append([]string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip"}, extra...) {
+		if _, err := exec.LookPath(prog); err != nil {
+			return fmt.Errorf("%s is not installed (run scripts/install-deps.sh): %w", prog, err)
+		}
+	}
+	return nil
+}

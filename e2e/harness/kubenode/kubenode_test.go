@@ -13,18 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // A node comes up, becomes Ready once a CNI config is there, runs a pod
 // on its host network, and leaves no cgroup, mount or process behind; two
 // do so side by side.
 func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: the node harness needs root")
-		}
-		t.Skip("the node harness needs root")
-	}
+	testbed.RequireHost(t, containerd.CheckHost("kubenode", "mount"))
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -91,12 +87,7 @@ func runAPod(ctx context.Context, t *testing.T, pause, img, name string) string 
 // A node whose test binary was killed leaves its scratch dir and cgroups;
 // the next start sweeps them, and never a node whose PID 1 still runs.
 func TestSweepRemovesKilledNodes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true: cgroups need root")
-		}
-		t.Skip("cgroups need root")
-	}
+	testbed.RequireHost(t, containerd.CheckHost("kubenode", "mount"))
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)

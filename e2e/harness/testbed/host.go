@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"testing"
 )
 
 // ErrHostUnsuitable wraps every reason CheckHost gives.
@@ -45,4 +46,18 @@ func PreserveIPForward() (restore func() error, err error) {
 		}
 		return nil
 	}, nil
+}
+
+// RequireHost skips a test on a host that cannot run it (unsuitable says
+// why; nil runs it), or fails it under CI=true, where a skip would hide
+// that the proof never ran.
+func RequireHost(t testing.TB, unsuitable error) {
+	t.Helper()
+	if unsuitable == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %v", unsuitable)
+	}
+	t.Skip(unsuitable)
 }
