@@ -20,6 +20,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 const (
@@ -228,19 +229,25 @@ func (c *cluster) readAllocations(ctx context.Context) (map[netip.Addr]string, e
 	return out, nil
 }
 
-// records is safe-ipam's records, one line each: in Calico's etcd, where
-// the plugin keeps them by default when Calico's datastore is etcd.
+// records is safe-ipam's records, one line each.
 func (c *cluster) records(ctx context.Context) []string {
+	c.t.Helper()
+	var out []string
+	for _, r := range c.readRecords(ctx) {
+		out = append(out, fmt.Sprintf("%s %s %v", r.Attachment, r.State, r.IPs))
+	}
+	return out
+}
+
+// readRecords reads safe-ipam's records in Calico's etcd, where the plugin
+// keeps them by default when Calico's datastore is etcd.
+func (c *cluster) readRecords(ctx context.Context) []*record.Record {
 	c.t.Helper()
 	recs, err := c.calico.Records(ctx, network, testbed.EtcdStore(c.node.EtcdEndpoint(), config.DefaultEtcdPrefix))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var out []string
-	for _, r := range recs {
-		out = append(out, fmt.Sprintf("%s %s %v", r.Attachment, r.State, r.IPs))
-	}
-	return out
+	return recs
 }
 
 // runningPods are the pods of namespace that run with an address and are
@@ -341,6 +348,13 @@ func (c *cluster) waitReleased(ctx context.Context) {
 			c.t.Fatalf("addresses not released after every pod went: Calico %v, safe-ipam %v", allocs, recs)
 		}
 	}
+}
+
+// releaseAll deletes every pod and waits until every address is released.
+func (c *cluster) releaseAll(ctx context.Context) {
+	c.t.Helper()
+	c.deleteAllPods(ctx)
+	c.waitReleased(ctx)
 }
 
 // deleteAllPods deletes every pod of the default namespace gracefully and

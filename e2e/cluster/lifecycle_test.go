@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // Scenario 2 of issue 23: calico-node starts again (its installer
@@ -45,8 +47,7 @@ func TestCalicoNodeRestarts(t *testing.T) {
 	c.waitRollout(ctx, "safe-ipam")
 	w.stop()
 	c.requireHealthy(ctx, w)
-	c.deleteAllPods(ctx)
-	c.waitReleased(ctx)
+	c.releaseAll(ctx)
 }
 
 // Scenario 3 of issue 23: the DaemonSet is rolled to a new image tag while
@@ -85,8 +86,7 @@ func TestDaemonSetUpgrade(t *testing.T) {
 	if err := c.kube.AppsV1().Deployments("default").Delete(ctx, "churn", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.deleteAllPods(ctx)
-	c.waitReleased(ctx)
+	c.releaseAll(ctx)
 }
 
 // Scenario 4 of issue 23: the kubelet, then containerd, restart with pods
@@ -127,8 +127,7 @@ func TestRuntimeRestarts(t *testing.T) {
 	if code, out := c.admin(ctx, "audit"); code != 0 {
 		t.Errorf("audit exits %d after the restarts:\n%s", code, out)
 	}
-	c.deleteAllPods(ctx)
-	c.waitReleased(ctx)
+	c.releaseAll(ctx)
 }
 
 // Scenario 5 of issue 23: a sandbox is torn down without its CNI DEL (the
@@ -190,8 +189,7 @@ func TestMissingDEL(t *testing.T) {
 	if v, err := c.violations(ctx, "default"); err != nil || len(v) > 0 {
 		t.Errorf("after gc: %v %v", v, err)
 	}
-	c.deleteAllPods(ctx)
-	c.waitReleased(ctx)
+	c.releaseAll(ctx)
 }
 
 // Scenario 6 of issue 23: safe-ipam is uninstalled from the cluster as
@@ -235,8 +233,7 @@ func TestUninstall(t *testing.T) {
 	if f := c.sandboxFailures(ctx, "default"); len(f) > 0 {
 		t.Errorf("pod starts refused: %v", f)
 	}
-	c.deleteAllPods(ctx)
-	c.waitReleased(ctx)
+	c.releaseAll(ctx)
 }
 
 // createPods creates n pods named prefix-1... and returns their names.
@@ -293,9 +290,12 @@ func (c *cluster) requireHealthy(ctx context.Context, w *watcher) {
 
 // holdsRecord says whether a safe-ipam record holds addr.
 func (c *cluster) holdsRecord(ctx context.Context, addr netip.Addr) bool {
-	for _, r := range c.records(ctx) {
-		if strings.Contains(r, addr.String()+"/") || strings.Contains(r, addr.String()+"]") || strings.Contains(r, addr.String()+" ") {
-			return true
+	c.t.Helper()
+	for _, r := range c.readRecords(ctx) {
+		for _, ip := range r.IPs {
+			if got, ok := record.ParseAddr(ip); ok && got == addr {
+				return true
+			}
 		}
 	}
 	return false

@@ -109,8 +109,7 @@ func TestStatefulSetForceDelete(t *testing.T) {
 			if err := c.kube.AppsV1().StatefulSets("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			c.deleteAllPods(ctx)
-			c.waitReleased(ctx)
+			c.releaseAll(ctx)
 		})
 	}
 }
