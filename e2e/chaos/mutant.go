@@ -71,7 +71,7 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
-			File:   "ipam/keep/keep.go",
+			File:   "ipam/retention/retention.go",
 			Old:    "case r.Listed(rec.ContainerID, rec.IfName):",
 			New:    "case false && r.Listed(rec.ContainerID, rec.IfName):",
 			Catchers: func() []Job {

@@ -20,9 +20,9 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
-	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -319,7 +319,7 @@ func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*
 		out.StaleError = j.view.Source + " lists nothing running while records exist; a wrongly mounted socket or directory looks empty"
 		return
 	}
-	rules := keep.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true}
+	rules := retention.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true}
 	for _, rec := range recs {
 		if rules.Why(rec) == "" {
 			out.Stale++

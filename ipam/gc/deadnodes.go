@@ -7,8 +7,8 @@ import (
 	"sort"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
@@ -28,7 +28,7 @@ var ErrNodeLocalStore = errors.New("the file store holds this node's records onl
 type DeadPlan struct {
 	// Release are the records of nodes that are gone, by node.
 	Release map[string][]*record.Record
-	rules   keep.Rules
+	rules   retention.Rules
 }
 
 // Len is how many records the plan releases.

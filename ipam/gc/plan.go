@@ -8,8 +8,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
-	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
@@ -27,7 +27,7 @@ type Plan struct {
 	Records int
 	Release []*record.Record
 	Keep    []Kept
-	rules   keep.Rules
+	rules   retention.Rules
 }
 
 // Kept is a record gc leaves alone, and why.

@@ -12,8 +12,8 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
-	"github.com/safe-ipam/safe-ipam/ipam/keep"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -191,8 +191,8 @@ func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
 // GCRules are the GC rules (package keep) with this Guard's clock and
 // gcGracePeriod; youngWritten is for a collection from outside the
 // runtime (safe-ipam gc).
-func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritten bool) keep.Rules {
-	return keep.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten}
+func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritten bool) retention.Rules {
+	return retention.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten}
 }
 
 // Collect releases one record as DEL does: mark, delegate DEL (with
@@ -201,7 +201,7 @@ func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritt
 // judges the record as it is now by rules, so a GC that succeeds has
 // released every attachment the rules do not keep. The GC verb and
 // safe-ipam gc both collect through it.
-func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, rules keep.Rules) error {
+func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, rules retention.Rules) error {
 	env := Env{Path: cniPath}
 	att := rec.Attachment
 	for attempt := 0; ; attempt++ {

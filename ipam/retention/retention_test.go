@@ -1,4 +1,4 @@
-package keep
+package retention
 
 import (
 	"strings"

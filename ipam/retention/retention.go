@@ -1,7 +1,7 @@
-// Package keep holds GC's rules: which of a node's records a collection
+// Package retention holds GC's rules: which of a node's records a collection
 // keeps, and why. The GC verb and `safe-ipam gc` both judge by Why, so the
 // two can never disagree about what is garbage.
-package keep
+package retention
 
 import (
 	"fmt"
