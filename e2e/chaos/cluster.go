@@ -19,12 +19,12 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
-	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // Network is the network every history attaches to, Calico's usual name.
@@ -384,17 +384,17 @@ func (c *Cluster) uninstall(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: c.binaries().Dir}}, slog.New(slog.DiscardHandler))
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: c.binaries().Dir}, Config: cfg, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}
-	defer st.Close()
-	recs, err := st.List(ctx, Network)
+	defer o.Close()
+	recs, err := o.Store.List(ctx, Network)
 	if err != nil {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}
 	for _, rec := range recs {
-		if err := g.Forget(ctx, rec, c.binaries().Dir); err != nil {
+		if err := o.Guard.Forget(ctx, rec, c.binaries().Dir); err != nil {
 			return fmt.Errorf("uninstall on %s: %w", node, err)
 		}
 	}

@@ -76,6 +76,31 @@ func TestProductNeverImportsTheHarness(t *testing.T) {
 	}
 }
 
+// guard runs the CNI verbs and nothing else: what it reads of Calico's
+// data goes through the interface it declares (guard.Calico), which
+// calico/lookup implements. No Calico transport, etcd or Kubernetes
+// client is its own import.
+func TestGuardImportsNoCalicoTransport(t *testing.T) {
+	banned := []string{"go.etcd.io/", module + "/ipam/etcdconn", module + "/ipam/kubeapi", "k8s.io/"}
+	found := false
+	for _, p := range listPackages(t) {
+		if p.path != module+"/ipam/guard" {
+			continue
+		}
+		found = true
+		for _, imp := range p.imports {
+			for _, b := range banned {
+				if strings.HasPrefix(imp, b) || strings.Contains(imp, "."+b) { // sigs.k8s.io/ too
+					t.Errorf("ipam/guard imports %s: it reads Calico's data through guard.Calico only", imp)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("go list did not list ipam/guard")
+	}
+}
+
 // Every package's doc comment says its one job.
 func TestEveryPackageSaysItsJob(t *testing.T) {
 	for _, p := range listPackages(t) {

@@ -60,13 +60,14 @@ func (t Target) file() string {
 	return t.Type
 }
 
-// Call is the CNI environment of one delegate call.
-type Call struct {
-	Command     string
+// Env is the CNI environment of one call: the runtime's call of
+// safe-ipam, and safe-ipam's of its delegate (with CNI_ARGS rewritten).
+// The verb is not part of it: a call runs one.
+type Env struct {
 	ContainerID string
 	NetNS       string
 	IfName      string
-	Args        string // CNI_ARGS, already rewritten
+	Args        string // CNI_ARGS
 	Path        string // CNI_PATH
 }
 
@@ -169,17 +170,15 @@ func (d *Delegate) Speaks(v string) bool {
 }
 
 // Add runs the delegate's ADD and returns its result as it printed it.
-func (d *Delegate) Add(ctx context.Context, conf []byte, call Call) (types.Result, error) {
-	call.Command = "ADD"
+func (d *Delegate) Add(ctx context.Context, conf []byte, env Env) (types.Result, error) {
 	defer traceExec(ctx)()
-	return invoke.ExecPluginWithResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
+	return invoke.ExecPluginWithResult(ctx, d.Path, conf, env.args("ADD"), newExec(d.Argv0))
 }
 
 // Run runs a verb without a result: DEL, CHECK, GC or STATUS.
-func (d *Delegate) Run(ctx context.Context, command string, conf []byte, call Call) error {
-	call.Command = command
+func (d *Delegate) Run(ctx context.Context, command string, conf []byte, env Env) error {
 	defer traceExec(ctx)()
-	return invoke.ExecPluginWithoutResult(ctx, d.Path, conf, call.args(), newExec(d.Argv0))
+	return invoke.ExecPluginWithoutResult(ctx, d.Path, conf, env.args(command), newExec(d.Argv0))
 }
 
 // traceExec marks the start of a delegate exec in the call's trace, if
@@ -190,13 +189,13 @@ func traceExec(ctx context.Context) func() {
 	return func() { t.Mark(logging.MarkDelegateEnd) }
 }
 
-func (c Call) args() *invoke.Args {
+func (e Env) args(command string) *invoke.Args {
 	return &invoke.Args{
-		Command:       c.Command,
-		ContainerID:   c.ContainerID,
-		NetNS:         c.NetNS,
-		PluginArgsStr: c.Args,
-		IfName:        c.IfName,
-		Path:          c.Path,
+		Command:       command,
+		ContainerID:   e.ContainerID,
+		NetNS:         e.NetNS,
+		PluginArgsStr: e.Args,
+		IfName:        e.IfName,
+		Path:          e.Path,
 	}
 }

@@ -72,7 +72,7 @@ func TestMultiCallBinaryRunsUnderItsType(t *testing.T) {
 		}
 	}
 	d, _ := ResolveTarget(ctx, target, dir, cache)
-	res, err := d.Add(ctx, []byte(`{"cniVersion":"1.0.0","name":"n","type":"calico-ipam"}`+"\n"), Call{ContainerID: "c", IfName: "eth0", Path: dir})
+	res, err := d.Add(ctx, []byte(`{"cniVersion":"1.0.0","name":"n","type":"calico-ipam"}`+"\n"), Env{ContainerID: "c", IfName: "eth0", Path: dir})
 	if err != nil {
 		t.Fatalf("ADD through the multi-call binary: %v", err)
 	}
@@ -80,7 +80,7 @@ func TestMultiCallBinaryRunsUnderItsType(t *testing.T) {
 	if err != nil || len(r.IPs) != 1 || r.IPs[0].Address.String() != "10.0.0.9/26" {
 		t.Fatalf("ADD result %+v, %v", res, err)
 	}
-	if err := d.Run(ctx, "DEL", []byte(`{"cniVersion":"1.0.0","name":"n","type":"calico-ipam"}`+"\n"), Call{ContainerID: "c", IfName: "eth0", Path: dir}); err != nil {
+	if err := d.Run(ctx, "DEL", []byte(`{"cniVersion":"1.0.0","name":"n","type":"calico-ipam"}`+"\n"), Env{ContainerID: "c", IfName: "eth0", Path: dir}); err != nil {
 		t.Fatalf("DEL through the multi-call binary: %v", err)
 	}
 }

@@ -20,7 +20,7 @@ func TestDelegateExecIsMarkedInTheTrace(t *testing.T) {
 	t.Setenv(logging.TraceEnv, filepath.Join(dir, "trace"))
 	tr := logging.NewTrace()
 	d := &Delegate{Type: "ok", Path: plugin}
-	if err := d.Run(logging.WithTrace(context.Background(), tr), "DEL", []byte(`{}`), Call{ContainerID: "c1", IfName: "eth0"}); err != nil {
+	if err := d.Run(logging.WithTrace(context.Background(), tr), "DEL", []byte(`{}`), Env{ContainerID: "c1", IfName: "eth0"}); err != nil {
 		t.Fatal(err)
 	}
 	var names []string

@@ -6,12 +6,12 @@ import (
 	"log/slog"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // GC from outside the runtime: behind Calico's main plugin (CNI 1.0.0 at
@@ -45,6 +45,7 @@ type Node struct {
 	CNIPath string
 	guard   *guard.Guard
 	store   store.Store
+	opened  *invocation.Opened
 }
 
 // OpenNode wires a Node from a CNI config file of the node.
@@ -53,20 +54,21 @@ func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}
 	cfg := file.SafeIPAM
-	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: cniPath}, In: file.Path}, log)
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: cniPath}, Config: cfg, In: file.Path, Log: log})
 	if err != nil {
 		return nil, err
 	}
 	name, err := cfg.Node()
 	if err != nil {
-		st.Close()
+		o.Close()
 		return nil, err
 	}
-	return &Node{Name: name, Network: cfg.Network, CNIPath: cniPath, guard: g, store: st}, nil
+	return &Node{Name: name, Network: cfg.Network, CNIPath: cniPath, guard: o.Guard, store: o.Store, opened: o}, nil
 }
 
-// Close closes the node's store.
-func (n *Node) Close() error { return n.store.Close() }
+// Close closes the node's store and what its Guard read Calico's data
+// through.
+func (n *Node) Close() error { return n.opened.Close() }
 
 // List lists this node's records of the network. List them before
 // reading what runs: a sandbox that becomes ready in between is then

@@ -18,7 +18,7 @@ import (
 // Add records a pending claim, lets the delegate allocate, and commits the
 // addresses. A committed record is answered from the record; a pending one
 // (an ADD that crashed) is released and started over.
-func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
+func (g *Guard) Add(ctx context.Context, env delegate.Env) (types.Result, error) {
 	att, args, err := g.attachment(env)
 	if err != nil {
 		return nil, err
@@ -48,7 +48,7 @@ func (g *Guard) Add(ctx context.Context, env Env) (types.Result, error) {
 }
 
 // reserve writes the pending record, or returns the committed one.
-func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) (*record.Record, error) {
+func (g *Guard) reserve(ctx context.Context, att record.Attachment, env delegate.Env, args cniargs.Args) (*record.Record, error) {
 	pending := g.newRecord(att, args)
 	cur, err := g.store.Swap(ctx, att, nil, pending)
 	if errors.Is(err, store.ErrQuarantined) {
@@ -74,7 +74,7 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env Env, arg
 // its commit, or a DEL that stopped after its mark (its process is gone):
 // whatever the delegate holds for the attachment is released before the
 // new attempt takes the record over.
-func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env Env, args cniargs.Args) (*record.Record, error) {
+func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env delegate.Env, args cniargs.Args) (*record.Record, error) {
 	g.log.Warn("ADD found an unfinished record; releasing before retrying", "attachment", stale.Attachment.String(), "state", stale.State, "since", stale.Updated)
 	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
 		return nil, err
@@ -107,12 +107,12 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 
 // addCall passes pod identity only to a delegate that keys ADD by
 // container anyway (Calico 3.x uses it for attributes).
-func (g *Guard) addCall(att record.Attachment, env Env, args cniargs.Args) delegate.Call {
+func (g *Guard) addCall(att record.Attachment, env delegate.Env, args cniargs.Args) delegate.Env {
 	cniArgs := env.Args
 	if g.cfg.DelegateHandles == config.HandlesPod {
 		cniArgs = args.WithoutPodIdentity().String()
 	}
-	return delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: cniArgs, Path: env.Path}
+	return delegate.Env{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: cniArgs, Path: env.Path}
 }
 
 func (g *Guard) commit(ctx context.Context, pending *record.Record, result types.Result, cniPath string) error {
@@ -160,7 +160,7 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 // applied it, and releasing under a committed record is how an address
 // ends up held twice. Unreleased, the addresses stay claimed by a record,
 // pending or committed, which the next ADD, DEL or GC settles.
-func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, err error) error {
+func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env delegate.Env, args cniargs.Args, err error) error {
 	var cniErr *types.Error
 	var f *fenced
 	if errors.As(err, &f) {
@@ -176,7 +176,7 @@ func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env En
 // abandon undoes a failed ADD: the delegate releases whatever it may hold
 // and the pending record goes. If either step fails, the pending record
 // stays, and the next ADD, DEL or GC of the attachment releases it.
-func (g *Guard) abandon(ctx context.Context, pending *record.Record, env Env, args cniargs.Args, cause error) error {
+func (g *Guard) abandon(ctx context.Context, pending *record.Record, env delegate.Env, args cniargs.Args, cause error) error {
 	att := pending.Attachment
 	if err := g.release(ctx, att, env, args, nil); err != nil {
 		g.log.Error("ADD failed and its release failed; a pending record stays for DEL or GC", "attachment", att.String(), "cause", cause, "error", err)

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 )
 
 // Every bad input is refused with its CNI code before the delegate or the
@@ -14,7 +14,7 @@ import (
 func TestBadInputChangesNothing(t *testing.T) {
 	tests := []struct {
 		name  string
-		env   func(guard.Env) guard.Env
+		env   func(delegate.Env) delegate.Env
 		conf  func(r *rig) []byte
 		code  uint
 		field string
@@ -25,15 +25,15 @@ func TestBadInputChangesNothing(t *testing.T) {
 			r.extraIPAM = map[string]any{"store": map[string]any{"type": "nfs"}}
 			return r.conf()
 		}, code: types.ErrInvalidNetworkConfig, field: "ipam.store.type"},
-		{name: "container ID", env: func(e guard.Env) guard.Env { e.ContainerID = "a/b"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
-		{name: "empty container ID", env: func(e guard.Env) guard.Env { e.ContainerID = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
-		{name: "empty ifname", env: func(e guard.Env) guard.Env { e.IfName = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
-		{name: "long ifname", env: func(e guard.Env) guard.Env { e.IfName = "eth0123456789012"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
-		{name: "ifname dot", env: func(e guard.Env) guard.Env { e.IfName = "."; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
-		{name: "ifname slash", env: func(e guard.Env) guard.Env { e.IfName = "x/y"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
-		{name: "ifname not UTF-8", env: func(e guard.Env) guard.Env { e.IfName = "eth\xff"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "UTF-8"},
-		{name: "CNI_ARGS", env: func(e guard.Env) guard.Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
-		{name: "missing delegate", env: func(e guard.Env) guard.Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
+		{name: "container ID", env: func(e delegate.Env) delegate.Env { e.ContainerID = "a/b"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
+		{name: "empty container ID", env: func(e delegate.Env) delegate.Env { e.ContainerID = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "container ID"},
+		{name: "empty ifname", env: func(e delegate.Env) delegate.Env { e.IfName = ""; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "long ifname", env: func(e delegate.Env) delegate.Env { e.IfName = "eth0123456789012"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname dot", env: func(e delegate.Env) delegate.Env { e.IfName = "."; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname slash", env: func(e delegate.Env) delegate.Env { e.IfName = "x/y"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "interface name"},
+		{name: "ifname not UTF-8", env: func(e delegate.Env) delegate.Env { e.IfName = "eth\xff"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "UTF-8"},
+		{name: "CNI_ARGS", env: func(e delegate.Env) delegate.Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
+		{name: "missing delegate", env: func(e delegate.Env) delegate.Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
 		{name: "delegate not executable", conf: func(r *rig) []byte {
 			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "rig_test.go", "binDir": mustAbs(t, "."), "outsideCNIPath": true}}
 			return r.conf()

@@ -3,6 +3,7 @@ package guard_test
 import (
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
@@ -58,7 +59,7 @@ func TestCrashAtEveryStep(t *testing.T) {
 					case del:
 						r.del("c1")
 					case gc:
-						if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+						if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 							t.Fatalf("GC: %v", err)
 						}
 					case addAndDel:

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -23,7 +24,7 @@ import (
 // would replay with addresses the delegate has freed. It succeeds when
 // there is nothing to release. If the delegate fails, the record stays and
 // the runtime retries.
-func (g *Guard) Del(ctx context.Context, env Env) error {
+func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	att, args, err := g.attachment(env)
 	if err != nil {
 		return err
@@ -86,7 +87,7 @@ func (g *Guard) ipsOf(prev []byte) []string {
 
 // Check verifies that the attachment's committed record holds exactly the
 // addresses of prevResult, then asks the delegate if it has a CHECK.
-func (g *Guard) Check(ctx context.Context, env Env) error {
+func (g *Guard) Check(ctx context.Context, env delegate.Env) error {
 	att, args, err := g.attachment(env)
 	if err != nil {
 		return err
@@ -126,7 +127,7 @@ func matchRecord(att record.Attachment, rec *record.Record, prev types.Result) e
 	return nil
 }
 
-func (g *Guard) forwardCheck(ctx context.Context, att record.Attachment, env Env, args cniargs.Args) error {
+func (g *Guard) forwardCheck(ctx context.Context, att record.Attachment, env delegate.Env, args cniargs.Args) error {
 	if hasCheck, _ := version.GreaterThanOrEqualTo(g.version, "0.4.0"); !g.cfg.Delegate.ForwardsCheck() || !hasCheck {
 		return nil
 	}
@@ -157,7 +158,7 @@ func sameSet(a, b []string) bool {
 // GC releases every record of the network on this node whose attachment
 // the runtime does not list as valid. Without the list it releases nothing: a runtime
 // that cannot say what runs must not be read as "nothing runs".
-func (g *Guard) GC(ctx context.Context, env Env, stdin []byte) error {
+func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 	valid, listed, err := validAttachments(stdin)
 	if err != nil {
 		return err
@@ -202,7 +203,7 @@ func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritt
 // released every attachment the rules do not keep. The GC verb and
 // safe-ipam gc both collect through it.
 func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, rules retention.Rules) error {
-	env := Env{Path: cniPath}
+	env := delegate.Env{Path: cniPath}
 	att := rec.Attachment
 	for attempt := 0; ; attempt++ {
 		marker := store.Releasing(rec, g.now().UTC())
@@ -221,12 +222,12 @@ func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string,
 	}
 }
 
-func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env Env) error {
+func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env delegate.Env) error {
 	att := marked.Attachment
-	if err := g.release(ctx, att, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+	if err := g.release(ctx, att, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
-	if err := g.releaseVM(ctx, marked, Env{Path: env.Path}, cniargs.Args{}); err != nil {
+	if err := g.releaseVM(ctx, marked, delegate.Env{Path: env.Path}, cniargs.Args{}); err != nil {
 		return err
 	}
 	g.releasePodHandle(ctx, marked, env)
@@ -249,7 +250,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env En
 // once safe-ipam is gone), but the allocations quarantined with it are
 // released first, since no DEL of safe-ipam will come to release them.
 func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string) error {
-	rec, err := g.releaseQuarantines(ctx, rec, Env{Path: cniPath})
+	rec, err := g.releaseQuarantines(ctx, rec, delegate.Env{Path: cniPath})
 	if err != nil {
 		return err
 	}
@@ -259,9 +260,9 @@ func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string) 
 	return nil
 }
 
-func (g *Guard) forwardGC(ctx context.Context, env Env) error {
+func (g *Guard) forwardGC(ctx context.Context, env delegate.Env) error {
 	conf := g.cfg.DelegateConfig("1.1.0", nil)
-	return g.delegate.Run(ctx, "GC", conf, Env{Path: env.Path}.call())
+	return g.delegate.Run(ctx, "GC", conf, delegate.Env{Path: env.Path})
 }
 
 // validAttachmentsKey is where the runtime lists what runs (CNI 1.1).
@@ -324,7 +325,7 @@ func joinErrors(verb string, errs []error) error {
 
 // Status reports whether ADD can work: the store answers and the delegate
 // is there (and ready, if it has STATUS).
-func (g *Guard) Status(ctx context.Context, env Env) error {
+func (g *Guard) Status(ctx context.Context, env delegate.Env) error {
 	if err := g.store.Ping(ctx); err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("record store: %v", err), "")
 	}
@@ -332,5 +333,5 @@ func (g *Guard) Status(ctx context.Context, env Env) error {
 		return nil
 	}
 	conf := g.cfg.DelegateConfig("1.1.0", nil)
-	return g.delegate.Run(ctx, "STATUS", conf, env.call())
+	return g.delegate.Run(ctx, "STATUS", conf, env)
 }

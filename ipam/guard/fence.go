@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -57,13 +58,13 @@ func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, he
 // DEL cut short (by its deadline, a crash) keeps its progress and a
 // holder with any number of quarantines is released in the end. It
 // returns the holder as stored now.
-func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env Env) (*record.Record, error) {
+func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env delegate.Env) (*record.Record, error) {
 	if rec == nil {
 		return nil, nil
 	}
 	for batch := range slices.Chunk(slices.Clone(rec.Quarantined), quarantineBatch) {
 		for _, q := range batch {
-			if err := g.release(ctx, q.Attachment, Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+			if err := g.release(ctx, q.Attachment, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 				return nil, fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
 			}
 			g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 )
 
 // freeBehindBack releases handle in the fake delegate without safe-ipam,
@@ -82,7 +82,7 @@ func TestGCReleasesQuarantinesWithTheHolder(t *testing.T) {
 		if _, err := r.run("ADD", env("late"), r.conf()); cniCode(err) != types.ErrTryAgainLater {
 			t.Fatalf("ADD = %v; want 11", err)
 		}
-		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		if held := r.held(); len(held) != 0 || r.record("holder") != nil {

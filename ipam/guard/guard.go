@@ -3,8 +3,8 @@
 // every handle the delegate touches container-keyed, so no DEL can
 // release by pod name. The one exception is Calico's own: a KubeVirt
 // VM's handle, which Calico guards with owner attributes (see vm.go). It
-// is handed an open store and a resolved delegate; the binary's main
-// wires them.
+// is handed an open store, a resolved delegate and a way to read Calico's
+// data (Calico); package invocation opens them.
 package guard
 
 import (
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -23,15 +24,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
-
-// Env is the CNI environment of one invocation.
-type Env struct {
-	ContainerID string
-	NetNS       string
-	IfName      string
-	Args        string // CNI_ARGS as received
-	Path        string // CNI_PATH
-}
 
 // Step names a point between two effects of a verb, where a crash can
 // happen. Tests stop the process at each of them.
@@ -65,6 +57,7 @@ type Guard struct {
 	cfg      *config.Config
 	store    store.Store
 	delegate *delegate.Delegate
+	calico   Calico
 	version  string // spoken with the delegate
 	log      *slog.Logger
 	now      func() time.Time
@@ -77,39 +70,40 @@ type Guard struct {
 	At func(Step)
 }
 
-// Setup is what a Guard needs settled before any store is touched.
-type Setup struct {
+// Calico is what the verbs read of Calico's own data, on rare paths only
+// (a KubeVirt VM's pod, a holder on another node, an adopted pod-name
+// handle): an ordinary pod's verbs never call it. Package calico/lookup
+// reads it as calico-ipam reaches it; an error means Calico could not
+// tell, which the verbs take as doubt.
+type Calico interface {
+	// NodeKnown says whether Calico holds the Node called node.
+	NodeKnown(ctx context.Context, node string) (bool, error)
+	// AllocationHandle is the handle Calico keeps ip under, "" when ip is
+	// not allocated.
+	AllocationHandle(ctx context.Context, ip netip.Addr) (string, error)
+	// HandleAddrs lists the addresses Calico keeps under handle.
+	HandleAddrs(ctx context.Context, handle string) ([]netip.Addr, error)
+}
+
+// Parts are what a Guard runs over, each settled before the first verb
+// (package invocation opens them for a call).
+type Parts struct {
+	Config *config.Config
 	// Node is the node's name as Calico names it; records and GC are per
 	// node.
 	Node string
-	// Version is the CNI version spoken with the delegate.
-	Version string
+	// Version is the CNI version spoken with Delegate.
+	Version  string
+	Delegate *delegate.Delegate
+	Store    store.Store
+	Calico   Calico
+	Log      *slog.Logger
 }
 
-// Prepare resolves the node name (an error has code 7) and negotiates
-// the CNI version with the delegate (code 1).
-func Prepare(cfg *config.Config, d *delegate.Delegate) (Setup, error) {
-	node, err := cfg.Node()
-	if err != nil {
-		return Setup{}, err
-	}
-	version, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
-	if err != nil {
-		return Setup{}, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
-	}
-	return Setup{Node: node, Version: version}, nil
-}
-
-// New builds a Guard over an open store and a resolved delegate.
-func New(cfg *config.Config, s Setup, st store.Store, d *delegate.Delegate, log *slog.Logger) *Guard {
-	return &Guard{cfg: cfg, store: st, delegate: d, version: s.Version, log: log, now: time.Now, Owner: record.Self(), node: s.Node}
-}
-
-// CheckEnv validates the invocation's identity (an error has code 4),
-// before anything else is resolved.
-func CheckEnv(cfg *config.Config, env Env) error {
-	_, _, err := (&Guard{cfg: cfg}).attachment(env)
-	return err
+// New builds a Guard over its parts.
+func New(p Parts) *Guard {
+	return &Guard{cfg: p.Config, store: p.Store, delegate: p.Delegate, calico: p.Calico, version: p.Version, log: p.Log,
+		now: time.Now, Owner: record.Self(), node: p.Node}
 }
 
 func (g *Guard) at(s Step) {
@@ -118,10 +112,15 @@ func (g *Guard) at(s Step) {
 	}
 }
 
-// attachment validates the invocation's identity. skel checks it too; the
-// stores build paths from it, so it is checked again here.
-func (g *Guard) attachment(env Env) (record.Attachment, cniargs.Args, error) {
-	att := record.Attachment{Network: g.cfg.Network, ContainerID: env.ContainerID, IfName: env.IfName}
+func (g *Guard) attachment(env delegate.Env) (record.Attachment, cniargs.Args, error) {
+	return AttachmentOf(g.cfg.Network, env)
+}
+
+// AttachmentOf validates the identity of a call on network (an error has
+// code 4), which every verb but GC and STATUS names. skel checks it too;
+// the stores build paths from it, so it is checked again here.
+func AttachmentOf(network string, env delegate.Env) (record.Attachment, cniargs.Args, error) {
+	att := record.Attachment{Network: network, ContainerID: env.ContainerID, IfName: env.IfName}
 	if err := att.Validate(); err != nil {
 		return att, cniargs.Args{}, types.NewError(types.ErrInvalidEnvironmentVariables, err.Error(), "")
 	}
@@ -134,9 +133,9 @@ func (g *Guard) attachment(env Env) (record.Attachment, cniargs.Args, error) {
 
 // release runs the delegate DEL for att without pod identity, so the
 // delegate frees only the container's own handles.
-func (g *Guard) release(ctx context.Context, att record.Attachment, env Env, args cniargs.Args, prevResult []byte) error {
+func (g *Guard) release(ctx context.Context, att record.Attachment, env delegate.Env, args cniargs.Args, prevResult []byte) error {
 	conf := g.cfg.DelegateConfig(g.version, prevResult)
-	call := delegate.Call{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: args.WithoutPodIdentity().String(), Path: env.Path}
+	call := delegate.Env{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: args.WithoutPodIdentity().String(), Path: env.Path}
 	if err := g.delegate.Run(ctx, "DEL", conf, call); err != nil {
 		return fmt.Errorf("releasing %s in %s: %w", att, g.delegate.Type, err)
 	}
@@ -202,10 +201,6 @@ func (g *Guard) delPrevResult() []byte {
 		return nil
 	}
 	return prev
-}
-
-func (e Env) call() delegate.Call {
-	return delegate.Call{ContainerID: e.ContainerID, NetNS: e.NetNS, IfName: e.IfName, Args: e.Args, Path: e.Path}
 }
 
 // ForNode is a Guard over another node's records in st, for releasing the

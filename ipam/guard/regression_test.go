@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -24,7 +24,7 @@ func TestGCLeavesOtherNodesAlone(t *testing.T) {
 		r.add("on-node1")
 		r.node = "node2"
 		r.add("on-node2")
-		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		node2 := r.record("on-node2")
@@ -90,7 +90,7 @@ func TestRecordOfLiveProcessIsLeftAlone(t *testing.T) {
 		if cniCode(err) != types.ErrTryAgainLater {
 			t.Fatalf("ADD over an ADD in flight: %v; want code 11", err)
 		}
-		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		if calls := r.calls("DEL"); len(calls) != 0 {
@@ -127,7 +127,7 @@ func TestGCReleasesWhatAConcurrentDelMarked(t *testing.T) {
 		r.cniVersion = "1.1.0"
 		r.add("gone")
 		g := r.guardOver(&delMarksFirst{Store: r.store()}, gcConf(t, r.conf()))
-		if err := g.GC(context.Background(), guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if err := g.GC(context.Background(), delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatal(err)
 		}
 		if rec, held := r.record("gone"), r.held(); rec != nil || len(held) != 0 {

@@ -14,16 +14,14 @@ import (
 	"testing"
 	"time"
 
-	types100 "github.com/containernetworking/cni/pkg/types/100"
-
-	"github.com/safe-ipam/safe-ipam/ipam/wiring"
-
 	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
@@ -127,6 +125,9 @@ type rig struct {
 	extraIPAM  map[string]any
 	crashAt    guard.Step
 	calicoEtcd string // Calico's etcd_endpoints; a placeholder unless a test reads Calico's data
+	// calico is Calico's data for the guards built over a store
+	// (guardOver); run reads Calico at calicoEtcd instead.
+	calico *fakeCalico
 }
 
 var rigCount int
@@ -136,7 +137,7 @@ func newRig(t *testing.T, kind string) *rig {
 	rigCount++
 	r := &rig{t: t, kind: kind, fakeDir: t.TempDir(), storeDir: filepath.Join(t.TempDir(), "records"),
 		prefix: fmt.Sprintf("/test%d", rigCount), cniVersion: "1.0.0", delegate: "calico-ipam", handles: "container", node: "node1",
-		calicoEtcd: "http://calico-etcd:2379"}
+		calicoEtcd: "http://calico-etcd:2379", calico: &fakeCalico{}}
 	t.Setenv(fakeDirEnv, r.fakeDir)
 	return r
 }
@@ -171,8 +172,8 @@ func (r *rig) conf() []byte {
 	return data
 }
 
-func env(cid string) guard.Env {
-	return guard.Env{ContainerID: cid, NetNS: "/var/run/netns/" + cid, IfName: "eth0", Path: binDir,
+func env(cid string) delegate.Env {
+	return delegate.Env{ContainerID: cid, NetNS: "/var/run/netns/" + cid, IfName: "eth0", Path: binDir,
 		Args: "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=" + cid + ";K8S_POD_UID=uid-" + cid}
 }
 
@@ -182,16 +183,17 @@ var errCrashed = errors.New("crashed")
 type crash struct{}
 
 // run opens a guard for the verb and runs it, as one plugin process would.
-func (r *rig) run(verb string, e guard.Env, stdin []byte) (res types.Result, err error) {
+func (r *rig) run(verb string, e delegate.Env, stdin []byte) (res types.Result, err error) {
 	cfg, err := config.Parse(stdin)
 	if err != nil {
 		return nil, err
 	}
-	g, st, err := wiring.Open(context.Background(), cfg, wiring.Call{Verb: verb, Env: e}, slog.New(slog.DiscardHandler))
+	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
-	defer st.Close()
+	defer o.Close()
+	g := o.Guard
 	if r.crashAt != "" {
 		g.Owner = nil // records of a "crashed" run must not look owned by this live test process
 		g.At = func(s guard.Step) {
@@ -350,11 +352,15 @@ func (r *rig) guardLogging(st store.Store, conf []byte, log *slog.Logger) *guard
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	setup, err := guard.Prepare(cfg, d)
+	node, err := cfg.Node()
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return guard.New(cfg, setup, st, d, log)
+	version, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: r.calico, Log: log})
 }
 
 // resultIPs lists a result's addresses, in CNI 1.0.0's form.

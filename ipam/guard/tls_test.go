@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 )
 
 // tlsFiles are a client certificate, its key and a CA for the store.
@@ -81,7 +81,7 @@ func TestStoreTLSFaults(t *testing.T) {
 				wants := []string{fault.file, fault.want(src.cert, src.key, src.ca)}
 				_, err := r.run("ADD", env("c1"), conf)
 				checkNamed(t, "ADD", err, types.ErrTryAgainLater, wants)
-				_, err = r.run("STATUS", guard.Env{Path: binDir}, conf)
+				_, err = r.run("STATUS", delegate.Env{Path: binDir}, conf)
 				checkNamed(t, "STATUS", err, types.ErrPluginNotAvailable, wants)
 				for _, c := range r.calls("") {
 					if c.Command != "VERSION" {
@@ -125,7 +125,7 @@ func TestStoreOverTLS(t *testing.T) {
 			if n := countKeys(t, server, prefix); n != 1 || len(r.calls("ADD")) != 1 {
 				t.Fatalf("after ADD: %d records under %s, %d delegate ADDs; want 1, 1", n, prefix, len(r.calls("ADD")))
 			}
-			if _, err := r.run("STATUS", guard.Env{Path: binDir}, conf); err != nil {
+			if _, err := r.run("STATUS", delegate.Env{Path: binDir}, conf); err != nil {
 				t.Fatalf("STATUS: %v", err)
 			}
 			if _, err := r.run("DEL", env("c1"), conf); err != nil {

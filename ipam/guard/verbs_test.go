@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
@@ -340,13 +341,13 @@ func TestGC(t *testing.T) {
 		for _, cid := range []string{"live", "gone1", "gone2"} {
 			r.add(cid)
 		}
-		if _, err := r.run("GC", guard.Env{Path: binDir}, r.conf()); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, r.conf()); err != nil {
 			t.Fatalf("GC without a list: %v", err)
 		}
 		if len(r.records()) != 3 {
 			t.Fatalf("GC without valid-attachments released something: %d records left", len(r.records()))
 		}
-		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
 		recs := r.records()
@@ -384,7 +385,7 @@ func TestGCSparesYoungPendingAndForwards(t *testing.T) {
 		if _, err := r.store().Swap(t.Context(), old.Attachment, old, old); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 			t.Fatalf("GC: %v", err)
 		}
 		if r.record("young") == nil || r.record("old") != nil {
@@ -402,7 +403,7 @@ func TestGCReportsEveryError(t *testing.T) {
 		r.add("a")
 		r.add("b")
 		t.Setenv(fakeFailEnv, "DEL")
-		_, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf()))
+		_, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf()))
 		if err == nil || !strings.Contains(err.Error(), "2 error(s)") {
 			t.Fatalf("GC error = %v; want both failures", err)
 		}
@@ -415,16 +416,16 @@ func TestGCReportsEveryError(t *testing.T) {
 func TestStatus(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
 		r.cniVersion = "1.1.0"
-		if _, err := r.run("STATUS", guard.Env{Path: binDir}, r.conf()); err != nil {
+		if _, err := r.run("STATUS", delegate.Env{Path: binDir}, r.conf()); err != nil {
 			t.Fatalf("STATUS: %v", err)
 		}
-		if _, err := r.run("STATUS", guard.Env{Path: t.TempDir()}, r.conf()); cniCode(err) != types.ErrPluginNotAvailable {
+		if _, err := r.run("STATUS", delegate.Env{Path: t.TempDir()}, r.conf()); cniCode(err) != types.ErrPluginNotAvailable {
 			t.Errorf("STATUS without delegate binary: %v; want 50", err)
 		}
 		t.Setenv(fakeVersionsEnv, "1.0.0,1.1.0")
 		t.Setenv(fakeFailEnv, "STATUS")
 		r.extraIPAM = map[string]any{"cacheDir": ""} // the same binary now answers VERSION differently
-		if _, err := r.run("STATUS", guard.Env{Path: binDir}, r.conf()); cniCode(err) != types.ErrLimitedConnectivity {
+		if _, err := r.run("STATUS", delegate.Env{Path: binDir}, r.conf()); cniCode(err) != types.ErrLimitedConnectivity {
 			t.Errorf("STATUS with a limited delegate: %v; want its code 51", err)
 		}
 	})
@@ -463,7 +464,7 @@ func TestGCVerbCollectsYoungCommitted(t *testing.T) {
 	r.cniVersion = "1.1.0"
 	r.extraIPAM = map[string]any{"gcGracePeriod": "1m"}
 	r.add("fresh")
-	if _, err := r.run("GC", guard.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
+	if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf())); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	if recs := r.records(); len(recs) != 0 {
@@ -494,7 +495,7 @@ func TestGCRefusesMalformedValidAttachments(t *testing.T) {
 			}
 			m["cni.dev/valid-attachments"] = json.RawMessage(tt.list)
 			stdin, _ := json.Marshal(m)
-			_, err := r.run("GC", guard.Env{Path: binDir}, stdin)
+			_, err := r.run("GC", delegate.Env{Path: binDir}, stdin)
 			var cniErr *types.Error
 			if !errors.As(err, &cniErr) || cniErr.Code != types.ErrInvalidNetworkConfig || !strings.Contains(err.Error(), tt.names) {
 				t.Fatalf("GC with %s: %v; want CNI error %d naming %s", tt.list, err, types.ErrInvalidNetworkConfig, tt.names)

@@ -4,15 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
-	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -49,23 +45,15 @@ func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []stri
 }
 
 // allocationHandle reads the one handle Calico keeps every one of ips
-// under, from its datastore as calico-ipam reaches it; addresses under
-// different handles are an error.
+// under; addresses under different handles are an error.
 func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, error) {
-	read, done, err := g.calicoAllocations(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	var handle string
 	for i, ip := range ips {
 		addr, ok := record.ParseAddr(ip)
 		if !ok {
 			return "", errors.New("address " + ip + " does not parse")
 		}
-		h, err := read(ctx, addr)
+		h, err := g.calico.AllocationHandle(ctx, addr)
 		if err != nil {
 			return "", err
 		}
@@ -77,34 +65,12 @@ func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, err
 	return handle, nil
 }
 
-// calicoAllocations opens Calico's datastore for reading which handle
-// holds an address: etcd, or the Kubernetes API through
-// kubernetes.kubeconfig.
-func (g *Guard) calicoAllocations(ctx context.Context) (func(context.Context, netip.Addr) (string, error), func(), error) {
-	if g.cfg.Calico.Datastore() == config.DatastoreKubernetes {
-		kube, err := kubeapi.New(g.cfg.Calico.Kubeconfig, 5*time.Second)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, ip netip.Addr) (string, error) {
-			return calico.KDDAllocationHandle(ctx, kube.Get, kubeapi.ErrNotFound, ip)
-		}, func() {}, nil
-	}
-	cli, err := g.calicoEtcd(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return func(ctx context.Context, ip netip.Addr) (string, error) {
-		return calico.AllocationHandle(ctx, cli, ip)
-	}, func() { cli.Close() }, nil
-}
-
 // releaseVM runs the delegate DEL of a VM's record with the pod's
 // identity, after the release by container: calico-ipam clears this
 // pod's owner attributes (under its preconditions, so a late DEL of an
 // old pod leaves the VM's next pod alone) and frees the VM's addresses
 // once the VM is being deleted and no pod owns them.
-func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env Env, args cniargs.Args) error {
+func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env delegate.Env, args cniargs.Args) error {
 	if rec == nil || !record.SharedHandle(rec.Network, rec.Handle) || rec.PodName == "" {
 		return nil
 	}
@@ -115,7 +81,7 @@ func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env Env, args
 	if args.Get("IgnoreUnknown") == "" {
 		args = args.With("IgnoreUnknown", "1")
 	}
-	call := delegate.Call{ContainerID: rec.ContainerID, NetNS: env.NetNS, IfName: rec.IfName, Args: args.String(), Path: env.Path}
+	call := delegate.Env{ContainerID: rec.ContainerID, NetNS: env.NetNS, IfName: rec.IfName, Args: args.String(), Path: env.Path}
 	if err := g.delegate.Run(ctx, "DEL", g.cfg.DelegateConfig(g.version, nil), call); err != nil {
 		return fmt.Errorf("releasing %s from VM handle %s in %s: %w", rec.Attachment, rec.Handle, g.delegate.Type, err)
 	}

@@ -8,11 +8,11 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
-	"github.com/safe-ipam/safe-ipam/ipam/wiring"
 )
 
 // Once uninstalled, no DEL or GC passes through safe-ipam any more, so its
@@ -83,18 +83,18 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	defer cancel()
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "uninstall")
 	defer closeLog()
-	g, st, err := wiring.Open(ctx, cfg, wiring.Call{Verb: wiring.VerbGC, Env: guard.Env{Path: binDir}, In: path}, log)
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: binDir}, Config: cfg, In: path, Log: log})
 	if err != nil {
 		return 0, 0, err
 	}
-	defer st.Close()
-	list, err := st.List(ctx, cfg.Network)
+	defer o.Close()
+	list, err := o.Store.List(ctx, cfg.Network)
 	if err != nil {
 		return 0, 0, err
 	}
 	for _, rec := range list {
 		if !dryRun {
-			if err := g.Forget(ctx, rec, binDir); err != nil {
+			if err := o.Guard.Forget(ctx, rec, binDir); err != nil {
 				return recs, quarantines, err
 			}
 		}

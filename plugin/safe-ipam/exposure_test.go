@@ -35,7 +35,7 @@ func TestExposedEtcdIsWarnedOnceInTheLog(t *testing.T) {
 			m["ipam"].(map[string]any)["logFile"] = logFile
 			conf, _ := json.Marshal(m)
 			for _, cid := range []string{"c1", "c2"} {
-				(invocation{"ADD", cid, "eth0", args, string(conf)}).run(t) // without a CA file it fails: the warning comes first
+				(binaryCall{"ADD", cid, "eth0", args, string(conf)}).run(t) // without a CA file it fails: the warning comes first
 			}
 			data, err := os.ReadFile(logFile)
 			if err != nil {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type invocation struct {
+type binaryCall struct {
 	command, containerID, ifName, args string
 	conf                               string
 }
@@ -42,7 +42,7 @@ type outcome struct {
 	err    error
 }
 
-func (inv invocation) run(t *testing.T) outcome {
+func (inv binaryCall) run(t *testing.T) outcome {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, "safe-ipam"))
 	cmd.Env = []string{"CNI_COMMAND=" + inv.command, "CNI_CONTAINERID=" + inv.containerID, "CNI_NETNS=/var/run/netns/x",
@@ -69,24 +69,24 @@ func TestBadInputGetsCNIErrorAndChangesNothing(t *testing.T) {
 	good := "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"
 	tests := []struct {
 		name      string
-		inv       func(conf string) invocation
+		inv       func(conf string) binaryCall
 		ipamExtra string
 		rawConf   string
 		wantCode  int
 		wantInMsg string
 	}{
-		{"malformed JSON", func(string) invocation { return invocation{"ADD", "c1", "eth0", good, `{"cniVersion":"1.0.0",`} }, "", "", 6, ""},
+		{"malformed JSON", func(string) binaryCall { return binaryCall{"ADD", "c1", "eth0", good, `{"cniVersion":"1.0.0",`} }, "", "", 6, ""},
 		{"unknown delegateHandles", nil, `,"delegateHandles":"podname"`, "", 7, "ipam.delegateHandles"},
 		{"unknown store type", nil, `,"store":{"type":"sql"}`, "", 7, "ipam.store"},
-		{"invalid container ID", func(c string) invocation { return invocation{"ADD", "../c1", "eth0", good, c} }, "", "", 4, "containerID"},
-		{"ifname too long", func(c string) invocation { return invocation{"ADD", "c1", "eth0123456789012", good, c} }, "", "", 4, "interface name"},
-		{"ifname with slash", func(c string) invocation { return invocation{"ADD", "c1", "a/b", good, c} }, "", "", 4, "interface name"},
-		{"ifname dot dot", func(c string) invocation { return invocation{"DEL", "c1", "..", good, c} }, "", "", 4, "interface name"},
-		{"CNI_ARGS do not parse", func(c string) invocation { return invocation{"ADD", "c1", "eth0", "K8S_POD_NAME", c} }, "", "", 4, "CNI_ARGS"},
+		{"invalid container ID", func(c string) binaryCall { return binaryCall{"ADD", "../c1", "eth0", good, c} }, "", "", 4, "containerID"},
+		{"ifname too long", func(c string) binaryCall { return binaryCall{"ADD", "c1", "eth0123456789012", good, c} }, "", "", 4, "interface name"},
+		{"ifname with slash", func(c string) binaryCall { return binaryCall{"ADD", "c1", "a/b", good, c} }, "", "", 4, "interface name"},
+		{"ifname dot dot", func(c string) binaryCall { return binaryCall{"DEL", "c1", "..", good, c} }, "", "", 4, "interface name"},
+		{"CNI_ARGS do not parse", func(c string) binaryCall { return binaryCall{"ADD", "c1", "eth0", "K8S_POD_NAME", c} }, "", "", 4, "CNI_ARGS"},
 		{"missing delegate", nil, `,"delegate":{"type":"calico-ipam"}`, "", 50, "calico-ipam"},
 		{"unreachable etcd store", nil, `,"store":{"type":"etcd","endpoints":["http://127.0.0.1:1"],"dialTimeout":"300ms"}`, "", 11, "record store"},
-		{"unsupported CNI version", func(string) invocation {
-			return invocation{"ADD", "c1", "eth0", good, `{"cniVersion":"0.2.0","name":"n","type":"ptp","ipam":{"type":"safe-ipam"}}`}
+		{"unsupported CNI version", func(string) binaryCall {
+			return binaryCall{"ADD", "c1", "eth0", good, `{"cniVersion":"0.2.0","name":"n","type":"ptp","ipam":{"type":"safe-ipam"}}`}
 		}, "", "", 1, ""},
 	}
 	for _, tt := range tests {
@@ -96,7 +96,7 @@ func TestBadInputGetsCNIErrorAndChangesNothing(t *testing.T) {
 				// later keys win in Go's decoder, so the override sits at the end
 				conf = hostLocalConf(t, "1.0.0", tt.ipamExtra)
 			}
-			inv := invocation{"ADD", "c1", "eth0", good, conf}
+			inv := binaryCall{"ADD", "c1", "eth0", good, conf}
 			if tt.inv != nil {
 				inv = tt.inv(conf)
 			}
@@ -153,7 +153,7 @@ func assertNothingAllocated(t *testing.T, conf string) {
 // STATUS forwarded.
 func TestVerbsThroughTheBinary(t *testing.T) {
 	conf := hostLocalConf(t, "1.1.0", "")
-	add := invocation{"ADD", "c1", "eth0", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0", conf}.run(t)
+	add := binaryCall{"ADD", "c1", "eth0", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0", conf}.run(t)
 	if add.err != nil {
 		t.Fatalf("ADD: %v %s", add.err, add.stdout)
 	}
@@ -172,20 +172,20 @@ func TestVerbsThroughTheBinary(t *testing.T) {
 	_ = json.Unmarshal(add.stdout, &prev)
 	m["prevResult"] = prev
 	withPrev, _ := json.Marshal(m)
-	if out := (invocation{"CHECK", "c1", "eth0", "", string(withPrev)}).run(t); out.err != nil {
+	if out := (binaryCall{"CHECK", "c1", "eth0", "", string(withPrev)}).run(t); out.err != nil {
 		t.Fatalf("CHECK: %v %s", out.err, out.stdout)
 	}
-	if out := (invocation{"STATUS", "", "", "", conf}).run(t); out.err != nil {
+	if out := (binaryCall{"STATUS", "", "", "", conf}).run(t); out.err != nil {
 		t.Fatalf("STATUS: %v %s", out.err, out.stdout)
 	}
 	m["cni.dev/valid-attachments"] = []any{}
 	delete(m, "prevResult")
 	gc, _ := json.Marshal(m)
-	if out := (invocation{"GC", "", "", "", string(gc)}).run(t); out.err != nil {
+	if out := (binaryCall{"GC", "", "", "", string(gc)}).run(t); out.err != nil {
 		t.Fatalf("GC: %v %s", out.err, out.stdout)
 	}
 	assertNothingAllocated(t, conf)
-	if out := (invocation{"DEL", "c1", "eth0", "", conf}).run(t); out.err != nil {
+	if out := (binaryCall{"DEL", "c1", "eth0", "", conf}).run(t); out.err != nil {
 		t.Fatalf("DEL after GC: %v %s", out.err, out.stdout)
 	}
 }

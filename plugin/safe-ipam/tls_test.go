@@ -65,11 +65,11 @@ func TestEtcdStoreOverTLS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			conf := calicoTLSConf(t, server, tc.cert, tc.key, tc.ca)
 			for _, inv := range []struct {
-				inv  invocation
+				inv  binaryCall
 				code int
 			}{
-				{invocation{"ADD", "c1", "eth0", args, conf}, 11},
-				{invocation{"STATUS", "", "", "", conf}, 50},
+				{binaryCall{"ADD", "c1", "eth0", args, conf}, 11},
+				{binaryCall{"STATUS", "", "", "", conf}, 50},
 			} {
 				code, msg := cniError(t, inv.inv.run(t))
 				if want := tc.named + " (" + tc.setting + ")"; code != inv.code || !strings.Contains(msg, want) {
@@ -81,13 +81,13 @@ func TestEtcdStoreOverTLS(t *testing.T) {
 	}
 	t.Run("good files", func(t *testing.T) {
 		conf := calicoTLSConf(t, server, f.CertFile, f.KeyFile, f.CAFile)
-		if out := (invocation{"ADD", "c1", "eth0", args, conf}).run(t); out.err != nil {
+		if out := (binaryCall{"ADD", "c1", "eth0", args, conf}).run(t); out.err != nil {
 			t.Fatalf("ADD: %v %s", out.err, out.stdout)
 		}
 		if n := records(t, server); n != 1 {
 			t.Fatalf("%d records in etcd after ADD, want 1", n)
 		}
-		if out := (invocation{"DEL", "c1", "eth0", args, conf}).run(t); out.err != nil {
+		if out := (binaryCall{"DEL", "c1", "eth0", args, conf}).run(t); out.err != nil {
 			t.Fatalf("DEL: %v %s", out.err, out.stdout)
 		}
 		if n := records(t, server); n != 0 {

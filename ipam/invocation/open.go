@@ -1,0 +1,142 @@
+// Package invocation opens one invocation of safe-ipam's CNI verbs: the
+// runtime's call validated, its delegate found, the node and CNI version
+// settled, Calico's data and the record store opened, each failure with
+// the CNI error code a runtime acts on, and the Guard that runs the verb
+// built over them. The CNI binary's verbs run through Runtime; `safe-ipam
+// gc` and uninstall, which release as the GC verb does, call Open.
+package invocation
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+)
+
+// Verbs that name no attachment.
+const (
+	VerbGC     = "GC"
+	VerbStatus = "STATUS"
+)
+
+// Call is one invocation as it is opened: the verb, its CNI environment,
+// the parsed config and the file it came from ("" for stdin, for errors
+// and the paths it names), and where the verb logs.
+type Call struct {
+	Verb   string
+	Env    delegate.Env
+	Config *config.Config
+	In     string
+	Log    *slog.Logger
+}
+
+// Opened is a call ready to run: the Guard over its store and Calico's
+// data. Close it when done.
+type Opened struct {
+	Guard  *guard.Guard
+	Store  store.Store
+	calico *lookup.Calico
+}
+
+// Close closes the store and whatever a read of Calico's data connected.
+func (o *Opened) Close() error {
+	return errors.Join(o.Store.Close(), o.calico.Close())
+}
+
+// Open validates everything the verb needs, in order, before anything is
+// changed: the attachment and CNI_ARGS (4), the delegate binary (50; 7
+// outside CNI_PATH without outsideCNIPath), the node name (7) and CNI
+// version (1), the store (11; 50 for STATUS). The config itself was
+// validated by config.Parse (6, 7). Calico's data is read only by the
+// verbs that need it, so opening it connects to nothing.
+func Open(ctx context.Context, c Call) (*Opened, error) {
+	cfg := c.Config
+	if c.Verb != VerbGC && c.Verb != VerbStatus {
+		if _, _, err := guard.AttachmentOf(cfg.Network, c.Env); err != nil {
+			return nil, err
+		}
+	}
+	d, err := resolveDelegate(ctx, cfg, c.Env.Path)
+	if err != nil {
+		return nil, err
+	}
+	node, err := cfg.Node()
+	if err != nil {
+		return nil, err
+	}
+	version, err := delegate.Negotiate(cfg.CNIVersion, d.Versions)
+	if err != nil {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
+	}
+	warnExposure(cfg, c.In, c.Log)
+	st, err := opener.Open(ctx, cfg, node, opener.Options{In: c.In})
+	if err != nil {
+		code := types.ErrTryAgainLater
+		if c.Verb == VerbStatus {
+			code = types.ErrPluginNotAvailable
+		}
+		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
+	}
+	calico := lookup.New(cfg.Calico)
+	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
+	return &Opened{Guard: g, Store: st, calico: calico}, nil
+}
+
+// resolveDelegate finds the delegate the config names in cniPath (or its
+// binDir), with the code a runtime acts on: 50 when it is missing, 7 when
+// it is outside CNI_PATH without leave.
+func resolveDelegate(ctx context.Context, cfg *config.Config, cniPath string) (*delegate.Delegate, error) {
+	d, err := delegate.ResolveTarget(ctx, delegate.TargetOf(cfg.Delegate), cniPath, cfg.CacheDir)
+	if err == nil {
+		return d, nil
+	}
+	code := types.ErrInternal
+	switch {
+	case errors.Is(err, delegate.ErrMissing):
+		code = types.ErrPluginNotAvailable
+	case errors.Is(err, delegate.ErrOutsideCNIPath):
+		code = types.ErrInvalidNetworkConfig
+	}
+	return nil, types.NewError(code, fmt.Sprintf("delegate %s: %v", cfg.Delegate.Type, err), "")
+}
+
+// warnExposure logs how the record store's etcd is exposed (plain text,
+// or no CA file; see etcdconn.Exposure), once per node and finding: a
+// mark in the cache dir says it was logged. A mark that cannot be made
+// logs it every time rather than never.
+func warnExposure(cfg *config.Config, in string, log *slog.Logger) {
+	if cfg.Store.Type != config.StoreEtcd {
+		return
+	}
+	why := etcdconn.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
+	if why == "" {
+		return
+	}
+	if cfg.CacheDir != "" {
+		sum := sha256.Sum256([]byte(why))
+		_ = os.MkdirAll(cfg.CacheDir, 0o700)
+		f, err := os.OpenFile(filepath.Join(cfg.CacheDir, "exposure-"+hex.EncodeToString(sum[:8])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			return
+		}
+		if err == nil {
+			f.Close()
+		}
+	}
+	log.Warn("the record store's etcd is exposed", "why", why)
+}

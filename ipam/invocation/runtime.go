@@ -1,0 +1,109 @@
+package invocation
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
+)
+
+// Runtime runs the CNI binary's verbs as a runtime calls them, through
+// skel: one method per verb.
+type Runtime struct {
+	// Trace, when SAFE_IPAM_TRACE is set, records when each phase ended
+	// for `make bench`.
+	Trace *logging.Trace
+	// At is the crash tests' hook at every guard.Step (nil outside
+	// builds with -tags crashpoints).
+	At func(guard.Step)
+}
+
+// Add runs ADD and prints its result.
+func (r Runtime) Add(args *skel.CmdArgs) error {
+	return r.run("ADD", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
+		res, err := g.Add(ctx, env)
+		if err != nil {
+			return err
+		}
+		return types.PrintResult(res, res.Version())
+	})
+}
+
+// Del runs DEL.
+func (r Runtime) Del(args *skel.CmdArgs) error {
+	return r.run("DEL", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
+		return g.Del(ctx, env)
+	})
+}
+
+// Check runs CHECK.
+func (r Runtime) Check(args *skel.CmdArgs) error {
+	return r.run("CHECK", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
+		return g.Check(ctx, env)
+	})
+}
+
+// GC runs GC, with the valid attachments the runtime lists in its config.
+func (r Runtime) GC(args *skel.CmdArgs) error {
+	return r.run(VerbGC, args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
+		return g.GC(ctx, env, args.StdinData)
+	})
+}
+
+// Status runs STATUS.
+func (r Runtime) Status(args *skel.CmdArgs) error {
+	return r.run(VerbStatus, args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
+		return g.Status(ctx, env)
+	})
+}
+
+// run parses the config the runtime passed (with the node settings beside
+// the binary), logs where it says, opens the call under its
+// ipam.verbTimeout and runs verb on its Guard. A verb stopped by that
+// deadline fails with code 11 (guard.PastDeadline).
+func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
+	ctx := logging.WithTrace(context.Background(), r.Trace)
+	defer r.Trace.Write()
+	env := delegate.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
+	cfg, err := config.ParseOnNode(args.StdinData, ownDir())
+	if err != nil {
+		return err
+	}
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
+	defer closeLog()
+	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
+	defer cancel()
+	o, err := Open(ctx, Call{Verb: verb, Env: env, Config: cfg, Log: log})
+	if err != nil {
+		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
+		log.Error("refused", "error", err)
+		return err
+	}
+	defer o.Close()
+	r.Trace.Mark(logging.MarkOpened)
+	o.Guard.At = r.At
+	defer r.Trace.Mark(logging.MarkRan)
+	err = run(ctx, o.Guard, env)
+	if ctx.Err() != nil && err != nil {
+		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
+		log.Error("stopped at the deadline", "error", err)
+	}
+	return err
+}
+
+// ownDir is the directory the binary runs from, where install keeps the
+// node settings ("" when it cannot tell: none are read).
+func ownDir() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Dir(self)
+}
