@@ -1,7 +1,7 @@
 // Package layout checks the shape of the repository that a newcomer reads
 // at a glance: the import graph runs one way (product code never imports
-// the test harness), every package says its one job, and plugin/ holds one
-// main per binary.
+// the test harness), every package says its one job, plugin/ holds one
+// main per binary, and guard imports no Calico transport.
 package layout
 
 import (

@@ -1,0 +1,69 @@
+package lookup_test
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+)
+
+// The CNI binary reads Calico's etcd for a Node, an address's handle and
+// a handle's addresses, on one connection made at the first read.
+func TestReadsCalicosEtcd(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ctx := context.Background()
+	pools := []calico.IPPool{calico.NewIPPool("pool", netip.MustParsePrefix("10.96.0.0/26"), 26)}
+	alloc := &calicosim.Allocator{Client: srv.Client(), Node: "node1"}
+	var want []netip.Addr
+	for range 2 {
+		asg, err := alloc.Assign(ctx, pools, "default.web-0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, asg.Prefix().Addr())
+	}
+	if _, err := srv.Client().Put(ctx, calico.NodeKey("node1"), `{"kind":"Node"}`); err != nil {
+		t.Fatal(err)
+	}
+	c := lookup.New(config.Calico{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()})
+	defer c.Close()
+	for node, known := range map[string]bool{"node1": true, "node2": false} {
+		if got, err := c.NodeKnown(ctx, node); err != nil || got != known {
+			t.Errorf("NodeKnown(%s) = %v, %v; want %v", node, got, err, known)
+		}
+	}
+	if h, err := c.AllocationHandle(ctx, want[0]); err != nil || h != "default.web-0" {
+		t.Errorf("AllocationHandle(%s) = %q, %v; want default.web-0", want[0], h, err)
+	}
+	got, err := c.HandleAddrs(ctx, "default.web-0")
+	slices.SortFunc(got, netip.Addr.Compare)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("HandleAddrs = %v, %v; want %v", got, err, want)
+	}
+	if _, err := c.HandleAddrs(ctx, "default.none"); err == nil {
+		t.Error("HandleAddrs of a handle Calico does not have: no error")
+	}
+}
+
+// What the CNI binary does not read of the Kubernetes datastore is an
+// error, never an answer; and nothing was connected to close.
+func TestKubernetesDatastoreKeepsNodesAndHandlesUnread(t *testing.T) {
+	c := lookup.New(config.Calico{DatastoreType: config.DatastoreKubernetes})
+	ctx := context.Background()
+	if _, err := c.NodeKnown(ctx, "node1"); err == nil || !strings.Contains(err.Error(), "does not read") {
+		t.Errorf("NodeKnown = %v; want an error saying it does not read the datastore", err)
+	}
+	if _, err := c.HandleAddrs(ctx, "default.web-0"); err == nil || !strings.Contains(err.Error(), "does not read") {
+		t.Errorf("HandleAddrs = %v; want an error saying it does not read the datastore", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+}
