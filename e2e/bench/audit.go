@@ -99,7 +99,7 @@ func seedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
 			rec := record.Record{Attachment: record.Attachment{Network: auditNetwork, ContainerID: cid, IfName: "eth0"}, Node: "node1",
 				Handle: handle, State: record.Committed, IPs: []string{netip.PrefixFrom(ip, 26).String()}, Created: now, Updated: now}
 			w.put(calico.HandleKey(handle), h)
-			w.put(etcdstore.Key("/safe-ipam/v1", "node1", rec.Attachment), rec)
+			w.put(etcdstore.RecordKey("/safe-ipam/v1", "node1", rec.Attachment), rec)
 		}
 		w.put(calico.BlockKey(cidr), b)
 		w.put(calico.AffinityKey("node1", cidr), calico.ConfirmedAffinity())

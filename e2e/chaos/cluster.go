@@ -420,7 +420,7 @@ func (c *Cluster) reindex(ctx context.Context, node string) error {
 func (c *Cluster) upgrade(ctx context.Context) error {
 	for _, n := range c.setup.nodes() {
 		if c.setup.Store == EtcdStore {
-			if _, err := c.cli.Delete(ctx, c.etcdPrefix(n)+"/addresses/", clientv3.WithPrefix()); err != nil {
+			if _, err := c.cli.Delete(ctx, etcdstore.AddressPrefix(c.etcdPrefix(n), ""), clientv3.WithPrefix()); err != nil {
 				return err
 			}
 			continue

@@ -69,7 +69,7 @@ func FuzzRecordNaming(f *testing.F) {
 		rev := revision(t, cli)
 		checkNaming(t, namedStore{
 			Store:     etcdstore.NewWithClient(cli, prefix, "node1", 5*time.Second),
-			contained: func(t *testing.T) { keysInside(t, cli, rev, prefix+"/attachments/"+network+"/") },
+			contained: func(t *testing.T) { keysInside(t, cli, rev, etcdstore.RecordPrefix(prefix, network)) },
 			untouched: func(t *testing.T) { noKeysSince(t, cli, rev) },
 		}, att)
 	})

@@ -383,7 +383,7 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 	if _, err := st.Commit(context.Background(), nil, rec); err != nil { // with its address index entry
 		t.Fatal(err)
 	}
-	if index, _ := w.etcd.Dump(recordsPrefix + "/addresses/"); len(index) != 1 {
+	if index, _ := w.etcd.Dump(etcdstore.AddressPrefix(recordsPrefix, "")); len(index) != 1 {
 		t.Fatalf("index before repair: %v", index)
 	}
 	kept := w.allocate(blk, "node1", "net1.c6", podAttrs("web-6"))
@@ -404,7 +404,7 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 	if h := w.handle("net1.c5"); h.Block[blk] != 1 {
 		t.Errorf("Calico's handle net1.c5 after repair: %+v; repair must leave Calico's allocation", h)
 	}
-	index, err := w.etcd.Dump(recordsPrefix + "/addresses/")
+	index, err := w.etcd.Dump(etcdstore.AddressPrefix(recordsPrefix, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
-	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
 // A record of a node that is gone fences its addresses for ever: no DEL or
@@ -29,6 +29,7 @@ type DeadPlan struct {
 	// Release are the records of nodes that are gone, by node.
 	Release map[string][]*record.Record
 	rules   retention.Rules
+	cluster store.Cluster // the store the records were listed from
 }
 
 // Len is how many records the plan releases.
@@ -44,11 +45,11 @@ func (p *DeadPlan) Len() int {
 // each other node whether Calico knows it. Every read error is an error,
 // and the plan is then empty.
 func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore) (*DeadPlan, *Report, error) {
-	es, ok := n.store.(*etcdstore.Store)
+	cluster, ok := n.store.(store.Cluster)
 	if !ok {
 		return nil, nil, ErrNodeLocalStore
 	}
-	recs, err := es.ListEveryNode(ctx, n.Network)
+	recs, err := cluster.ListEveryNode(ctx, n.Network)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +60,7 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore) (*Dead
 		}
 	}
 	never := func(string, string) bool { return false }
-	p := &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false)}
+	p := &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false), cluster: cluster}
 	r := &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")", Records: len(recs)}
 	for _, node := range sortedKeys(byNode) {
 		known, err := ds.NodeExists(ctx, node)
@@ -85,10 +86,9 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore) (*Dead
 // ApplyDeadNodes releases the plan's records as the GC verb does, each
 // through a Guard over its own node's keys, going on past errors.
 func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error {
-	es := n.store.(*etcdstore.Store)
 	var errs []error
 	for _, node := range sortedKeys(p.Release) {
-		g := n.guard.ForNode(node, es.ForNode(node))
+		g := n.guard.ForNode(node, p.cluster.ForNode(node))
 		for _, rec := range p.Release[node] {
 			if err := g.Collect(ctx, rec, n.CNIPath, p.rules); err != nil {
 				errs = append(errs, err)

@@ -421,7 +421,7 @@ func TestDeadNodesReleasesOnlyRecordsOfNodesCalicoForgot(t *testing.T) {
 	if got := calls(t, w.bin); !slices.Equal(got, []string{"DEL c1"}) {
 		t.Errorf("delegate calls %v; want one DEL of node1's c1", got)
 	}
-	if index, _ := w.etcd.Dump(config.DefaultEtcdPrefix + "/addresses/"); len(index) != 2 {
+	if index, _ := w.etcd.Dump(etcdstore.AddressPrefix(config.DefaultEtcdPrefix, "")); len(index) != 2 {
 		t.Errorf("address index after apply: %v; want node2's and node3's entries", index)
 	}
 }

@@ -54,7 +54,7 @@ func TestDELOfAHolderWithManyQuarantinesFinishes(t *testing.T) {
 		}
 		r.add("late000") // no longer quarantined
 		if r.kind == "etcd" {
-			resp, err := sharedEtcd.get(t).Client().Get(ctx, r.prefix+"/quarantine/", clientv3.WithPrefix())
+			resp, err := sharedEtcd.get(t).Client().Get(ctx, etcdstore.QuarantinePrefix(r.prefix, ""), clientv3.WithPrefix())
 			if err != nil || len(resp.Kvs) != 0 {
 				t.Fatalf("quarantine keys left: %v, %v", keysOf(resp), err)
 			}
@@ -70,8 +70,8 @@ func TestStoredQuarantinesAreValidatedBeforeRelease(t *testing.T) {
 	r := newRig(t, "etcd")
 	r.add("holder")
 	cli := sharedEtcd.get(t).Client()
-	holderKey := etcdstore.Key(r.prefix, r.node, record.Attachment{Network: "net1", ContainerID: "holder", IfName: "eth0"})
-	under := r.prefix + "/quarantine/net1/holder/" + strings.TrimPrefix(holderKey, etcdstore.Prefix(r.prefix, "net1")) + "/"
+	holderKey := etcdstore.RecordKey(r.prefix, r.node, record.Attachment{Network: "net1", ContainerID: "holder", IfName: "eth0"})
+	under := etcdstore.HolderPrefix(r.prefix, "net1", holderKey)
 	entry := func(key, network, cid string) {
 		q := record.Quarantine{Attachment: record.Attachment{Network: network, ContainerID: cid, IfName: "eth0"}, Node: r.node, IPs: []string{"10.0.0.9/26"}}
 		data, _ := json.Marshal(q)
@@ -188,7 +188,7 @@ func (r *rig) overwrite(cid string, rec *record.Record) {
 	}
 	att := record.Attachment{Network: "net1", ContainerID: cid, IfName: "eth0"}
 	if r.kind == "etcd" {
-		if _, err := sharedEtcd.get(r.t).Client().Put(context.Background(), etcdstore.Key(r.prefix, r.node, att), string(data)); err != nil {
+		if _, err := sharedEtcd.get(r.t).Client().Put(context.Background(), etcdstore.RecordKey(r.prefix, r.node, att), string(data)); err != nil {
 			r.t.Fatal(err)
 		}
 		return

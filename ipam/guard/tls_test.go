@@ -12,6 +12,8 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // tlsFiles are a client certificate, its key and a CA for the store.
@@ -115,9 +117,9 @@ func TestStoreOverTLS(t *testing.T) {
 		t.Run(src.name, func(t *testing.T) {
 			r := newRig(t, "file")
 			conf := tlsConf(r, server, good, src.explicit)
-			prefix := "/safe-ipam/v1/attachments/net1/"
+			prefix := etcdstore.RecordPrefix(config.DefaultEtcdPrefix, "net1")
 			if src.explicit {
-				prefix = r.prefix + "/attachments/net1/"
+				prefix = etcdstore.RecordPrefix(r.prefix, "net1")
 			}
 			if _, err := r.run("ADD", env("c1"), conf); err != nil {
 				t.Fatalf("ADD: %v", err)

@@ -69,7 +69,7 @@ func (e *EtcdRecords) Compare(rec *record.Record) clientv3.Cmp {
 }
 
 func (e *EtcdRecords) key(rec *record.Record) string {
-	return etcdstore.Key(e.Prefix, rec.Node, rec.Attachment)
+	return etcdstore.RecordKey(e.Prefix, rec.Node, rec.Attachment)
 }
 
 // StoreRecords are records read through a store.Store: the node's file

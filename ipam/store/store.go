@@ -86,8 +86,12 @@ type Store interface {
 // file store holds its own node's only). Releasing the records of a node
 // that is gone writes under that node's keys.
 type Cluster interface {
+	Store
 	// ForNode is the same store over node's records.
 	ForNode(node string) Store
+	// ListEveryNode returns the records of a network on every node, as
+	// List does one node's, read at one point.
+	ListEveryNode(ctx context.Context, network string) ([]*record.Record, error)
 }
 
 // Without is qs less those in drop.

@@ -10,6 +10,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // calicoTLSConf fronts host-local with the records in an etcd over TLS,
@@ -99,7 +101,7 @@ func TestEtcdStoreOverTLS(t *testing.T) {
 
 func records(t *testing.T, server *etcdtest.Server) int64 {
 	t.Helper()
-	resp, err := server.Client().Get(context.Background(), "/safe-ipam/v1/attachments/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := server.Client().Get(context.Background(), etcdstore.RecordPrefix(config.DefaultEtcdPrefix, ""), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,17 +1,18 @@
-// Package etcdstore keeps records in etcd under
-// <prefix>/attachments/<network>/<node>/<containerID>/<ifname>. Every
+// Package etcdstore keeps records in etcd, one key per attachment and
+// node, beside a cluster-wide address index and the quarantines. Every
 // write is one Txn that compares the key's revision with what the caller
-// last saw. The node in the key lets a node list only its own records:
-// every node of a cluster shares the store when it is Calico's etcd.
+// last saw. keys.go holds the key layout, codec.go the values; this file
+// holds the Txns in the order an ADD and a DEL use them, list.go the
+// listings.
 package etcdstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -37,7 +38,7 @@ type Store struct {
 	timeout time.Duration
 }
 
-var _ store.Store = (*Store)(nil)
+var _ store.Cluster = (*Store)(nil)
 
 // Open connects to etcd and waits until the connection is up, so an
 // unreachable store is found before anything is changed, without spending
@@ -57,27 +58,10 @@ func NewWithClient(client *clientv3.Client, prefix, node string, timeout time.Du
 	return &Store{client: client, prefix: prefix, node: node, timeout: timeout}
 }
 
-// Prefix returns the key prefix of a network's records on every node,
-// ending in "/".
-func Prefix(prefix, network string) string {
-	return prefix + "/attachments/" + network + "/"
-}
-
-// Key is the key of the record of att written on node.
-func Key(prefix, node string, att record.Attachment) string {
-	return Prefix(prefix, att.Network) + node + "/" + att.ContainerID + "/" + att.IfName
-}
-
-// key validates att and this store's node, which name the key.
-func (s *Store) key(att record.Attachment) (string, error) {
-	if err := att.Validate(); err != nil {
-		return "", err
-	}
-	if err := record.ValidateNode(s.node); err != nil {
-		return "", err
-	}
-	return Key(s.prefix, s.node, att), nil
-}
+// The Txns follow an ADD (Swap writes the pending record, Commit claims
+// its addresses, Quarantine when one is held) and then a DEL
+// (MarkReleasing, Unquarantine, Swap deletes); Get and what they share
+// come last.
 
 // Swap implements store.Store in one Txn. Creating checks that the
 // attachment is not quarantined; deleting takes the record's index entries
@@ -138,23 +122,121 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	return out, nil
 }
 
-// Get implements store.Store: the record and its quarantines, in one Txn.
-func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record, error) {
+// Commit implements store.Store: one Txn writes the record and claims its
+// addresses, so the check costs no round trip. Only a conflict reads more.
+func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
+	att := committed.Attachment
 	key, err := s.key(att)
+	if err != nil {
+		return nil, err
+	}
+	data, err := encode(committed)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix())).Commit()
+	takeover := map[string][]clientv3.Cmp{} // index key -> the entry and holder states it takes over
+	for attempt := 0; attempt < 4; attempt++ {
+		cmps := []clientv3.Cmp{revisionIs(key, pending)}
+		ops := []clientv3.Op{clientv3.OpPut(key, data)}
+		var gets []clientv3.Op
+		for _, ip := range committed.IPs {
+			ik := AddressKey(s.prefix, att.Network, ip)
+			if c, ok := takeover[ik]; ok {
+				cmps = append(cmps, c...)
+			} else {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
+			}
+			ops = append(ops, clientv3.OpPut(ik, key))
+			gets = append(gets, clientv3.OpGet(ik))
+		}
+		resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(append([]clientv3.Op{clientv3.OpGet(key)}, gets...)...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("%w: committing record %s: %v", store.ErrUnavailable, att, err)
+		}
+		if resp.Succeeded {
+			out := *committed
+			out.Revision = resp.Header.Revision
+			return &out, nil
+		}
+		cur := resp.Responses[0].GetResponseRange().GetKvs()
+		if !sameRevision(cur, pending) {
+			return s.withQuarantines(ctx, s.decodeFirst(att, cur), key), store.ErrConflict
+		}
+		if err := s.judgeHolders(ctx, key, committed, resp.Responses[1:], takeover); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: committing record %s: the address index kept changing", store.ErrConflict, att)
+}
+
+// judgeHolders reads the holders of the index entries that stopped a
+// commit. A committed holder is a *HeldError, unless the committing record
+// takes its entries over (record.TakesOver: both hold a shared handle's
+// addresses). An entry whose holder record is gone, is being released, or
+// is the committing record itself may be taken over, if the entry and the
+// holder do not change meanwhile.
+func (s *Store) judgeHolders(ctx context.Context, key string, committed *record.Record, gets []*etcdserverpb.ResponseOp, takeover map[string][]clientv3.Cmp) error {
+	network, ips := committed.Network, committed.IPs
+	for i, g := range gets {
+		kvs := g.GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			// Gone since: claim it as absent again, not as it was.
+			delete(takeover, AddressKey(s.prefix, network, ips[i]))
+			continue
+		}
+		ik, holderKey := string(kvs[0].Key), string(kvs[0].Value)
+		entry := clientv3.Compare(clientv3.ModRevision(ik), "=", kvs[0].ModRevision)
+		if holderKey == key {
+			takeover[ik] = []clientv3.Cmp{entry}
+			continue
+		}
+		resp, err := s.client.Get(ctx, holderKey)
+		if err != nil {
+			return fmt.Errorf("%w: reading the holder of %s: %v", store.ErrUnavailable, ips[i], err)
+		}
+		if len(resp.Kvs) == 0 {
+			takeover[ik] = []clientv3.Cmp{entry, clientv3.Compare(clientv3.CreateRevision(holderKey), "=", 0)}
+			continue
+		}
+		holder, err := decodeStored(s.prefix, holderKey, resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+		if err == nil && holder.State == record.Committed && !committed.TakesOver(holder) {
+			return &store.HeldError{Addr: ips[i], Holder: holder}
+		}
+		takeover[ik] = []clientv3.Cmp{entry, clientv3.Compare(clientv3.ModRevision(holderKey), "=", resp.Kvs[0].ModRevision)}
+	}
+	return nil
+}
+
+// Quarantine implements store.Store in one Txn.
+func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
+	key, err := s.key(pending.Attachment)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading record %s: %v", store.ErrUnavailable, att, err)
+		return err
 	}
-	rec := s.decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
-	if rec != nil {
-		rec.Quarantined = decodeQuarantines(att.Network, resp.Responses[1].GetResponseRange().GetKvs())
+	if err := record.ValidateNode(holder.Node); err != nil {
+		return fmt.Errorf("holder %s: %w", holder.Attachment, err)
 	}
-	return rec, nil
+	q.Node = s.node
+	data, err := encodeQuarantine(q)
+	if err != nil {
+		return err
+	}
+	hk := RecordKey(s.prefix, holder.Node, holder.Attachment)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.client.Txn(ctx).If(revisionIs(key, pending), clientv3.Compare(clientv3.ModRevision(hk), "=", holder.Revision)).
+		Then(clientv3.OpDelete(key),
+			clientv3.OpPut(s.tiedKey(holder.Network, hk, q), data),
+			clientv3.OpPut(s.quarantinedKey(s.node, q.Attachment), hk)).Commit()
+	if err != nil {
+		return fmt.Errorf("%w: quarantining %s for %s: %v", store.ErrUnavailable, q.Attachment, holder.Attachment, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, q.Attachment, holder.Attachment)
+	}
+	return nil
 }
 
 // MarkReleasing implements store.Store in one Txn that writes the marker
@@ -212,147 +294,108 @@ func keepKnown(marker, old *record.Record) {
 	}
 }
 
-// List implements store.Store: this node's records (every node's when
-// the store has no node), read in pages at one revision.
-func (s *Store) List(ctx context.Context, network string) ([]*record.Record, error) {
-	if err := record.ValidateNetwork(network); err != nil {
+// quarantinesPerTxn bounds the quarantines one Txn forgets: two
+// operations each, well under etcd's default limit of 128 per Txn.
+const quarantinesPerTxn = 50
+
+// Unquarantine implements store.Store, in Txns of quarantinesPerTxn
+// quarantines that each compare the holder's revision (forgetting a
+// quarantine does not change it).
+func (s *Store) Unquarantine(ctx context.Context, holder *record.Record, qs []record.Quarantine) (*record.Record, error) {
+	key, err := s.key(holder.Attachment)
+	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	recs, _, err := lister{client: s.client, prefix: s.prefix}.list(ctx, network, s.node, 0)
-	return recs, err
-}
-
-// ListAt lists the records of network ("" for every network) of every
-// node, with their quarantines, at revision rev (0: now), and returns the
-// revision it read. A record that does not decode is an error: a reader
-// that judges records (the audit) must not judge a stand-in. Nothing but
-// this package knows the store's key layout.
-func ListAt(ctx context.Context, client *clientv3.Client, prefix, network string, rev int64) ([]*record.Record, int64, error) {
-	return lister{client: client, prefix: prefix, strict: true}.list(ctx, network, "", rev)
-}
-
-// Unchanged is the Txn comparison that rec, read by ListAt, is still the
-// stored record, for a write in the same etcd that must not act on a
-// record that changed.
-func Unchanged(prefix string, rec *record.Record) clientv3.Cmp {
-	return clientv3.Compare(clientv3.ModRevision(Key(prefix, rec.Node, rec.Attachment)), "=", rec.Revision)
-}
-
-// lister reads records and their quarantines at one revision.
-type lister struct {
-	client *clientv3.Client
-	prefix string
-	// strict: a record that does not decode is an error, not a stand-in.
-	strict bool
-}
-
-func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*record.Record, int64, error) {
-	root := l.prefix + "/attachments/"
-	from := root
-	if network != "" {
-		from = Prefix(l.prefix, network)
-		if node != "" {
-			from += node + "/"
+	for batch := range slices.Chunk(qs, quarantinesPerTxn) {
+		var ops []clientv3.Op
+		for _, q := range batch {
+			ops = append(ops, clientv3.OpDelete(s.tiedKey(holder.Network, key, q)),
+				clientv3.OpDelete(s.quarantinedKey(q.Node, q.Attachment)))
 		}
-	}
-	var out []*record.Record
-	byPath := map[string]*record.Record{} // <network>/<node>/<cid>/<ifname>
-	end := clientv3.GetPrefixRangeEnd(from)
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := l.client.Get(ctx, from, opts...)
+		resp, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", holder.Revision)).Then(ops...).Commit()
 		if err != nil {
-			return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
+			return nil, fmt.Errorf("%w: forgetting quarantines of %s: %v", store.ErrUnavailable, holder.Attachment, err)
 		}
-		rev = resp.Header.Revision
-		for _, kv := range resp.Kvs {
-			path := strings.TrimPrefix(string(kv.Key), root)
-			rec, err := l.decode(string(kv.Key), strings.SplitN(path, "/", 2)[0], kv.Value, kv.ModRevision)
-			if err != nil {
-				return nil, 0, err
-			}
-			out = append(out, rec)
-			byPath[path] = rec
+		if !resp.Succeeded {
+			return nil, fmt.Errorf("%w: forgetting quarantines of %s", store.ErrConflict, holder.Attachment)
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, l.listQuarantines(ctx, network, byPath, rev)
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	out := *holder
+	out.Quarantined = store.Without(holder.Quarantined, qs)
+	return &out, nil
 }
 
-func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
-	if !l.strict {
-		return decodeAt(l.prefix, key, network, value, rev), nil
-	}
-	rec, err := decodeStored(l.prefix, key, value, rev)
+// Get implements store.Store: the record and its quarantines, in one Txn.
+func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record, error) {
+	key, err := s.key(att)
 	if err != nil {
-		return nil, fmt.Errorf("record %s: %w", key, err)
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix())).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading record %s: %v", store.ErrUnavailable, att, err)
+	}
+	rec := s.decodeFirst(att, resp.Responses[0].GetResponseRange().GetKvs())
+	if rec != nil {
+		rec.Quarantined = decodeQuarantines(att.Network, resp.Responses[1].GetResponseRange().GetKvs())
 	}
 	return rec, nil
 }
 
-// listQuarantines attaches the quarantines to their holders, read at the
-// revision of the listing. Keys:
-// <prefix>/quarantine/<network>/holder/<node>/<cid>/<ifname>/<node>/<cid>/<ifname>.
-func (l lister) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
-	root := l.prefix + "/quarantine/"
-	from := root
-	if network != "" {
-		from += network + "/holder/"
+// releaseOps delete what a deleted record owned: its index entries (only
+// those still naming it) and the quarantines tied to it.
+func (s *Store) releaseOps(key string, rec *record.Record) []clientv3.Op {
+	var ops []clientv3.Op
+	if rec == nil {
+		return nil
 	}
-	resp, err := l.client.Get(ctx, from, clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, orAll(network), err)
+	for _, ip := range rec.IPs {
+		ik := AddressKey(s.prefix, rec.Network, ip)
+		ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(ik), "=", key)}, []clientv3.Op{clientv3.OpDelete(ik)}, nil))
 	}
-	for _, kv := range resp.Kvs {
-		parts := strings.Split(strings.TrimPrefix(string(kv.Key), root), "/")
-		if len(parts) != 8 || parts[1] != "holder" { // the attachment-side key of a quarantine
-			continue
-		}
-		if rec := byPath[parts[0]+"/"+strings.Join(parts[2:5], "/")]; rec != nil {
-			rec.Quarantined = append(rec.Quarantined, decodeQuarantines(parts[0], []*mvccpb.KeyValue{kv})...)
-		}
+	ops = append(ops, clientv3.OpDelete(s.holderPrefix(rec.Network, key), clientv3.WithPrefix()))
+	for _, q := range rec.Quarantined {
+		ops = append(ops, clientv3.OpDelete(s.quarantinedKey(q.Node, q.Attachment)))
 	}
-	return nil
+	return ops
 }
 
-func orAll(network string) string {
-	if network == "" {
-		return "every network"
+// withQuarantines fills in the quarantines tied to rec (one read).
+func (s *Store) withQuarantines(ctx context.Context, rec *record.Record, key string) *record.Record {
+	if rec == nil {
+		return nil
 	}
-	return network
-}
-
-// listPage bounds one List read.
-const listPage = 1000
-
-// decodeAt decodes a record, or stands in for one that does not decode
-// or is not what its key names, so that DEL, GC and ADD can still release
-// and replace it (as the attachment its key names).
-func decodeAt(prefix, key, network string, value []byte, rev int64) *record.Record {
-	rec, err := decodeStored(prefix, key, value, rev)
+	resp, err := s.client.Get(ctx, s.holderPrefix(rec.Network, key), clientv3.WithPrefix())
 	if err == nil {
-		return rec
+		rec.Quarantined = decodeQuarantines(rec.Network, resp.Kvs)
 	}
-	parts := strings.Split(key, "/")
-	att := record.Attachment{Network: network}
-	if len(parts) >= 2 {
-		att.ContainerID, att.IfName = parts[len(parts)-2], parts[len(parts)-1]
+	return rec
+}
+
+// revisionIs compares key with prev's revision (nil: no record).
+func revisionIs(key string, prev *record.Record) clientv3.Cmp {
+	if prev == nil {
+		return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	}
-	return store.Damaged(att, rev)
+	return clientv3.Compare(clientv3.ModRevision(key), "=", prev.Revision)
+}
+
+func sameRevision(kvs []*mvccpb.KeyValue, prev *record.Record) bool {
+	if prev == nil {
+		return len(kvs) == 0
+	}
+	return len(kvs) == 1 && kvs[0].ModRevision == prev.Revision
 }
 
 // Ping implements store.Store with a cheap read.
 func (s *Store) Ping(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	if _, err := s.client.Get(ctx, s.prefix+"/", clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
+	if _, err := s.client.Get(ctx, storePrefix(s.prefix), clientv3.WithCountOnly(), clientv3.WithLimit(1)); err != nil {
 		return fmt.Errorf("%w: etcd at %v: %v", store.ErrUnavailable, s.client.Endpoints(), err)
 	}
 	return nil
@@ -360,69 +403,3 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close implements store.Store.
 func (s *Store) Close() error { return s.client.Close() }
-
-// Decode reads a stored record value.
-func Decode(value []byte, revision int64) (*record.Record, error) {
-	var rec record.Record
-	if err := json.Unmarshal(value, &rec); err != nil {
-		return nil, fmt.Errorf("decoding record: %w", err)
-	}
-	rec.Revision = revision
-	return &rec, nil
-}
-
-// decodeStored decodes the record at key and checks it against what the
-// key names: whoever can write the store could otherwise make DEL and GC
-// release any handle.
-func decodeStored(prefix, key string, value []byte, rev int64) (*record.Record, error) {
-	rec, err := Decode(value, rev)
-	if err != nil {
-		return nil, err
-	}
-	att, node, ok := keyAttachment(prefix, key)
-	if !ok {
-		return nil, fmt.Errorf("key %s is not a record's", key)
-	}
-	if err := rec.CheckStored(att, node); err != nil {
-		return nil, err
-	}
-	return rec, nil
-}
-
-// keyAttachment reads the attachment and node a record's key names.
-func keyAttachment(prefix, key string) (record.Attachment, string, bool) {
-	parts := strings.Split(strings.TrimPrefix(key, prefix+"/attachments/"), "/")
-	if len(parts) != 4 || !strings.HasPrefix(key, prefix+"/attachments/") {
-		return record.Attachment{}, "", false
-	}
-	return record.Attachment{Network: parts[0], ContainerID: parts[2], IfName: parts[3]}, parts[1], true
-}
-
-func (s *Store) decodeFirst(att record.Attachment, kvs []*mvccpb.KeyValue) *record.Record {
-	if len(kvs) == 0 {
-		return nil
-	}
-	rec, err := decodeStored(s.prefix, string(kvs[0].Key), kvs[0].Value, kvs[0].ModRevision)
-	if err != nil {
-		return store.Damaged(att, kvs[0].ModRevision)
-	}
-	return rec
-}
-
-// ForNode implements store.Cluster: another node's records on the same
-// client.
-func (s *Store) ForNode(node string) store.Store {
-	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout}
-}
-
-// ListEveryNode lists the records of network on every node, with their
-// quarantines, at one revision.
-func (s *Store) ListEveryNode(ctx context.Context, network string) ([]*record.Record, error) {
-	if err := record.ValidateNetwork(network); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	recs, _, err := lister{client: s.client, prefix: s.prefix}.list(ctx, network, "", 0)
-	return recs, err
-}

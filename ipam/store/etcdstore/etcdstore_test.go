@@ -29,7 +29,7 @@ func TestContractTLS(t *testing.T) {
 
 func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles) {
 	n := 0
-	open := func(t *testing.T) store.Store {
+	openCluster := func(t *testing.T) store.Cluster {
 		n++ // a fresh prefix per case keeps cases apart on one server
 		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: fmt.Sprintf("/t%d", n), Node: "node1", TLS: files, DialTimeout: 5 * time.Second})
 		if err != nil {
@@ -38,8 +38,10 @@ func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles)
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
+	open := func(t *testing.T) store.Store { return openCluster(t) }
 	storetest.Run(t, open)
 	storetest.RunFencing(t, open)
+	storetest.RunCluster(t, openCluster)
 }
 
 // calicoFiles names TLS files as Calico's plugin config does.
@@ -115,7 +117,7 @@ func TestDamagedRecord(t *testing.T) {
 	server := etcdtest.Start(t)
 	s := openStore(t, server)
 	att := record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}
-	if _, err := server.Client().Put(context.Background(), Key("/x", "node1", att), "{not json"); err != nil {
+	if _, err := server.Client().Put(context.Background(), RecordKey("/x", "node1", att), "{not json"); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := s.List(context.Background(), "n")

@@ -14,10 +14,7 @@ import (
 // claims an address another committed record holds, and a quarantined
 // allocation is neither released nor reused until its holder goes.
 func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runChecks(t, open, []check[store.Store]{
 		{"a commit never claims a held address", heldAddress},
 		{"a releasing or deleted holder gives its addresses up", releasedHolder},
 		{"a quarantine lives and goes with its holder", quarantine},
@@ -28,10 +25,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"records written before the index get their entries", reindexOldRecords},
 		{"any number of quarantines is forgotten, with the holder unchanged", unquarantineMany},
 		{"a record of the same VM takes the entries over, naming their holder", sharedHandle},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
-	}
+	})
 }
 
 // commitWith creates a pending record for cid and commits it with ips.

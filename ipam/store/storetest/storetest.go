@@ -15,23 +15,29 @@ import (
 
 // Run checks s against the store contract.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, s store.Store)
-	}{
+	runChecks(t, open, []check[store.Store]{
 		{"create, commit and delete", createCommitDelete},
 		{"conflicts return the stored record", conflicts},
 		{"no ABA after delete and recreate", noABA},
 		{"one winner among concurrent creators", oneWinner},
 		{"list is per network", listPerNetwork},
 		{"invalid names are refused", invalidNames},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open(t)) })
-	}
+	})
 }
 
 var ctx = context.Background()
+
+// check is one clause of a contract, run on a store of its own.
+type check[S any] struct {
+	name string
+	fn   func(t *testing.T, s S)
+}
+
+func runChecks[S any](t *testing.T, open func(t *testing.T) S, checks []check[S]) {
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, open(t)) })
+	}
+}
 
 func attachment(cid string) record.Attachment {
 	return record.Attachment{Network: "net1", ContainerID: cid, IfName: "eth0"}

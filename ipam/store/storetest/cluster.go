@@ -1,0 +1,88 @@
+package storetest
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// RunCluster checks a store that holds every node's records, opened for
+// node1: each node lists its own records, ListEveryNode every node's with
+// their quarantines, and a record of one node fences another's address.
+func RunCluster(t *testing.T, open func(t *testing.T) store.Cluster) {
+	runChecks(t, open, []check[store.Cluster]{
+		{"a node lists its own records, every node's are listed together", everyNode},
+		{"a quarantine of another node's attachment is listed with its holder", crossNodeQuarantine},
+	})
+}
+
+// createOn writes a pending record of att on node.
+func createOn(t *testing.T, s store.Store, node string, att record.Attachment) *record.Record {
+	t.Helper()
+	p := pending(att)
+	p.Node = node
+	p, err := s.Swap(ctx, att, nil, p)
+	if err != nil {
+		t.Fatalf("create %s on %s: %v", att, node, err)
+	}
+	return p
+}
+
+func nodesOf(recs []*record.Record) []string {
+	var out []string
+	for _, r := range recs {
+		out = append(out, r.Node+"/"+r.ContainerID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func everyNode(t *testing.T, s store.Cluster) {
+	node2 := s.ForNode("node2")
+	createOn(t, s, "node1", attachment("a"))
+	createOn(t, node2, "node2", attachment("b"))
+	createOn(t, node2, "node2", record.Attachment{Network: "net2", ContainerID: "c", IfName: "eth0"})
+	for _, tc := range []struct {
+		name string
+		list func() ([]*record.Record, error)
+		want []string
+	}{
+		{"node1", func() ([]*record.Record, error) { return s.List(ctx, "net1") }, []string{"node1/a"}},
+		{"node2", func() ([]*record.Record, error) { return node2.List(ctx, "net1") }, []string{"node2/b"}},
+		{"every node", func() ([]*record.Record, error) { return s.ListEveryNode(ctx, "net1") }, []string{"node1/a", "node2/b"}},
+	} {
+		recs, err := tc.list()
+		if got := nodesOf(recs); err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("records of net1 listed for %s = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := s.ListEveryNode(ctx, ""); err == nil {
+		t.Error("listing every node's records of no network succeeded")
+	}
+}
+
+func crossNodeQuarantine(t *testing.T, s store.Cluster) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	node2 := s.ForNode("node2")
+	p := createOn(t, node2, "node2", attachment("late"))
+	c := *p
+	c.State, c.IPs = record.Committed, []string{"10.0.0.1/26"}
+	var held *store.HeldError
+	if _, err := node2.Commit(ctx, p, &c); !errors.As(err, &held) || held.Holder.Attachment != holder.Attachment {
+		t.Fatalf("node2's commit of node1's address = %v; want held by %s", err, holder.Attachment)
+	}
+	q := record.Quarantine{Attachment: p.Attachment, IPs: c.IPs}
+	if err := node2.Quarantine(ctx, p, held.Holder, q); err != nil {
+		t.Fatalf("quarantine: %v", err)
+	}
+	recs, err := s.ListEveryNode(ctx, "net1")
+	if err != nil || len(recs) != 1 || len(recs[0].Quarantined) != 1 || recs[0].Quarantined[0].Node != "node2" || recs[0].Quarantined[0].Attachment != p.Attachment {
+		t.Fatalf("every node's records = %+v, %v; want the holder alone, with node2's quarantine", recs, err)
+	}
+	if _, err := node2.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("node2 creating a record of its quarantined attachment: %v; want ErrQuarantined", err)
+	}
+}
