@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
-
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -61,23 +60,14 @@ func build(ctx context.Context, dir string) error {
 	if prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM")); err != nil {
 		return err
 	}
-	if err := goBuild(ctx, nil, filepath.Join(dir, recorderPlugin), "../harness/containerd/cmd/cni-recorder"); err != nil {
+	if err := (gobuild.Build{Out: filepath.Join(dir, recorderPlugin), Pkgs: []string{"../harness/containerd/cmd/cni-recorder"}}).Run(ctx); err != nil {
 		return err
 	}
 	pause := filepath.Join(dir, pauseProgram)
 	// Static: the image has nothing but this file.
-	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, pause, "../harness/containerd/cmd/pause"); err != nil {
+	if err := (gobuild.Build{Out: pause, Pkgs: []string{"../harness/containerd/cmd/pause"}, Env: []string{"CGO_ENABLED=0"}}).Run(ctx); err != nil {
 		return err
 	}
 	prepared.image = filepath.Join(dir, "pause-image.tar")
 	return containerd.BuildSandboxImage(pause, prepared.image)
-}
-
-func goBuild(ctx context.Context, env []string, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
 }

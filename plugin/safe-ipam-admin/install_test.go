@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -23,23 +23,7 @@ import (
 // puts them on a node, built once for the package.
 var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "safe-ipam-admin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", ".", "../safe-ipam")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../safe-ipam") }
 
 // versionOnly stands in for Calico's binary where only its VERSION answer
 // matters: doctor asks the delegate for it.
