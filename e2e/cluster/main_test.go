@@ -49,17 +49,7 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "safe-ipam-cluster-bin-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := build(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return gobuild.Tests(m, "cluster", func(dir string) error { return build(ctx, dir) })
 }
 
 // build puts every binary in dir and packs the images: pause (the

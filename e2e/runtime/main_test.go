@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -40,17 +39,7 @@ func run(m *testing.M) int {
 	if prepared.unsuitable = containerd.CheckHost("runtime"); prepared.unsuitable != nil {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "safe-ipam-runtime-bin-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "runtime: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := build(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "runtime: building binaries: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return gobuild.Tests(m, "runtime", func(dir string) error { return build(ctx, dir) })
 }
 
 // build puts the testbed's programs, the recorder and the static pause

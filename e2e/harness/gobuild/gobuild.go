@@ -51,20 +51,26 @@ func (b Build) Run(ctx context.Context) error {
 // removes the directory and exits with the tests' code. A failed build
 // fails the run before any test, under CI or not.
 func Main(m *testing.M, dir *string, pkgs ...string) {
-	os.Exit(run(m, dir, pkgs))
+	os.Exit(Tests(m, "test", func(d string) error {
+		*dir = d
+		return Build{Out: d + string(os.PathSeparator), Pkgs: pkgs}.Run(context.Background())
+	}))
 }
 
-func run(m *testing.M, dir *string, pkgs []string) int {
-	d, err := os.MkdirTemp("", "safe-ipam-test-bin-")
+// Tests runs a package's tests once build has filled a new directory
+// with what they run, removes the directory, and returns the exit code;
+// name marks the directory and the messages. A failed build fails the run
+// (code 1) before any test.
+func Tests(m *testing.M, name string, build func(dir string) error) int {
+	dir, err := os.MkdirTemp("", "safe-ipam-"+name+"-bin-")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
 		return 1
 	}
-	defer os.RemoveAll(d)
-	if err := (Build{Out: d + string(os.PathSeparator), Pkgs: pkgs}).Run(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "building:", err)
+	defer os.RemoveAll(dir)
+	if err := build(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: building: %v\n", name, err)
 		return 1
 	}
-	*dir = d
 	return m.Run()
 }
