@@ -3,7 +3,6 @@ package gobuild
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -11,7 +10,7 @@ import (
 // A build puts the program where Out says, with the flags and environment
 // given; a failed one says which build and what go said.
 func TestBuild(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "peakrss")
+	out := t.TempDir() + string(os.PathSeparator) + "peakrss"
 	tests := []struct {
 		name    string
 		build   Build
