@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
@@ -166,9 +167,9 @@ func portmap(t *testing.T) string {
 			return
 		}
 		portmapBuild.path = filepath.Join(dir, "portmap")
-		out, err := exec.Command("go", "build", "-o", portmapBuild.path, "github.com/containernetworking/plugins/plugins/meta/portmap").CombinedOutput()
-		if err != nil {
-			portmapBuild.err = fmt.Errorf("building portmap: %v: %s", err, out)
+		build := gobuild.Build{Out: portmapBuild.path, Pkgs: []string{"github.com/containernetworking/plugins/plugins/meta/portmap"}}
+		if err := build.Run(context.Background()); err != nil {
+			portmapBuild.err = fmt.Errorf("building portmap: %w", err)
 		}
 	})
 	if portmapBuild.err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -67,18 +68,10 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: removing leftover netns: %v\n", err)
 		return 1
 	}
-	dir, err := os.MkdirTemp("", "safe-ipam-e2e-bin-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM"))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: building binaries: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return gobuild.Tests(m, "e2e", func(dir string) (err error) {
+		prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM"))
+		return err
+	})
 }
 
 // newCluster starts an etcd of the test's own and returns an unseeded

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 )
 
 // Options size the run.
@@ -170,13 +170,12 @@ func (r *rig) build(ctx context.Context) error {
 	if r.opts.CalicoIPAM == "" {
 		pkgs = append(pkgs, "./e2e/cmd/calico-ipam")
 	}
-	for _, args := range [][]string{
-		{"build", "-ldflags", ReleaseLDFlags, "-o", r.binDir + string(filepath.Separator), "./plugin/safe-ipam", "./plugin/safe-ipam-admin"}, // the admin for "safe-ipam audit"
-		append([]string{"build", "-o", r.binDir + "/"}, pkgs...),
+	out := r.binDir + string(filepath.Separator)
+	for _, build := range []gobuild.Build{
+		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-admin"}, Flags: []string{"-ldflags", ReleaseLDFlags}}, // the admin for "safe-ipam audit"
+		{Out: out, Pkgs: pkgs},
 	} {
-		cmd := exec.CommandContext(ctx, "go", args...)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
+		if err := build.Run(ctx); err != nil {
 			return fmt.Errorf("building: %w", err)
 		}
 	}

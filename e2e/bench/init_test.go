@@ -3,11 +3,14 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 )
 
 // The CNI binary links no admin package (plugin/safe-ipam's split test
@@ -18,9 +21,9 @@ import (
 // bytes allocated, not time.
 func TestAdminPackagesDoNoWorkAtInit(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "safe-ipam-admin")
-	build := exec.Command("go", "build", "-o", bin, "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
+	build := gobuild.Build{Out: bin, Pkgs: []string{"github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin"}}
+	if err := build.Run(context.Background()); err != nil {
+		t.Fatalf("building: %v", err)
 	}
 	inits := initBytes(t, bin)
 	tests := []struct {

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
@@ -47,16 +47,21 @@ func Build(ctx context.Context, moduleDir, dir string) (Binaries, error) {
 		moduleDir = root
 	}
 	b := Binaries{Dir: dir}
-	if err := goBuild(ctx, moduleDir, "-trimpath", "-tags", crashpointTag, "-o", b.Path(SafeIPAM), pluginPkg); err != nil {
-		return Binaries{}, err
+	builds := []gobuild.Build{
+		{Dir: moduleDir, Out: b.Path(SafeIPAM), Pkgs: []string{pluginPkg}, Flags: []string{"-tags", crashpointTag}},
+		// The admin commands, which safe-ipam hands to safe-ipam-admin
+		// beside it: gc --dead-nodes, as the DaemonSet runs it.
+		{Dir: moduleDir, Out: b.Path(about.AdminBinary), Pkgs: []string{adminPkg}},
+		{Dir: root, Out: b.Path(CalicoIPAM), Pkgs: []string{simulatorPkg}},
 	}
-	// The admin commands, which safe-ipam hands to safe-ipam-admin beside
-	// it: gc --dead-nodes, as the DaemonSet runs it.
-	if err := goBuild(ctx, moduleDir, "-trimpath", "-o", b.Path(about.AdminBinary), adminPkg); err != nil {
-		return Binaries{}, err
-	}
-	if err := goBuild(ctx, root, "-trimpath", "-o", b.Path(CalicoIPAM), simulatorPkg); err != nil {
-		return Binaries{}, err
+	for _, build := range builds {
+		build.Flags = append([]string{"-trimpath"}, build.Flags...)
+		// A mutated copy must not be resolved through a go.work of the
+		// original checkout.
+		build.Env = []string{"GOWORK=off"}
+		if err := build.Run(ctx); err != nil {
+			return Binaries{}, err
+		}
 	}
 	return b, nil
 }
@@ -73,18 +78,4 @@ func ModuleRoot(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("not inside the %s module (run from the repository)", module)
 	}
 	return filepath.Dir(gomod), nil
-}
-
-func goBuild(ctx context.Context, dir string, args ...string) error {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build"}, args...)...)
-	cmd.Dir = dir
-	// A mutated copy must not be resolved through a go.work of the
-	// original checkout.
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %s in %s: %w\n%s", strings.Join(args, " "), dir, err, stderr.String())
-	}
-	return nil
 }

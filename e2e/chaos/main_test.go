@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 )
 
 // suite is what TestMain prepares once: safe-ipam built with crash
@@ -19,20 +21,13 @@ var suite struct {
 }
 
 func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "safe-ipam-chaos-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	suite.bin, suite.err = Build(ctx, "", dir)
-	cancel()
-	return m.Run()
+	// A failed build fails each test (binaries), not the run.
+	os.Exit(gobuild.Tests(m, "chaos", func(dir string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		suite.bin, suite.err = Build(ctx, "", dir)
+		return nil
+	}))
 }
 
 // binaries fails the test if the build did.

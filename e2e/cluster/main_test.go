@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/deploy/image"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
@@ -49,17 +49,7 @@ func run(m *testing.M) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "safe-ipam-cluster-bin-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := build(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "cluster: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return gobuild.Tests(m, "cluster", func(dir string) error { return build(ctx, dir) })
 }
 
 // build puts every binary in dir and packs the images: pause (the
@@ -73,13 +63,13 @@ func build(ctx context.Context, dir string) error {
 		}
 	}
 	static := filepath.Join(dir, "static") + string(filepath.Separator)
-	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, static, "../../plugin/safe-ipam", "../../plugin/safe-ipam-admin",
-		"../harness/containerd/cmd/pause"); err != nil {
+	if err := (gobuild.Build{Out: static, Pkgs: []string{"../../plugin/safe-ipam", "../../plugin/safe-ipam-admin",
+		"../harness/containerd/cmd/pause"}, Env: []string{"CGO_ENABLED=0"}}).Run(ctx); err != nil {
 		return err
 	}
 	cni := filepath.Join(dir, "cni") + string(filepath.Separator)
-	if err := goBuild(ctx, nil, cni, "github.com/containernetworking/plugins/plugins/main/loopback",
-		"github.com/containernetworking/plugins/plugins/meta/portmap"); err != nil {
+	if err := (gobuild.Build{Out: cni, Pkgs: []string{"github.com/containernetworking/plugins/plugins/main/loopback",
+		"github.com/containernetworking/plugins/plugins/meta/portmap"}}).Run(ctx); err != nil {
 		return err
 	}
 	prepared = suite{dir: dir, admin: filepath.Join(static, "safe-ipam-admin"), safeIPAM: filepath.Join(static, "safe-ipam"),
@@ -90,7 +80,7 @@ func build(ctx context.Context, dir string) error {
 		// Static, as Calico ships it: safe-ipam's image, which runs it as
 		// the delegate for doctor and gc, has no libc.
 		prepared.calico = filepath.Join(dir, "calico")
-		if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, prepared.calico, "../cmd/calico-ipam"); err != nil {
+		if err := (gobuild.Build{Out: prepared.calico, Pkgs: []string{"../cmd/calico-ipam"}, Env: []string{"CGO_ENABLED=0"}}).Run(ctx); err != nil {
 			return err
 		}
 	}
@@ -106,15 +96,6 @@ func build(ctx context.Context, dir string) error {
 			return err
 		}
 		prepared.images = append(prepared.images, out)
-	}
-	return nil
-}
-
-func goBuild(ctx context.Context, env []string, out string, pkgs ...string) error {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", out}, pkgs...)...)
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, b)
 	}
 	return nil
 }

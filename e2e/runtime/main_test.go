@@ -2,15 +2,13 @@ package runtime
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
-
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -41,17 +39,7 @@ func run(m *testing.M) int {
 	if prepared.unsuitable = containerd.CheckHost("runtime"); prepared.unsuitable != nil {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp("", "safe-ipam-runtime-bin-")
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "runtime: %v\n", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := build(ctx, dir); err != nil {
-		fmt.Fprintf(os.Stderr, "runtime: building binaries: %v\n", err)
-		return 1
-	}
-	return m.Run()
+	return gobuild.Tests(m, "runtime", func(dir string) error { return build(ctx, dir) })
 }
 
 // build puts the testbed's programs, the recorder and the static pause
@@ -61,23 +49,14 @@ func build(ctx context.Context, dir string) error {
 	if prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM")); err != nil {
 		return err
 	}
-	if err := goBuild(ctx, nil, filepath.Join(dir, recorderPlugin), "../harness/containerd/cmd/cni-recorder"); err != nil {
+	if err := (gobuild.Build{Out: filepath.Join(dir, recorderPlugin), Pkgs: []string{"../harness/containerd/cmd/cni-recorder"}}).Run(ctx); err != nil {
 		return err
 	}
 	pause := filepath.Join(dir, pauseProgram)
 	// Static: the image has nothing but this file.
-	if err := goBuild(ctx, []string{"CGO_ENABLED=0"}, pause, "../harness/containerd/cmd/pause"); err != nil {
+	if err := (gobuild.Build{Out: pause, Pkgs: []string{"../harness/containerd/cmd/pause"}, Env: []string{"CGO_ENABLED=0"}}).Run(ctx); err != nil {
 		return err
 	}
 	prepared.image = filepath.Join(dir, "pause-image.tar")
 	return containerd.BuildSandboxImage(pause, prepared.image)
-}
-
-func goBuild(ctx context.Context, env []string, out, pkg string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
-	}
-	return nil
 }

@@ -20,11 +20,7 @@ import (
 // kube is one real kube-apiserver for the package, started on first use.
 var kube kubetest.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kube.Main(m) }
 
 // adopt reads Calico's Kubernetes datastore as it reads etcd: each cached
 // attachment gets the handle that really holds its address there, and an

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
@@ -46,13 +47,7 @@ func TestConfGivesEtcdNodeAndNetwork(t *testing.T) {
 
 func TestConfRefusals(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, content string) string { return testbed.NodeFile(t, dir, name, content) }
 	tests := []struct {
 		name, conf, why string
 	}{

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -36,11 +35,7 @@ import (
 // test that needs it.
 var kube kubetest.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kube.Main(m) }
 
 const dsNetwork = "net1"
 

@@ -48,13 +48,7 @@ func TestDatastoreInference(t *testing.T) {
 
 func TestNodeResolution(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, content string) string { return testbed.NodeFile(t, dir, name, content) }
 	named := write("nodename", "node-from-file\n")
 	blank := write("blank", " \n")
 	missing := filepath.Join(dir, "missing")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
 // A real API server, read through kubeconfigs written as Calico's
@@ -27,14 +28,7 @@ func TestGet(t *testing.T) {
 	}
 	token := srv.Config().BearerToken
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name, content string) string { return testbed.NodeFile(t, dir, name, content) }
 	write("ca.crt", string(ca))
 	write("token", token+"\n")
 	kubeconfig := func(clusterExtra, userExtra string) string {

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,11 +23,7 @@ import (
 // test that needs it; tests keep apart by node name.
 var kube kubetest.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kube.Main(m) }
 
 // rbacFile is the ClusterRole deploy/ ships for the admin commands.
 var rbacFile = filepath.Join("..", "..", "deploy", "safe-ipam-rbac.yaml")

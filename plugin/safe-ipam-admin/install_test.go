@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,8 +12,10 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
@@ -23,23 +24,7 @@ import (
 // puts them on a node, built once for the package.
 var binDir string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "safe-ipam-admin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", ".", "../safe-ipam")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../safe-ipam") }
 
 // versionOnly stands in for Calico's binary where only its VERSION answer
 // matters: doctor asks the delegate for it.
@@ -151,14 +136,14 @@ func TestAdminCommandsExitCodes(t *testing.T) {
 	}
 }
 
-// Once uninstalled, no DEL or GC of safe-ipam comes, so uninstall forgets
-// this node's records with their address index entries: left behind, a
-// record fenced its address for ever after a re-install (issue 19, item
-// 3). Calico's allocations are left alone.
-func TestUninstallForgetsTheNodesRecords(t *testing.T) {
+// takenOver is a Calico node on which safe-ipam installed itself in
+// takeover mode: the safe-ipam binary, the node's directory flags, its
+// etcd, and the config install wrote with the node it names.
+func takenOver(t *testing.T) (safe string, dirs []string, etcd *etcdtest.Server, cfg *config.Config, node string) {
+	t.Helper()
 	bin, conf, etcd := calicoNodeDirs(t)
-	safe := filepath.Join(binDir, "safe-ipam")
-	dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
+	safe = filepath.Join(binDir, "safe-ipam")
+	dirs = []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
 	if code, out := run(t, safe, append([]string{"install", "--mode=takeover"}, dirs...)...); code != 0 {
 		t.Fatalf("install: exit %d\n%s", code, out)
 	}
@@ -166,11 +151,19 @@ func TestUninstallForgetsTheNodesRecords(t *testing.T) {
 	if err != nil || file.SafeIPAM == nil {
 		t.Fatalf("the installed conflist is not safe-ipam's: %+v, %v", file, err)
 	}
-	cfg := file.SafeIPAM
-	node, err := cfg.Node()
+	node, err = file.SafeIPAM.Node()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return safe, dirs, etcd, file.SafeIPAM, node
+}
+
+// Once uninstalled, no DEL or GC of safe-ipam comes, so uninstall forgets
+// this node's records with their address index entries: left behind, a
+// record fenced its address for ever after a re-install (issue 19, item
+// 3). Calico's allocations are left alone.
+func TestUninstallForgetsTheNodesRecords(t *testing.T) {
+	safe, dirs, etcd, cfg, node := takenOver(t)
 	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
 	att := record.Attachment{Network: cfg.Network, ContainerID: "gone", IfName: "eth0"}
 	rec := &record.Record{Attachment: att, Node: node, Handle: cfg.Network + ".gone", State: record.Committed, IPs: []string{"10.244.0.7/26"}}
@@ -198,21 +191,7 @@ func TestUninstallForgetsTheNodesRecords(t *testing.T) {
 // addresses; install gives them their entries (each DaemonSet start runs
 // it), and says so (issue 19, item 7).
 func TestInstallIndexesOldRecords(t *testing.T) {
-	bin, conf, etcd := calicoNodeDirs(t)
-	safe := filepath.Join(binDir, "safe-ipam")
-	dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
-	if code, out := run(t, safe, append([]string{"install", "--mode=takeover"}, dirs...)...); code != 0 {
-		t.Fatalf("install: exit %d\n%s", code, out)
-	}
-	file, err := cninode.ReadFile(filepath.Join(conf, "10-calico.conflist"), bin)
-	if err != nil || file.SafeIPAM == nil {
-		t.Fatalf("the installed conflist is not safe-ipam's: %+v, %v", file, err)
-	}
-	cfg := file.SafeIPAM
-	node, err := cfg.Node()
-	if err != nil {
-		t.Fatal(err)
-	}
+	safe, dirs, etcd, cfg, node := takenOver(t)
 	// As safe-ipam wrote records before fencing: no index entry.
 	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
 	att := record.Attachment{Network: cfg.Network, ContainerID: "old", IfName: "eth0"}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
@@ -30,9 +32,9 @@ import (
 // crashBinDir builds safe-ipam with -tags crashpoints, once.
 var crashBinDir = sync.OnceValues(func() (string, error) {
 	dir := filepath.Join(binDir, "crashpoints")
-	build := exec.Command("go", "build", "-tags", "crashpoints", "-o", filepath.Join(dir, "safe-ipam"), ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building with crashpoints: %v\n%s", err, out)
+	build := gobuild.Build{Out: filepath.Join(dir, "safe-ipam"), Pkgs: []string{"."}, Flags: []string{"-tags", "crashpoints"}}
+	if err := build.Run(context.Background()); err != nil {
+		return "", fmt.Errorf("building with crashpoints: %w", err)
 	}
 	return dir, nil
 })

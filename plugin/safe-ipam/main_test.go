@@ -9,27 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 )
 
 // binDir holds safe-ipam and host-local, built once for the package.
 var binDir string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "safe-ipam-plugin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", ".", "github.com/containernetworking/plugins/plugins/ipam/host-local")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	gobuild.Main(m, &binDir, ".", "github.com/containernetworking/plugins/plugins/ipam/host-local")
 }
 
 type binaryCall struct {

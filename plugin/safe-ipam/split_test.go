@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
@@ -33,8 +35,8 @@ func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
 // admin commands to safe-ipam-admin beside it, with their exit codes.
 func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {
 	dir := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", dir+"/", ".", "../safe-ipam-admin").CombinedOutput(); err != nil {
-		t.Fatalf("building: %v\n%s", err, out)
+	if err := (gobuild.Build{Out: dir + "/", Pkgs: []string{".", "../safe-ipam-admin"}}).Run(context.Background()); err != nil {
+		t.Fatalf("building: %v", err)
 	}
 	run := func(args ...string) (int, string) {
 		cmd := exec.Command(filepath.Join(dir, "safe-ipam"), args...)

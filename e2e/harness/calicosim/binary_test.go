@@ -2,6 +2,7 @@ package calicosim
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,20 +12,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
 // buildSimulator compiles e2e/cmd/calico-ipam into a temporary CNI bin dir.
 func buildSimulator(t *testing.T) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("go toolchain needed to build the simulator: %v", err)
-	}
 	bin := filepath.Join(t.TempDir(), "calico-ipam")
-	out, err := exec.Command(goBin, "build", "-o", bin, "github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building calico-ipam: %v\n%s", err, out)
+	build := gobuild.Build{Out: bin, Pkgs: []string{"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam"}}
+	if err := build.Run(context.Background()); err != nil {
+		t.Fatalf("building calico-ipam: %v", err)
 	}
 	return bin
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -27,11 +26,7 @@ var (
 	crdsErr  error
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kube.Main(m) }
 
 // kdd is the simulator on the Kubernetes datastore of a real apiserver.
 type kdd struct {

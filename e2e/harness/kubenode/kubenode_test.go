@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -25,10 +26,9 @@ func TestNodeRunsAPodAndLeavesNothing(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	pause := filepath.Join(dir, "pause")
-	build := exec.CommandContext(ctx, "go", "build", "-o", pause, "../containerd/cmd/pause")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
+	build := gobuild.Build{Out: pause, Pkgs: []string{"../containerd/cmd/pause"}, Env: []string{"CGO_ENABLED=0"}}
+	if err := build.Run(ctx); err != nil {
+		t.Fatal(err)
 	}
 	img := filepath.Join(dir, "pause.tar")
 	if err := containerd.BuildPauseImage(pause, img, PauseImage); err != nil {

@@ -278,8 +278,8 @@ func freePort() (int, error) {
 }
 
 // Shared is one server for a whole test package, started on first use:
-// a package whose other tests need no API server pays nothing. TestMain
-// calls Close after m.Run.
+// a package whose other tests need no API server pays nothing. The
+// package's TestMain is Main.
 type Shared struct {
 	once sync.Once
 	dir  string
@@ -310,6 +310,15 @@ func (sh *Shared) Close() {
 	if sh.dir != "" {
 		_ = os.RemoveAll(sh.dir)
 	}
+}
+
+// Main is a package's TestMain: it runs the tests, stops the server if
+// one was started (no test may leave it running), and exits with the
+// tests' code.
+func (sh *Shared) Main(m *testing.M) {
+	code := m.Run()
+	sh.Close()
+	os.Exit(code)
 }
 
 var errNoToken = errors.New("kubetest: the API server issued no token")

@@ -5,13 +5,12 @@
 package testbed
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
@@ -70,12 +69,12 @@ func Build(ctx context.Context, dir, calicoIPAM string) (Binaries, error) {
 		case filepath.Base(packages[prog]) == prog:
 			sameName = append(sameName, packages[prog])
 		default:
-			if err := goBuild(ctx, b.Path(prog), packages[prog]); err != nil {
+			if err := (gobuild.Build{Out: b.Path(prog), Pkgs: []string{packages[prog]}}).Run(ctx); err != nil {
 				return Binaries{}, err
 			}
 		}
 	}
-	if err := goBuild(ctx, dir+string(filepath.Separator), sameName...); err != nil {
+	if err := (gobuild.Build{Out: dir + string(filepath.Separator), Pkgs: sameName}).Run(ctx); err != nil {
 		return Binaries{}, err
 	}
 	return b, nil
@@ -96,18 +95,6 @@ func Use(dir string) (Binaries, error) {
 		}
 	}
 	return b, nil
-}
-
-// goBuild builds pkgs into out: a file for one package, a directory
-// (ending in a separator) for several.
-func goBuild(ctx context.Context, out string, pkgs ...string) error {
-	cmd := exec.CommandContext(ctx, "go", append([]string{"build", "-o", out}, pkgs...)...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("go build %v: %w\n%s", pkgs, err, stderr.String())
-	}
-	return nil
 }
 
 // linkCalico makes the real binary reachable as calico-ipam. A symlink

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 )
 
 // Network describes one CNI network as a node's config directory holds
@@ -132,4 +133,16 @@ func (n Network) WriteConflist(dir string) error {
 		return fmt.Errorf("writing conflist %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// NodeFile writes one of the files a config names (a nodename, a token, a
+// CA, a kubeconfig, a conflist) into dir, readable by its owner only, and
+// returns its path.
+func NodeFile(t testing.TB, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

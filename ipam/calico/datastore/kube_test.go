@@ -1,7 +1,6 @@
 package datastore_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
@@ -12,11 +11,7 @@ import (
 // kube is one real kube-apiserver for the package, with Calico's CRDs.
 var kube kubetest.Shared
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	kube.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { kube.Main(m) }
 
 // The Kubernetes datastore passes the same contract against a real
 // kube-apiserver serving Calico's CRDs.
