@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
@@ -41,15 +42,15 @@ type Report struct {
 
 // Run is `safe-ipam repair`.
 func Run(args []string, stdout, stderr io.Writer) int {
-	s := audit.NewSession("repair", usage, stderr)
+	apply := admin.NewApply("make the changes", "change")
+	s := audit.NewCLI("repair", usage, stderr, apply)
 	s.Writes = true // forgetting a stale record writes the record store
 	fs := s.Cmd.Flags()
-	apply := fs.Bool("apply", false, "make the changes (default: dry run, printing what would change)")
 	fs.DurationVar(&s.Settle, "settle", 10*time.Second, "with --apply: wait this long, read the liveness source again, and act only on what still holds and did not change since the audit")
 	if code, stop := s.Cmd.ParseOrExit(args); stop {
 		return code
 	}
-	c := &cli{session: s, apply: *apply}
+	c := &cli{session: s, apply: apply.On}
 	return s.Run(func(ctx context.Context, e *audit.Examined) (int, error) {
 		report := &Report{Report: e.Report, Repair: true}
 		code := c.repairAll(ctx, &Repairer{Data: e.Data, Records: e.Records, Snap: e.Snap}, report, e.Live)
@@ -58,7 +59,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 type cli struct {
-	session *audit.Session
+	session *audit.CLI
 	apply   bool
 }
 
