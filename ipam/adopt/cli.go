@@ -14,11 +14,12 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
-const usage = `Usage: safe-ipam adopt --conf FILE [--cni-cache DIR | --live FILE | --cri-endpoint URL] [--apply]
+const usage = `Usage: safe-ipam adopt --conf FILE [%s] [--apply]
 
 Gives every running attachment of --conf's network on this node that has
 no record a committed record: its addresses as the runtime saw them, its
@@ -50,7 +51,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr,
 		apply: admin.NewApply("write the records", "be written")}
 	c.live = admin.NewLiveness(c.calico.Place)
-	c.cmd = admin.NewCommand("adopt", usage, stderr, c.calico, c.live, c.out, c.apply)
+	c.cmd = admin.NewCommand("adopt", fmt.Sprintf(usage, liveness.Flags(liveness.NamesContainers, "|", true)), stderr, c.calico, c.live, c.out, c.apply)
 	if code, stop := c.cmd.ParseOrExit(args); stop {
 		return code
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
-const usage = `Usage: safe-ipam gc --conf FILE [--cri-endpoint SOCKET | --cni-cache DIR | --live FILE]
+const usage = `Usage: safe-ipam gc --conf FILE [%s]
                     [--dead-nodes] [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
@@ -90,7 +90,7 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	live.ExplicitOnly, live.Containers = true, true
 	r := &runner{conf: conf, live: live, out: admin.NewOutput(2 * time.Minute), apply: admin.NewApply("release", "be released"),
 		stdout: stdout, stderr: stderr}
-	r.cmd = admin.NewCommand("gc", usage, stderr, &r.metricsAddr, conf, live, r.out, r.apply)
+	r.cmd = admin.NewCommand("gc", fmt.Sprintf(usage, liveness.Flags(liveness.NamesContainers, "|", true)), stderr, &r.metricsAddr, conf, live, r.out, r.apply)
 	fs := r.cmd.Flags()
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")

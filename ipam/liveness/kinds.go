@@ -63,8 +63,10 @@ func KindOf(flag string) (k Kind, ok bool) {
 	return Kind{}, false
 }
 
-// Flags lists the flags of the kinds keep selects, as "--a, --b or --c"
-// (join "and" for "--a, --b and --c"); withArg adds what each takes.
+// Flags lists the flags of the kinds keep selects, in table order, as a
+// sentence lists them: "--a, --b or --c" (join "or"), "--a, --b and --c"
+// (join "and"); or with join "|" as a usage line does: "--a | --b | --c".
+// withArg adds what each flag takes ("--live FILE").
 func Flags(keep func(Kind) bool, join string, withArg bool) string {
 	var names []string
 	for _, k := range Kinds() {
@@ -77,7 +79,10 @@ func Flags(keep func(Kind) bool, join string, withArg bool) string {
 		}
 		names = append(names, name)
 	}
-	if len(names) < 2 {
+	switch {
+	case join == "|":
+		return strings.Join(names, " | ")
+	case len(names) < 2:
 		return strings.Join(names, "")
 	}
 	return strings.Join(names[:len(names)-1], ", ") + " " + join + " " + names[len(names)-1]
