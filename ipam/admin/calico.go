@@ -46,7 +46,7 @@ type Calico struct {
 func (c *Calico) Register(fs *flag.FlagSet) {
 	c.NodeConf.Register(fs)
 	pods, _ := liveness.KindOf("kubeconfig")
-	others := liveness.Flags(func(k liveness.Kind) bool { return !k.Shared }, "or", false)
+	others := liveness.Say(func(k liveness.Kind) bool { return !k.Shared }, liveness.Kind.FlagName, "or")
 	fs.StringVar(&c.Datastore, "datastore", "", "Calico's datastore, etcdv3 or kubernetes (default: as calico-ipam infers it from --conf; etcdv3 without --conf)")
 	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless "+others+" is given. With etcd: the liveness source: "+pods.Help+". Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
 	fs.StringVar(&c.StoreDir, "store-dir", "", "safe-ipam's file store (default: --conf's ipam.store; with the kubernetes datastore and no --conf, "+config.DefaultStoreDir+"); it holds this node's records only")

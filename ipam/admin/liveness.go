@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 
@@ -90,6 +89,7 @@ func (l *Liveness) Resolve(cmd *Command) error {
 	}
 	for _, k := range liveness.Kinds() {
 		if k.Shared {
+			// --kubeconfig is the Calico group's: Place says what it names.
 			l.values[k.Flag] = l.kubeconfig(otherNamed)
 		}
 		if v := l.values[k.Flag]; v != "" && (k.Default == "" || cmd.Set(k.Flag)) {
@@ -97,7 +97,7 @@ func (l *Liveness) Resolve(cmd *Command) error {
 		}
 	}
 	if named > 1 {
-		return fmt.Errorf("%s are liveness sources; give one", liveness.Flags(func(liveness.Kind) bool { return true }, "and", false))
+		return fmt.Errorf("%s are liveness sources; give one", liveness.Say(liveness.Any, liveness.Kind.FlagName, "and"))
 	}
 	l.explicit = named == 1
 	if named == 1 && chosen.Default == "" {
@@ -110,7 +110,9 @@ func (l *Liveness) Resolve(cmd *Command) error {
 		return fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", l.node.NodeErr)
 	}
 	if l.node.Node == "" && !chosen.EveryNode {
-		return errors.New(`--node "" (every node) needs --live; a CNI cache, a runtime or the pods API lists one node's attachments`)
+		oneNode := func(k liveness.Kind) bool { return !k.EveryNode }
+		return fmt.Errorf(`--node "" (every node) needs %s; %s lists one node's attachments`,
+			liveness.Say(func(k liveness.Kind) bool { return k.EveryNode }, liveness.Kind.FlagName, "or"), liveness.Say(oneNode, liveness.Kind.ShowName, "or"))
 	}
 	return nil
 }

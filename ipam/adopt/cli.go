@@ -51,7 +51,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr,
 		apply: admin.NewApply("write the records", "be written")}
 	c.live = admin.NewLiveness(c.calico.Place)
-	c.cmd = admin.NewCommand("adopt", fmt.Sprintf(usage, liveness.Flags(liveness.NamesContainers, "|", true)), stderr, c.calico, c.live, c.out, c.apply)
+	c.cmd = admin.NewCommand("adopt", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, c.calico, c.live, c.out, c.apply)
 	if code, stop := c.cmd.ParseOrExit(args); stop {
 		return code
 	}

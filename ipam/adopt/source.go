@@ -21,7 +21,7 @@ func readEntries(ctx context.Context, src liveness.Source) (string, []Entry, []S
 		return readCache(ctx, cache)
 	}
 	if src == nil {
-		return "", nil, nil, errors.New("no liveness source: give " + liveness.Flags(liveness.NamesContainers, "or", true))
+		return "", nil, nil, errors.New("no liveness source: give " + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "or"))
 	}
 	view, err := src.Read(ctx)
 	if err != nil {

@@ -48,7 +48,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	dirs, out := &admin.NodeDirs{}, admin.NewOutput(10*time.Second)
 	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
 	live.ThisNode, live.ExplicitOnly = true, true
-	cmd := admin.NewCommand("doctor", fmt.Sprintf(usage, liveness.Flags(liveness.NamesContainers, "or", false)), stderr, dirs, live, out)
+	cmd := admin.NewCommand("doctor", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or")), stderr, dirs, live, out)
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}

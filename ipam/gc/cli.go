@@ -62,7 +62,7 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return cmd.FailUsage(err)
 	}
 	if !live.Explicit() && !r.deadNodes {
-		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Flags(liveness.NamesContainers, "or", false) + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
+		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or") + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
 	}
 	if r.every < 0 {
 		return cmd.FailUsage(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
@@ -90,7 +90,7 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	live.ExplicitOnly, live.Containers = true, true
 	r := &runner{conf: conf, live: live, out: admin.NewOutput(2 * time.Minute), apply: admin.NewApply("release", "be released"),
 		stdout: stdout, stderr: stderr}
-	r.cmd = admin.NewCommand("gc", fmt.Sprintf(usage, liveness.Flags(liveness.NamesContainers, "|", true)), stderr, &r.metricsAddr, conf, live, r.out, r.apply)
+	r.cmd = admin.NewCommand("gc", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, &r.metricsAddr, conf, live, r.out, r.apply)
 	fs := r.cmd.Flags()
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")

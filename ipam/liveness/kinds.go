@@ -38,7 +38,7 @@ type Kind struct {
 // them.
 func Kinds() []Kind {
 	return []Kind{
-		{Flag: "cri-endpoint", Arg: "URL", Name: "the runtime",
+		{Flag: "cri-endpoint", Arg: "URL", Name: "a runtime",
 			Help: "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its pod sandboxes, READY or NOTREADY (a sandbox containerd cannot judge is NOTREADY, and may still run), are what runs on this node",
 			New:  func(v, node string) Source { return CRI{Endpoint: v, Node: node} }},
 		{Flag: "cni-cache", Arg: "DIR", Name: "a CNI cache", Default: DefaultCNICache,
@@ -63,30 +63,36 @@ func KindOf(flag string) (k Kind, ok bool) {
 	return Kind{}, false
 }
 
-// Flags lists the flags of the kinds keep selects, in table order, as a
-// sentence lists them: "--a, --b or --c" (join "or"), "--a, --b and --c"
-// (join "and"); or with join "|" as a usage line does: "--a | --b | --c".
-// withArg adds what each flag takes ("--live FILE").
-func Flags(keep func(Kind) bool, join string, withArg bool) string {
-	var names []string
+// Say lists what show says of each kind keep selects, in table order,
+// as a sentence does: "a, b or c" (join "or"), "a, b and c" (join
+// "and"); or with join "|" as a usage line does: "a | b | c".
+func Say(keep func(Kind) bool, show func(Kind) string, join string) string {
+	var said []string
 	for _, k := range Kinds() {
-		if !keep(k) {
-			continue
+		if keep(k) {
+			said = append(said, show(k))
 		}
-		name := "--" + k.Flag
-		if withArg {
-			name += " " + k.Arg
-		}
-		names = append(names, name)
 	}
 	switch {
 	case join == "|":
-		return strings.Join(names, " | ")
-	case len(names) < 2:
-		return strings.Join(names, "")
+		return strings.Join(said, " | ")
+	case len(said) < 2:
+		return strings.Join(said, "")
 	}
-	return strings.Join(names[:len(names)-1], ", ") + " " + join + " " + names[len(names)-1]
+	return strings.Join(said[:len(said)-1], ", ") + " " + join + " " + said[len(said)-1]
 }
+
+// FlagName shows the kind as its flag: "--live".
+func (k Kind) FlagName() string { return "--" + k.Flag }
+
+// FlagArg shows the kind as its flag and what it takes: "--live FILE".
+func (k Kind) FlagArg() string { return "--" + k.Flag + " " + k.Arg }
+
+// ShowName shows the kind as a sentence names it: "the pods API".
+func (k Kind) ShowName() string { return k.Name }
+
+// Any selects every kind.
+func Any(Kind) bool { return true }
 
 // NamesContainers selects the kinds that name containers.
 func NamesContainers(k Kind) bool { return !k.PodsOnly }
@@ -94,5 +100,5 @@ func NamesContainers(k Kind) bool { return !k.PodsOnly }
 // NeedsContainers is the refusal of a source (what) that names pods, not
 // containers, by a command that acts only on attachments it can name.
 func NeedsContainers(what, command string) error {
-	return fmt.Errorf("%s names pods and their addresses, not containers: %s needs %s", what, command, Flags(NamesContainers, "or", false))
+	return fmt.Errorf("%s names pods and their addresses, not containers: %s needs %s", what, command, Say(NamesContainers, Kind.FlagName, "or"))
 }
