@@ -50,7 +50,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	if code, stop := s.Cmd.ParseOrExit(args); stop {
 		return code
 	}
-	c := &cli{session: s, apply: apply.On}
+	c := &cli{shared: s, apply: apply.On}
 	return s.Run(func(ctx context.Context, e *audit.Examined) (int, error) {
 		report := &Report{Report: e.Report, Repair: true}
 		code := c.repairAll(ctx, &Repairer{Data: e.Data, Records: e.Records, Snap: e.Snap}, report, e.Live)
@@ -59,7 +59,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 type cli struct {
-	session *audit.CLI
+	// shared is the flags and the reading repair shares with the audit.
+	shared *audit.CLI
 	apply   bool
 }
 
@@ -88,7 +89,7 @@ func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *
 // during the audit shows up in the source only once ADD has returned.
 // Actions dropped here get an outcome saying so.
 func (c *cli) settleLiveness(ctx context.Context, snap *snapshot.Snapshot, report *Report, live *liveness.View) *liveness.View {
-	settle := c.session.Settle
+	settle := c.shared.Settle
 	if settle <= 0 || live == nil {
 		return live
 	}
@@ -96,13 +97,13 @@ func (c *cli) settleLiveness(ctx context.Context, snap *snapshot.Snapshot, repor
 	case <-time.After(settle):
 	case <-ctx.Done():
 	}
-	fresh, note, err := c.session.ReadLiveness(ctx, snap)
+	fresh, note, err := c.shared.ReadLiveness(ctx, snap)
 	if err == nil && fresh == nil {
 		err = errors.New(note)
 	}
 	still := map[string]bool{}
 	if err == nil {
-		again, _ := Plan(snap, audit.Analyze(snap, c.session.Options(fresh)), fresh)
+		again, _ := Plan(snap, audit.Analyze(snap, c.shared.Options(fresh)), fresh)
 		for _, a := range again {
 			still[a.Kind+" "+a.Handle+" "+a.Address] = true
 		}
