@@ -61,7 +61,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 type cli struct {
 	// shared is the flags and the reading repair shares with the audit.
 	shared *audit.CLI
-	apply   bool
+	apply  bool
 }
 
 func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *liveness.View) int {
