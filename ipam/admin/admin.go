@@ -1,6 +1,7 @@
 // Package admin is the command-line layer every admin subcommand shares:
-// one way to parse flags, shared flag groups (Calico's datastore and node
-// from --conf, the liveness source, output), and the same exit codes. The
+// one way to parse flags, shared flag groups (the node's config and name
+// from --conf, Calico's datastore, the liveness source from
+// liveness.Kinds, output, --apply), and the same exit codes. The
 // groups take flags and give plain values (datastore.Settings, Place, a
 // liveness.Source value); they open no connection. The commands stay thin
 // and call the packages that do the work.

@@ -7,11 +7,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // Calico is where Calico's data and safe-ipam's records are, and which
@@ -25,11 +24,8 @@ import (
 // --cri-endpoint names another. With etcd it is only the pods liveness
 // source, as before.
 type Calico struct {
-	Conf string
-	File *cninode.File // nil without --conf
-	// BinDir is the node's CNI bin dir, where a takeover install put
-	// safe-ipam as calico-ipam.
-	BinDir string
+	// NodeConf is --conf, --cni-bin-dir and --node.
+	NodeConf
 	// Datastore is Calico's: datastore.Etcd or datastore.Kubernetes.
 	Datastore                 string
 	Endpoints                 string
@@ -42,21 +38,17 @@ type Calico struct {
 	// etcd): --store-dir, --conf's ipam.store, or with the kubernetes
 	// datastore the plugin's default.
 	StoreDir string
-	Node     string
-	// NodeErr is why the node name could not be resolved; a command that
-	// needs the node reports it.
-	NodeErr error
-
-	cmd *Command
 }
 
-// Register adds --conf, --datastore, the etcd flags, --kubeconfig,
-// --network, --records-prefix, --store-dir and --node.
+// Register adds --conf, --cni-bin-dir and --node (NodeConf), --datastore,
+// the etcd flags, --kubeconfig, --network, --records-prefix and
+// --store-dir.
 func (c *Calico) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Conf, "conf", "", "the node's CNI config or conflist: learn the network, Calico's datastore (etcd endpoints and TLS files, or kubeconfig), the node name and where safe-ipam keeps its records from it (flags given explicitly win)")
-	fs.StringVar(&c.BinDir, "cni-bin-dir", DefaultBinDir, "the node's CNI bin dir: with --conf, a calico-ipam there that is safe-ipam (the takeover install) makes the config's calico-ipam IPAM safe-ipam's")
+	c.NodeConf.Register(fs)
+	pods, _ := liveness.KindOf("kubeconfig")
+	others := liveness.Say(func(k liveness.Kind) bool { return !k.Shared }, liveness.Kind.FlagName, "or")
 	fs.StringVar(&c.Datastore, "datastore", "", "Calico's datastore, etcdv3 or kubernetes (default: as calico-ipam infers it from --conf; etcdv3 without --conf)")
-	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless --live, --cni-cache or --cri-endpoint is given. With etcd: the liveness source: the pods bound to this node are what should run (names pods and addresses, not containers). Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
+	fs.StringVar(&c.KubeconfigFlag, "kubeconfig", "", "kubeconfig file for the Kubernetes API. With the kubernetes datastore: Calico's data (default: --conf's kubernetes.kubeconfig, else $KUBECONFIG) and, for audit and repair, the liveness source unless "+others+" is given. With etcd: the liveness source: "+pods.Help+". Needs deploy/safe-ipam-rbac.yaml's ClusterRole")
 	fs.StringVar(&c.StoreDir, "store-dir", "", "safe-ipam's file store (default: --conf's ipam.store; with the kubernetes datastore and no --conf, "+config.DefaultStoreDir+"); it holds this node's records only")
 	fs.StringVar(&c.Endpoints, "etcd-endpoints", "http://127.0.0.1:2379", "comma-separated etcd URLs (Calico's datastore)")
 	fs.StringVar(&c.CertFile, "etcd-cert", "", "etcd client certificate")
@@ -64,20 +56,17 @@ func (c *Calico) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.CAFile, "etcd-ca", "", "etcd CA certificate")
 	fs.StringVar(&c.Network, "network", "", "only records of this CNI network (default: all); also marks <network>.<id> handles as container-keyed")
 	fs.StringVar(&c.RecordsPrefix, "records-prefix", config.DefaultEtcdPrefix, "etcd prefix of safe-ipam's records")
-	fs.StringVar(&c.Node, "node", "", `this node's name (default: as Calico names it: --conf's nodename or nodename_file, else `+config.CalicoNodenameFile+`, else the host name)`)
 }
 
 // Resolve reads --conf and resolves the node as calico-ipam does: a
 // judgment under another name than Calico's would be about the wrong node.
 func (c *Calico) Resolve(cmd *Command) error {
-	c.cmd = cmd
+	if err := c.NodeConf.Resolve(cmd); err != nil {
+		return err
+	}
 	var calico config.Calico
-	if c.Conf != "" {
-		file, err := cninode.ReadFile(c.Conf, c.BinDir)
-		if err != nil {
-			return err
-		}
-		c.File, calico = file, file.Calico
+	if file := c.File; file != nil {
+		calico = file.Calico
 		c.fill("datastore", &c.Datastore, file.Calico.Datastore())
 		c.fill("etcd-endpoints", &c.Endpoints, file.Calico.EtcdEndpoints)
 		c.fill("etcd-cert", &c.CertFile, file.Calico.EtcdCertFile)
@@ -93,9 +82,6 @@ func (c *Calico) Resolve(cmd *Command) error {
 		return err
 	}
 	c.RecordsPrefix = strings.TrimRight(c.RecordsPrefix, "/")
-	if !cmd.Set("node") {
-		c.Node, c.NodeErr = calico.Node()
-	}
 	return nil
 }
 

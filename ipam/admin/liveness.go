@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 
@@ -10,19 +9,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
-// Liveness names the source of what runs on the node. One the operator
-// names must be readable; only the default CNI cache may be absent, which
-// means no liveness (nothing is judged gone), never "nothing runs".
+// Liveness names the source of what runs on the node, from the flags of
+// liveness.Kinds. One the operator names must be readable; only a default
+// source (the CNI cache) may be absent, which means no liveness (nothing
+// is judged gone), never "nothing runs". A runtime that does not answer
+// is an error (incident 003). The pods API names pods and addresses, not
+// containers, so only pod-name handles and addresses are judged from it;
+// its flag, --kubeconfig, is Calico's group's (see Calico for the rule).
 type Liveness struct {
-	File, CNICache string
-	// CRIEndpoint is the runtime's CRI socket; a runtime that does not
-	// answer is an error (incident 003), never "nothing runs".
-	CRIEndpoint string
-	// Kubeconfig reaches the Kubernetes API: the pods bound to the node
-	// are what should run. It names pods and addresses, not containers,
-	// so only pod-name handles and addresses are judged from it. It is
-	// --kubeconfig (Calico's group registers it; see Calico for the rule).
-	Kubeconfig string
 	// PodsByDefault: with the kubernetes datastore, its API server is the
 	// source unless another is named (audit, repair; not adopt or gc,
 	// which need containers).
@@ -35,11 +29,19 @@ type Liveness struct {
 	// (gc, doctor), so --cni-cache has no default to show. Set it before
 	// the group is registered.
 	ExplicitOnly bool
+	// Containers: the command acts only on attachments it can name (gc):
+	// a source that names pods only is refused as the flags are read.
+	// Set it before the group is registered.
+	Containers bool
 
 	// place gives the node and datastore once the Calico group, resolved
 	// before this one, knows them.
-	place    func() Place
-	node     Place
+	place func() Place
+	node  Place
+	// flags are the values of the kinds' flags this group registers;
+	// values, once resolved, each kind's (by flag), "" when not chosen.
+	flags    map[string]*string
+	values   map[string]string
 	explicit bool
 }
 
@@ -47,16 +49,25 @@ type Liveness struct {
 // group's Place).
 func NewLiveness(place func() Place) *Liveness { return &Liveness{place: place} }
 
-// Register adds --live, --cni-cache and --cri-endpoint; --kubeconfig is
-// Calico's, since it may name the datastore too.
+// Register adds each kind's flag but a shared one (--kubeconfig, which
+// Calico's group registers since it may name the datastore too; a
+// command that needs containers registers it to refuse it).
 func (l *Liveness) Register(fs *flag.FlagSet) {
-	fs.StringVar(&l.File, "live", "", `JSON list of {"containerID","ifname"} known to be running (optionally with "network", "podNamespace", "podName", "ips")`)
-	cache, cacheHelp := liveness.DefaultCNICache, `libcni result cache, listing the attachments the runtime set up on this node ("" for none)`
-	if l.ExplicitOnly {
-		cache, cacheHelp = "", "libcni result cache, listing the attachments the runtime set up on this node (usually "+liveness.DefaultCNICache+"; read only when given)"
+	l.flags = map[string]*string{}
+	for _, k := range liveness.Kinds() {
+		def, help := k.Default, k.Help
+		switch {
+		case k.Shared && l.Containers && fs.Lookup(k.Flag) == nil:
+			help, def = "refused: "+liveness.NeedsContainers(k.Name, fs.Name()).Error(), ""
+		case k.Shared:
+			continue
+		case def != "" && l.ExplicitOnly:
+			def, help = "", help+" (usually "+k.Default+"; read only when given)"
+		case def != "":
+			help += ` ("" for none)`
+		}
+		l.flags[k.Flag] = fs.String(k.Flag, def, help)
 	}
-	fs.StringVar(&l.CNICache, "cni-cache", cache, cacheHelp)
-	fs.StringVar(&l.CRIEndpoint, "cri-endpoint", "", "the container runtime's CRI socket, e.g. unix:///run/containerd/containerd.sock: its pod sandboxes, READY or NOTREADY (a sandbox containerd cannot judge is NOTREADY, and may still run), are what runs on this node")
 }
 
 // Resolve checks that one source is named and that its node is known: a
@@ -64,33 +75,62 @@ func (l *Liveness) Register(fs *flag.FlagSet) {
 // claim to list every node (--node "").
 func (l *Liveness) Resolve(cmd *Command) error {
 	l.node = l.place()
-	explicitCache := cmd.Set("cni-cache") && l.CNICache != ""
-	// --cni-cache= given explicitly (no liveness) also sets the pods
-	// default aside.
-	l.Kubeconfig = l.kubeconfig(l.File != "" || cmd.Set("cni-cache") || l.CRIEndpoint != "")
-	named := 0
-	for _, given := range []bool{l.File != "", explicitCache, l.CRIEndpoint != "", l.Kubeconfig != ""} {
-		if given {
-			named++
+	l.values = map[string]string{}
+	named, otherNamed, chosen := 0, false, liveness.Kind{}
+	for _, k := range liveness.Kinds() {
+		v := l.value(k)
+		if k.PodsOnly && l.Containers && v != "" {
+			return fmt.Errorf("--%s: %w", k.Flag, liveness.NeedsContainers(k.Name, cmd.Name))
+		}
+		// A default source turned off explicitly (--cni-cache=) also sets
+		// the pods default aside.
+		otherNamed = otherNamed || (!k.Shared && cmd.Set(k.Flag) && (v != "" || k.Default != ""))
+		l.values[k.Flag] = v
+	}
+	for _, k := range liveness.Kinds() {
+		if k.Shared {
+			// --kubeconfig is the Calico group's: Place says what it names.
+			l.values[k.Flag] = l.kubeconfig(otherNamed)
+		}
+		if v := l.values[k.Flag]; v != "" && (k.Default == "" || cmd.Set(k.Flag)) {
+			named, chosen = named+1, k
 		}
 	}
 	if named > 1 {
-		return errors.New("--live, --cni-cache, --cri-endpoint and --kubeconfig are liveness sources; give one")
+		return fmt.Errorf("%s are liveness sources; give one", liveness.Say(liveness.Any, liveness.Kind.FlagName, "and"))
 	}
 	l.explicit = named == 1
-	if l.CRIEndpoint != "" || l.File != "" || l.Kubeconfig != "" {
-		l.CNICache = "" // the default cache is not read beside a named source
+	if named == 1 && chosen.Default == "" {
+		l.dropDefaults() // a default source is not read beside a named one
 	}
-	if l.ThisNode || (l.File == "" && l.CNICache == "" && l.CRIEndpoint == "" && l.Kubeconfig == "") {
+	if l.ThisNode || l.Source() == nil {
 		return nil
 	}
 	if l.node.NodeErr != nil {
 		return fmt.Errorf("cannot tell this node's name as Calico does (%v); pass --node", l.node.NodeErr)
 	}
-	if l.node.Node == "" && l.File == "" {
-		return errors.New(`--node "" (every node) needs --live; a CNI cache, a runtime or the pods API lists one node's attachments`)
+	if l.node.Node == "" && !chosen.EveryNode {
+		oneNode := func(k liveness.Kind) bool { return !k.EveryNode }
+		return fmt.Errorf(`--node "" (every node) needs %s; %s lists one node's attachments`,
+			liveness.Say(func(k liveness.Kind) bool { return k.EveryNode }, liveness.Kind.FlagName, "or"), liveness.Say(oneNode, liveness.Kind.ShowName, "or"))
 	}
 	return nil
+}
+
+// value is the kind's flag as given, "" when this group did not register it.
+func (l *Liveness) value(k liveness.Kind) string {
+	if p := l.flags[k.Flag]; p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (l *Liveness) dropDefaults() {
+	for _, k := range liveness.Kinds() {
+		if k.Default != "" {
+			l.values[k.Flag] = ""
+		}
+	}
 }
 
 // kubeconfig is the pods source's kubeconfig, or "": with etcd,
@@ -112,15 +152,10 @@ func (l *Liveness) Explicit() bool { return l.explicit }
 
 // Source is the chosen source, or nil when none is named.
 func (l *Liveness) Source() liveness.Source {
-	switch {
-	case l.File != "":
-		return liveness.File{Path: l.File, Node: l.node.Node}
-	case l.CRIEndpoint != "":
-		return liveness.CRI{Endpoint: l.CRIEndpoint, Node: l.node.Node}
-	case l.Kubeconfig != "":
-		return liveness.Pods{Kubeconfig: l.Kubeconfig, Node: l.node.Node}
-	case l.CNICache != "":
-		return liveness.CNICache{Dir: l.CNICache, Node: l.node.Node}
+	for _, k := range liveness.Kinds() {
+		if v := l.values[k.Flag]; v != "" {
+			return k.New(v, l.node.Node)
+		}
 	}
 	return nil
 }

@@ -49,3 +49,21 @@ func TestLivenessFlags(t *testing.T) {
 		})
 	}
 }
+
+// Every row of liveness.Kinds can be named, and builds its source: a new
+// source needs no change here.
+func TestEveryKindCanBeNamed(t *testing.T) {
+	for _, k := range liveness.Kinds() {
+		t.Run(k.Flag, func(t *testing.T) {
+			calico := &admin.Calico{}
+			live := admin.NewLiveness(calico.Place)
+			cmd := admin.NewCommand("test", "", io.Discard, calico, live)
+			if err := cmd.Parse([]string{"--node", "n1", "--" + k.Flag, "/some/where"}); err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if got, want := live.Source(), k.New("/some/where", "n1"); got != want || !live.Explicit() {
+				t.Fatalf("source %#v (explicit %v), want %#v", got, live.Explicit(), want)
+			}
+		})
+	}
+}

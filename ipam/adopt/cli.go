@@ -14,11 +14,12 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
-const usage = `Usage: safe-ipam adopt --conf FILE [--cni-cache DIR | --live FILE | --cri-endpoint URL] [--apply]
+const usage = `Usage: safe-ipam adopt --conf FILE [%s] [--apply]
 
 Gives every running attachment of --conf's network on this node that has
 no record a committed record: its addresses as the runtime saw them, its
@@ -41,16 +42,16 @@ type cli struct {
 	calico *admin.Calico
 	live   *admin.Liveness
 	out    *admin.Output
-	apply  bool
+	apply  *admin.Apply
 	stderr io.Writer
 }
 
 // Run is `safe-ipam adopt`.
 func Run(args []string, stdout, stderr io.Writer) int {
-	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr}
+	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr,
+		apply: admin.NewApply("write the records", "be written")}
 	c.live = admin.NewLiveness(c.calico.Place)
-	c.cmd = admin.NewCommand("adopt", usage, stderr, c.calico, c.live, c.out)
-	c.cmd.Flags().BoolVar(&c.apply, "apply", false, "write the records (default: dry run, printing what would be written)")
+	c.cmd = admin.NewCommand("adopt", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, c.calico, c.live, c.out, c.apply)
 	if code, stop := c.cmd.ParseOrExit(args); stop {
 		return code
 	}
@@ -96,7 +97,7 @@ func (c *cli) config() (*config.Config, error) {
 // store, and writes only after all three were read.
 func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 	node := c.calico.Node
-	source, entries, skipped, err := readEntries(ctx, c.live, node)
+	source, entries, skipped, err := readEntries(ctx, c.live.Source())
 	if err != nil {
 		return nil, err
 	}
@@ -114,21 +115,18 @@ func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if c.apply {
+	if c.apply.On {
 		_ = Apply(ctx, st, plan) // each failure is in its action's outcome, and Applied is false
 	}
 	return plan, nil
 }
 
 func (c *cli) holders(ctx context.Context, network string) (Holders, error) {
-	ds, cli, err := datastore.Open(ctx, c.calico.Settings())
+	ds, closeDS, err := datastore.OpenCalico(ctx, c.calico.Settings())
 	if err != nil {
 		return Holders{}, err
 	}
-	defer ds.Close()
-	if cli != nil {
-		defer cli.Close()
-	}
+	defer closeDS()
 	// Only Calico's data: the records are read (and written) through the
 	// store the plugin uses.
 	snap, err := snapshot.Load(ctx, ds, nil, network)

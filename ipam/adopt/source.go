@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -12,18 +11,17 @@ import (
 // runtime's CRI status names a sandbox's addresses but not its interface.
 const kubeletIfName = "eth0"
 
-// readEntries reads the liveness source the operator chose. The CNI cache
-// is read leniently: an entry that does not decode or names another node
-// is skipped with its reason, and the others are still adopted. Any
-// source that cannot be read at all is an error, whether named or the
-// default cache: adopt writes nothing on a guess.
-func readEntries(ctx context.Context, l *admin.Liveness, node string) (string, []Entry, []Skip, error) {
-	if l.File == "" && l.CRIEndpoint == "" && l.CNICache != "" {
-		return readCache(ctx, liveness.CNICache{Dir: l.CNICache, Node: node})
+// readEntries reads the liveness source the operator chose (src). The
+// CNI cache is read leniently: an entry that does not decode or names
+// another node is skipped with its reason, and the others are still
+// adopted. Any source that cannot be read at all is an error, whether
+// named or the default cache: adopt writes nothing on a guess.
+func readEntries(ctx context.Context, src liveness.Source) (string, []Entry, []Skip, error) {
+	if cache, ok := src.(liveness.CNICache); ok {
+		return readCache(ctx, cache)
 	}
-	src := l.Source()
 	if src == nil {
-		return "", nil, nil, errors.New("no liveness source: give --cni-cache DIR, --live FILE or --cri-endpoint URL")
+		return "", nil, nil, errors.New("no liveness source: give " + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "or"))
 	}
 	view, err := src.Read(ctx)
 	if err != nil {

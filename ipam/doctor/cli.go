@@ -31,7 +31,7 @@ whether its IPAM goes through safe-ipam, whether safe-ipam's delegate
 resolves and speaks a common CNI version, whether the record store answers,
 how many records of this node it holds and how many quarantines are tied
 to them, and the datastore and node name as Calico infers them. With a
-liveness source (--cri-endpoint, --cni-cache or --live) it also counts the
+liveness source (%s) it also counts the
 stale records: those safe-ipam gc would release. It only reads.
 Exit 0 when protected; 1 when not installed; 3 when installed but broken
 (a record store or Calico's datastore that does not answer as calico-ipam
@@ -48,7 +48,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	dirs, out := &admin.NodeDirs{}, admin.NewOutput(10*time.Second)
 	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
 	live.ThisNode, live.ExplicitOnly = true, true
-	cmd := admin.NewCommand("doctor", usage, stderr, dirs, live, out)
+	cmd := admin.NewCommand("doctor", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or")), stderr, dirs, live, out)
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}

@@ -3,27 +3,20 @@ package gc
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
-// DefaultCNIPath is where the node's CNI plugins, and so the delegate, are.
-const DefaultCNIPath = "/opt/cni/bin"
-
-const usage = `Usage: safe-ipam gc --conf FILE [--cri-endpoint SOCKET | --cni-cache DIR | --live FILE]
+const usage = `Usage: safe-ipam gc --conf FILE [%s]
                     [--dead-nodes] [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
@@ -51,54 +44,6 @@ With --every it exits 0 when stopped; each run's errors go to stderr.
 
 `
 
-// node is --conf, --node and --cni-bin-dir: the network, its safe-ipam config
-// and this node's name as the plugin resolves it.
-type node struct {
-	conf, name, cniPath string
-	nodeSet             bool
-	// kubeconfig is accepted only to refuse it with the reason.
-	kubeconfig string
-	file       *cninode.File
-	// calico carries the node to the liveness group.
-	calico *admin.Calico
-}
-
-func (n *node) Register(fs *flag.FlagSet) {
-	fs.StringVar(&n.conf, "conf", "", "the node's CNI config or conflist whose IPAM is safe-ipam (required)")
-	fs.StringVar(&n.name, "node", "", "this node's name (default: as safe-ipam names it from --conf: nodename, nodename_file, "+config.CalicoNodenameFile+", the host name)")
-	fs.StringVar(&n.cniPath, "cni-bin-dir", DefaultCNIPath, "the node's CNI bin dir, where the delegate (calico-ipam) is found for its DELs (a CNI_PATH list is accepted)")
-	fs.StringVar(&n.cniPath, "cni-path", DefaultCNIPath, "the older name of --cni-bin-dir")
-	fs.StringVar(&n.kubeconfig, "kubeconfig", "", "refused: the pods API names pods, not containers, so every record would look running")
-}
-
-func (n *node) Resolve(cmd *admin.Command) error {
-	if n.conf == "" {
-		return errors.New("--conf is required: the CNI config whose network to collect")
-	}
-	if n.kubeconfig != "" {
-		return errors.New("--kubeconfig: the pods API names pods and their addresses, not containers: gc needs --cri-endpoint, --cni-cache or --live")
-	}
-	n.nodeSet = cmd.Set("node")
-	return n.read()
-}
-
-// read reads --conf: at the start, and again before each run of --every.
-func (n *node) read() error {
-	file, err := cninode.ReadFile(n.conf, binDirOf(n.cniPath))
-	if err != nil {
-		return err
-	}
-	if file.SafeIPAM == nil {
-		return fmt.Errorf("--conf %s: the IPAM of network %q is not safe-ipam", n.conf, file.Network)
-	}
-	if n.nodeSet {
-		file.SafeIPAM.Calico.Nodename = n.name
-	}
-	n.file = file
-	n.calico.Node, n.calico.NodeErr = file.SafeIPAM.Node()
-	return nil
-}
-
 // Run is `safe-ipam gc`; --every runs until SIGTERM or SIGINT.
 func Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -108,22 +53,16 @@ func Run(args []string, stdout, stderr io.Writer) int {
 
 // RunContext is Run until ctx ends.
 func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	calico := &admin.Calico{}
-	n := &node{calico: calico}
-	live := admin.NewLiveness(calico.Place)
-	live.ExplicitOnly = true
-	out := admin.NewOutput(2 * time.Minute)
-	r := &runner{node: n, live: live, out: out, stdout: stdout, stderr: stderr}
-	cmd := admin.NewCommand("gc", usage, stderr, &r.metricsAddr, n, live, out)
-	r.cmd = cmd
-	cmd.Flags().BoolVar(&r.apply, "apply", false, "release (default: dry run, printing what would be released)")
-	cmd.Flags().BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
-	cmd.Flags().DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
+	r := newRunner(stdout, stderr)
+	cmd, live := r.cmd, r.live
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}
+	if err := r.checkConf(); err != nil {
+		return cmd.FailUsage(err)
+	}
 	if !live.Explicit() && !r.deadNodes {
-		return cmd.FailUsage(errors.New("name what to collect: a liveness source (--cri-endpoint, --cni-cache or --live) for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
+		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or") + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
 	}
 	if r.every < 0 {
 		return cmd.FailUsage(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
@@ -142,13 +81,30 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return r.loop(ctx)
 }
 
+// newRunner is gc's flags: the node's config and name, the liveness
+// source (one that names containers), output and --apply, then gc's own.
+func newRunner(stdout, stderr io.Writer) *runner {
+	conf := &admin.NodeConf{Required: "the CNI config whose network to collect, its IPAM safe-ipam",
+		BinDirUse: "; gc finds the delegate (calico-ipam) there for its DELs (a CNI_PATH list is accepted)"}
+	live := admin.NewLiveness(conf.Place)
+	live.ExplicitOnly, live.Containers = true, true
+	r := &runner{conf: conf, live: live, out: admin.NewOutput(2 * time.Minute), apply: admin.NewApply("release", "be released"),
+		stdout: stdout, stderr: stderr}
+	r.cmd = admin.NewCommand("gc", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, &r.metricsAddr, conf, live, r.out, r.apply)
+	fs := r.cmd.Flags()
+	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
+	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
+	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
+	return r
+}
+
 // runner is one gc invocation: what to collect, and where to report it.
 type runner struct {
 	cmd            *admin.Command
-	node           *node
+	conf           *admin.NodeConf
 	live           *admin.Liveness
 	out            *admin.Output
-	apply          bool
+	apply          *admin.Apply
 	deadNodes      bool
 	every          time.Duration
 	stdout, stderr io.Writer
@@ -186,7 +142,7 @@ func (r *runner) round(ctx context.Context) int {
 // cannot read it only waits for the next.
 func (r *runner) loop(ctx context.Context) int {
 	for {
-		if err := r.node.read(); err != nil {
+		if err := r.readConf(); err != nil {
 			code := r.cmd.Fail(err)
 			if r.observe != nil {
 				r.observe(code, tally{})
@@ -202,114 +158,126 @@ func (r *runner) loop(ctx context.Context) int {
 	}
 }
 
+// readConf reads --conf again, as calico-node may have rewritten it.
+func (r *runner) readConf() error {
+	if err := r.conf.Read(); err != nil {
+		return err
+	}
+	return r.checkConf()
+}
+
+// checkConf refuses a --conf whose IPAM is not safe-ipam, and makes
+// --node the name its records are under.
+func (r *runner) checkConf() error {
+	file := r.conf.File
+	if file.SafeIPAM == nil {
+		return fmt.Errorf("--conf %s: the IPAM of network %q is not safe-ipam", r.conf.Conf, file.Network)
+	}
+	if r.cmd.Set("node") {
+		file.SafeIPAM.Calico.Nodename = r.conf.Node
+	}
+	r.conf.Node, r.conf.NodeErr = file.SafeIPAM.Node()
+	return nil
+}
+
 // collectNode releases this node's records the liveness source does not
 // list.
 func (r *runner) collectNode(ctx context.Context) int {
+	return r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+		c := &Collector{Node: node, Source: r.live.Source()}
+		plan, report, err := c.Plan(ctx)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return report, func() error { return c.Apply(ctx, plan, report) }, len(plan.Release), nil
+	})
+}
+
+// collectDeadNodes is --dead-nodes: the records of other nodes that
+// Calico's datastore answers it does not know.
+func (r *runner) collectDeadNodes(ctx context.Context) int {
+	return r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+		cfg := r.conf.File.SafeIPAM
+		ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.conf.Conf))
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		defer closeDS()
+		plan, report, err := node.PlanDeadNodes(ctx, ds)
+		if errors.Is(err, ErrNodeLocalStore) {
+			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
+			return nil, nil, 0, nil
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		return report, func() error { return node.ApplyDeadNodes(ctx, plan, report) }, plan.Len(), nil
+	})
+}
+
+// plan is one collection's planning on the opened node: its report, how
+// to apply it, and how many records it releases (no report: nothing to
+// do).
+type plan func(ctx context.Context, node *Node) (report *Report, apply func() error, n int, err error)
+
+// collect runs one collection within the time limit, on this node's store
+// opened with a log for verb: it plans, applies with --apply, counts and
+// prints. Its exit code: 0 when nothing is left to release, 1 for a dry
+// run that would release, 2 for an error.
+func (r *runner) collect(ctx context.Context, verb string, planOn plan) int {
 	ctx, cancel := context.WithTimeout(ctx, r.out.Timeout)
 	defer cancel()
-	cfg := r.node.file.SafeIPAM
-	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-admin")
+	cfg := r.conf.File.SafeIPAM
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb)
 	defer closeLog()
-	node, err := OpenNode(ctx, r.node.file, r.node.cniPath, log)
+	node, err := OpenNode(ctx, r.conf.File, r.conf.BinDir, log)
 	if err != nil {
 		return r.cmd.Fail(err)
 	}
 	defer node.Close()
-	c := &Collector{Node: node, Source: r.live.Source()}
-	plan, report, err := c.Plan(ctx)
-	if err != nil {
-		return r.cmd.Fail(err)
+	report, apply, n, err := planOn(ctx, node)
+	if err != nil || report == nil {
+		if err != nil {
+			return r.cmd.Fail(err)
+		}
+		return admin.ExitOK
 	}
 	code := admin.ExitOK
 	switch {
-	case r.apply && len(plan.Release) > 0:
-		if err := c.Apply(ctx, plan, report); err != nil {
+	case r.apply.On && n > 0:
+		if err := apply(); err != nil {
 			code = admin.ExitError
 		}
-	case len(plan.Release) > 0:
+	case n > 0:
 		code = admin.ExitAttention
 	}
-	r.count(len(plan.Release), code)
-	return r.print(report, r.text(report), code, report.Error)
+	r.count(n, code)
+	return r.print(report, code)
 }
 
 // count adds n records a collection planned to the round's tally:
 // released when it applied them all, else left. (A release that failed
 // part-way counts its records as left: the next round tries them again.)
 func (r *runner) count(n, code int) {
-	if r.apply && code == admin.ExitOK {
+	if r.apply.On && code == admin.ExitOK {
 		r.tally.released += n
 	} else {
 		r.tally.stale += n
 	}
 }
 
-// text is how a round's report is printed: whole, except in a --every
-// loop's run that released nothing.
-func (r *runner) text(report *Report) func(io.Writer) error {
+// print writes a round's report and, when it failed, its error. In a
+// --every loop, a run that released nothing prints its summary alone.
+func (r *runner) print(report *Report, code int) int {
+	text := report.WriteText
 	if r.every > 0 && len(report.Release) == 0 {
-		return report.WriteSummary
+		text = report.WriteSummary
 	}
-	return report.WriteText
-}
-
-// print writes a round's report and, when it failed, its error.
-func (r *runner) print(report any, text func(io.Writer) error, code int, reportErr string) int {
 	if err := r.out.Print(r.stdout, report, text); err != nil {
 		return r.cmd.Fail(err)
 	}
 	if code == admin.ExitError {
-		fmt.Fprintf(r.stderr, "safe-ipam gc: %s\n", reportErr)
+		fmt.Fprintf(r.stderr, "safe-ipam gc: %s\n", report.Error)
 	}
 	return code
-}
-
-// binDirOf is the directory of CNI_PATH the runtime would run calico-ipam
-// from: the first that has one ("" when none does).
-func binDirOf(cniPath string) string {
-	for _, dir := range filepath.SplitList(cniPath) {
-		if _, err := os.Stat(filepath.Join(dir, cninode.CalicoIPAM)); err == nil {
-			return dir
-		}
-	}
-	return ""
-}
-
-// collectDeadNodes is --dead-nodes: the records of other nodes that
-// Calico's datastore answers it does not know.
-func (r *runner) collectDeadNodes(ctx context.Context) int {
-	ctx, cancel := context.WithTimeout(ctx, r.out.Timeout)
-	defer cancel()
-	cfg := r.node.file.SafeIPAM
-	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-dead-nodes")
-	defer closeLog()
-	node, err := OpenNode(ctx, r.node.file, r.node.cniPath, log)
-	if err != nil {
-		return r.cmd.Fail(err)
-	}
-	defer node.Close()
-	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.node.conf))
-	if err != nil {
-		return r.cmd.Fail(err)
-	}
-	defer closeDS()
-	plan, report, err := node.PlanDeadNodes(ctx, ds)
-	if errors.Is(err, ErrNodeLocalStore) {
-		fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
-		return admin.ExitOK
-	}
-	if err != nil {
-		return r.cmd.Fail(err)
-	}
-	code := admin.ExitOK
-	switch {
-	case r.apply && plan.Len() > 0:
-		if err := node.ApplyDeadNodes(ctx, plan, report); err != nil {
-			code = admin.ExitError
-		}
-	case plan.Len() > 0:
-		code = admin.ExitAttention
-	}
-	r.count(plan.Len(), code)
-	return r.print(report, r.text(report), code, report.Error)
 }

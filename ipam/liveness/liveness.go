@@ -1,7 +1,8 @@
 // Package liveness says which attachments run on a node. Each source (a
 // file, the runtime's CNI result cache, and others) is one small Source
 // side by side with the rest, and all pass one contract test
-// (livenesstest). A source that cannot be read whole is an error, never
+// (livenesstest); Kinds is the one table of how an operator names each
+// (flag, help, constructor), which every admin command reads. A source that cannot be read whole is an error, never
 // "nothing runs": incident 003 was a garbage collector that took an
 // unreachable runtime for an empty one.
 package liveness
@@ -158,7 +159,7 @@ func (v *View) PodNamesGap() string {
 // API, every record would look running (gc) or nameless (adopt).
 func (v *View) NeedContainers(command string) error {
 	if v.PodsOnly {
-		return fmt.Errorf("%s names pods and their addresses, not containers: %s needs --cri-endpoint, --cni-cache or --live", v.Source, command)
+		return NeedsContainers(v.Source, command)
 	}
 	return nil
 }

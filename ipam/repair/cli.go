@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
@@ -41,15 +42,15 @@ type Report struct {
 
 // Run is `safe-ipam repair`.
 func Run(args []string, stdout, stderr io.Writer) int {
-	s := audit.NewSession("repair", usage, stderr)
+	apply := admin.NewApply("make the changes", "change")
+	s := audit.NewCLI("repair", usage, stderr, apply)
 	s.Writes = true // forgetting a stale record writes the record store
 	fs := s.Cmd.Flags()
-	apply := fs.Bool("apply", false, "make the changes (default: dry run, printing what would change)")
 	fs.DurationVar(&s.Settle, "settle", 10*time.Second, "with --apply: wait this long, read the liveness source again, and act only on what still holds and did not change since the audit")
 	if code, stop := s.Cmd.ParseOrExit(args); stop {
 		return code
 	}
-	c := &cli{session: s, apply: *apply}
+	c := &cli{shared: s, apply: apply.On}
 	return s.Run(func(ctx context.Context, e *audit.Examined) (int, error) {
 		report := &Report{Report: e.Report, Repair: true}
 		code := c.repairAll(ctx, &Repairer{Data: e.Data, Records: e.Records, Snap: e.Snap}, report, e.Live)
@@ -58,8 +59,9 @@ func Run(args []string, stdout, stderr io.Writer) int {
 }
 
 type cli struct {
-	session *audit.Session
-	apply   bool
+	// shared is the flags and the reading repair shares with the audit.
+	shared *audit.CLI
+	apply  bool
 }
 
 func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *liveness.View) int {
@@ -87,7 +89,7 @@ func (c *cli) repairAll(ctx context.Context, r *Repairer, report *Report, live *
 // during the audit shows up in the source only once ADD has returned.
 // Actions dropped here get an outcome saying so.
 func (c *cli) settleLiveness(ctx context.Context, snap *snapshot.Snapshot, report *Report, live *liveness.View) *liveness.View {
-	settle := c.session.Settle
+	settle := c.shared.Settle
 	if settle <= 0 || live == nil {
 		return live
 	}
@@ -95,13 +97,13 @@ func (c *cli) settleLiveness(ctx context.Context, snap *snapshot.Snapshot, repor
 	case <-time.After(settle):
 	case <-ctx.Done():
 	}
-	fresh, note, err := c.session.ReadLiveness(ctx, snap)
+	fresh, note, err := c.shared.ReadLiveness(ctx, snap)
 	if err == nil && fresh == nil {
 		err = errors.New(note)
 	}
 	still := map[string]bool{}
 	if err == nil {
-		again, _ := Plan(snap, audit.Analyze(snap, c.session.Options(fresh)), fresh)
+		again, _ := Plan(snap, audit.Analyze(snap, c.shared.Options(fresh)), fresh)
 		for _, a := range again {
 			still[a.Kind+" "+a.Handle+" "+a.Address] = true
 		}

@@ -334,11 +334,8 @@ func (d *freshDocs) change(handle string, counts *calico.Handle, changed map[net
 }
 
 func (r *Repairer) prepareRelease(ctx context.Context, a Action) (write, error) {
-	d, err := r.readHandle(ctx, a.Handle)
+	d, err := r.readUnchanged(ctx, a.Handle)
 	if err != nil {
-		return write{}, err
-	}
-	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
 		return write{}, err
 	}
 	changed := map[netip.Prefix]bool{}
@@ -403,6 +400,19 @@ func (r *Repairer) prepareReclaim(ctx context.Context, a Action) (write, error) 
 	return write{change: d.change(a.Handle, counts, map[netip.Prefix]bool{cidr: true}, true), rec: a.rec}, nil
 }
 
+// readUnchanged reads the handle and its blocks again, and fails unless
+// they are as the audit read them (unchangedSinceAudit).
+func (r *Repairer) readUnchanged(ctx context.Context, handle string) (*freshDocs, error) {
+	d, err := r.readHandle(ctx, handle)
+	if err == nil {
+		err = r.unchangedSinceAudit(handle, d)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
 // unchangedSinceAudit: calico-ipam writes a handle and its block in two
 // steps (handle first on ADD, block first on release), so a document
 // pair caught between them looks like a leak or a miscount. Acting only
@@ -458,11 +468,8 @@ func (r *Repairer) blockOf(addr netip.Addr) (netip.Prefix, bool) {
 }
 
 func (r *Repairer) prepareFixCount(ctx context.Context, a Action) (write, error) {
-	d, err := r.readHandle(ctx, a.Handle)
+	d, err := r.readUnchanged(ctx, a.Handle)
 	if err != nil {
-		return write{}, err
-	}
-	if err := r.unchangedSinceAudit(a.Handle, d); err != nil {
 		return write{}, err
 	}
 	counts := calico.NewHandle()

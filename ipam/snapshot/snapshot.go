@@ -2,7 +2,8 @@
 // API, through package datastore) and safe-ipam's records into one
 // consistent view where the datastores allow it: what the audit judges,
 // what repair plans from, and where adopt finds the handle Calico holds a
-// running pod's addresses under.
+// running pod's addresses under. A Session opens both stores where the
+// flags say, reads them, and keeps them open for repair's writes.
 package snapshot
 
 import (

@@ -23,9 +23,9 @@ type Settings struct {
 	Kubeconfig string
 }
 
-// Open opens Calico's datastore. With etcd it also returns the client,
-// which safe-ipam's etcd records share; the caller closes both.
-func Open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) {
+// open opens Calico's datastore. With etcd it also returns the client;
+// the caller closes both.
+func open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) {
 	if s.Type == Kubernetes {
 		ds, err := NewKube(s.Kubeconfig, 0)
 		return ds, nil, err
@@ -37,12 +37,14 @@ func Open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) 
 	return NewEtcd(cli), cli, nil
 }
 
-// OpenCalico opens Calico's datastore as calico-ipam reaches it from its
-// network config (see admin.CalicoSettings); close with the returned func.
+// OpenCalico opens Calico's datastore, as calico-ipam reaches it from its
+// network config (admin.CalicoSettings) or as the flags say
+// (admin.Calico.Settings): the one way every command opens it. Close with
+// the returned func.
 func OpenCalico(ctx context.Context, s Settings) (Datastore, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	ds, cli, err := Open(ctx, s)
+	ds, cli, err := open(ctx, s)
 	if err != nil {
 		return nil, nil, fmt.Errorf("Calico's datastore: %w", err)
 	}
@@ -52,4 +54,14 @@ func OpenCalico(ctx context.Context, s Settings) (Datastore, func(), error) {
 			cli.Close()
 		}
 	}, nil
+}
+
+// EtcdClient is the client of the etcd ds reads, nil when ds is not in
+// etcd: safe-ipam's records in Calico's etcd are read through it at the
+// scan's revision.
+func EtcdClient(ds Datastore) *clientv3.Client {
+	if e, ok := ds.(*EtcdStore); ok {
+		return e.Client
+	}
+	return nil
 }
