@@ -101,6 +101,43 @@ func TestGuardImportsNoCalicoTransport(t *testing.T) {
 	}
 }
 
+// The record store is one interface with its implementations side by
+// side: nothing outside ipam/store type-asserts a concrete store, and the
+// etcd store's key layout is spelled in one file, which every test builds
+// keys through.
+func TestStoreLayoutIsSpelledOnce(t *testing.T) {
+	root := moduleRoot(t)
+	keys := filepath.Join(root, "ipam", "store", "etcdstore", "keys.go")
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || path == keys {
+			if d != nil && d.IsDir() && d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		inStore := strings.HasPrefix(path, filepath.Join(root, "ipam", "store")+string(filepath.Separator))
+		// Spelled in pieces, so that this file does not name them itself.
+		for _, s := range []string{".(*" + "etcdstore.", ".(*" + "filestore."} {
+			if !inStore && bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s type-asserts a concrete store (%s...): use store.Store or store.Cluster", path, s)
+			}
+		}
+		for _, s := range []string{`"/` + `attachments/`, `"/` + `addresses/`, `"/` + `quarantine/`, `/` + `attachments/"`, `/` + `addresses/"`} {
+			if bytes.Contains(b, []byte(s)) {
+				t.Errorf("%s spells an etcd store key (%s): build it through etcdstore's key functions", path, s)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Every package's doc comment says its one job.
 func TestEveryPackageSaysItsJob(t *testing.T) {
 	for _, p := range listPackages(t) {
