@@ -52,6 +52,22 @@ func commitEdited(t *testing.T, s store.Store, cid string, edit func(*record.Rec
 	return p, out, err
 }
 
+// quarantineLate commits "late" with 10.0.0.1/26, which a record holds,
+// and quarantines its allocation with that holder; it returns late's
+// pending record.
+func quarantineLate(t *testing.T, s store.Store) *record.Record {
+	t.Helper()
+	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
+	var held *store.HeldError
+	if !errors.As(err, &held) {
+		t.Fatalf("commit = %v; want held", err)
+	}
+	if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func mustCommit(t *testing.T, s store.Store, cid string, ips ...string) *record.Record {
 	t.Helper()
 	_, c, err := commitWith(t, s, cid, ips...)
@@ -171,14 +187,7 @@ func quarantineAfterRead(t *testing.T, s store.Store) {
 	if err != nil || len(listed) != 1 {
 		t.Fatalf("list = %v, %v", listed, err)
 	}
-	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
-	var held *store.HeldError
-	if !errors.As(err, &held) {
-		t.Fatalf("commit = %v; want held", err)
-	}
-	if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
-		t.Fatal(err)
-	}
+	p := quarantineLate(t, s)
 	marked, err := s.Swap(ctx, holder.Attachment, listed[0], store.Releasing(listed[0], listed[0].Updated))
 	if errors.Is(err, store.ErrConflict) {
 		return // the store saw the change: the caller judges the record again
@@ -212,14 +221,7 @@ func retriedMark(t *testing.T, s store.Store) {
 // it; a second mark of that record (the DEL retried) keeps them.
 func takeoverDropsQuarantines(t *testing.T, s store.Store) {
 	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
-	p, _, err := commitWith(t, s, "late", "10.0.0.1/26")
-	var held *store.HeldError
-	if !errors.As(err, &held) {
-		t.Fatalf("commit = %v; want held", err)
-	}
-	if err := s.Quarantine(ctx, p, held.Holder, record.Quarantine{Attachment: p.Attachment, IPs: []string{"10.0.0.1/26"}}); err != nil {
-		t.Fatal(err)
-	}
+	p := quarantineLate(t, s)
 	if _, err := s.MarkReleasing(ctx, marker(holder.Attachment)); err != nil {
 		t.Fatal(err)
 	}
