@@ -84,7 +84,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
 		fs.StringVar(&f.handles, "delegate-handles", "", `node setting: "container", or "pod" for a calico-ipam that keys ADD by namespace.podname as Calico 2.x did (unchanged when not given)`)
-		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd); default as the plugin infers it`)
+		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd: its endpoints and TLS files from Calico's keys in the config); default as the plugin infers it`)
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)

@@ -86,11 +86,28 @@ func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
 func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result, error) {
 	return locked(n, dryRun, func() (*Plan, []string, error) {
 		p, err := m.Install(n, self)
-		if err == nil {
-			err = n.planSettings(p, s)
+		if err != nil {
+			return nil, nil, err
 		}
-		return p, nil, err
+		return p, nil, n.planChecked(p, m, s)
 	}, m.Name())
+}
+
+// planChecked adds the node settings s to p, and refuses p when the
+// plugin would refuse a config it leaves (checkConfigs).
+func (n Node) planChecked(p *Plan, m Mode, s Settings) error {
+	confs, err := calicoConfs(n, true)
+	if err != nil {
+		return err
+	}
+	if s, err = withCalicoEtcd(s, confs); err != nil {
+		return err
+	}
+	settings, err := n.planSettings(p, s)
+	if err != nil {
+		return err
+	}
+	return n.checkConfigs(p, m, confs, settings)
 }
 
 // Uninstall takes safe-ipam off the node in mode m. It refuses while a
