@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -148,8 +149,23 @@ func locked(n Node, dryRun bool, plan func() (*Plan, []string, error), mode stri
 		return r, nil
 	}
 	if err := p.Apply(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
+		return nil, fmt.Errorf("%w: %v%s", ErrRefused, err, n.readOnlyHint(p, err))
 	}
 	r.Applied = true
 	return r, nil
+}
+
+// readOnlyHint says, when a plan failed on a read-only conf dir, which
+// mount must be writable: the conflist mode's changes land there, in
+// install's DaemonSet and in uninstall's alike.
+func (n Node) readOnlyHint(p *Plan, err error) string {
+	if !errors.Is(err, syscall.EROFS) {
+		return ""
+	}
+	for _, s := range p.Steps {
+		if filepath.Dir(s.Path) == filepath.Clean(n.ConfDir) {
+			return fmt.Sprintf("; the conflist mode writes %s: mount it writable (readOnly: false on the cni-net-dir mount of deploy/safe-ipam.yaml's install and watch containers, and of deploy/safe-ipam-uninstall.yaml's uninstall container)", n.ConfDir)
+		}
+	}
+	return ""
 }
