@@ -185,6 +185,7 @@ func (r *runner) round(ctx context.Context) int {
 // read again each time: calico-node may rewrite it, and a round that
 // cannot read it only waits for the next.
 func (r *runner) loop(ctx context.Context) int {
+	indexed := !r.apply // a dry run writes nothing
 	for {
 		if err := r.node.read(); err != nil {
 			code := r.cmd.Fail(err)
@@ -192,6 +193,7 @@ func (r *runner) loop(ctx context.Context) int {
 				r.observe(code, tally{})
 			}
 		} else {
+			indexed = indexed || r.reindex(ctx)
 			r.round(ctx)
 		}
 		select {

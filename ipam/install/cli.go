@@ -257,8 +257,9 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 		}
 	}
 	// Once safe-ipam is in place, records written before the address
-	// index get their entries: every start of the DaemonSet (an upgrade
-	// of safe-ipam included) runs the migration.
+	// index get their entries where the store takes writes here (Calico's
+	// etcd; the DaemonSet mounts the file store read-only in this
+	// container, and its gc container indexes that at its start).
 	// In the background: a slow store must not hold up re-assertions.
 	first := sync.OnceFunc(func() { go reindex(f.node, stderr, stderr) })
 	w.Reasserted = func(r Reassertion) { first(); observe(r) }
