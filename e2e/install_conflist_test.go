@@ -37,7 +37,9 @@ func TestInstallStoreEtcdThenADD(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n.add(t, ctx, testbed.Sandbox{Pod: statefulset.Pod, Netns: ns})
+			sb := testbed.Sandbox{Pod: statefulset.Pod, Netns: ns}
+			n.add(t, ctx, sb)
+			n.delAtCleanup(t, ctx, sb)
 			recs, err := c.Records(ctx, calicoNetwork, testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1"))
 			if err != nil || len(recs) != 1 {
 				t.Fatalf("records in Calico's etcd after the ADD: %d, %v; want the pod's", len(recs), err)
@@ -203,8 +205,22 @@ func (n *calicoNode) podStarts(t *testing.T, ctx context.Context, c *testbed.Clu
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.runner.Add(ctx, calicoNetwork, testbed.Sandbox{Pod: statefulset.Pod, Netns: ns}); err != nil {
+		sb := testbed.Sandbox{Pod: statefulset.Pod, Netns: ns}
+		if _, err := n.runner.Add(ctx, calicoNetwork, sb); err != nil {
 			t.Fatalf("%s: a pod's ADD fails: %v", when, err)
 		}
+		n.delAtCleanup(t, ctx, sb)
 	}
+}
+
+// delAtCleanup stops the pod at the test's end, as its runtime would:
+// its DEL takes the host side of its dataplane away at once (a netns's
+// own removal does it later, and the next test's pod, given the same
+// address, would find the route taken).
+func (n *calicoNode) delAtCleanup(t *testing.T, ctx context.Context, sb testbed.Sandbox) {
+	t.Cleanup(func() {
+		if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil {
+			t.Errorf("DEL at cleanup: %v", err)
+		}
+	})
 }

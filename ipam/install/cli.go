@@ -108,7 +108,11 @@ var cliUsage = map[string]string{
 Puts safe-ipam in front of Calico's calico-ipam on this node: all or
 nothing, and idempotent. It makes its changes unless --dry-run is given.
 Exit 0 when installed, 1 when refused (nothing changed; the message says
-why), 2 on a usage error.
+why), 2 on a usage error. It refuses a node where the plugin, with the
+node settings given, would refuse a network config it runs for (checked
+with the plugin's own parser). --store=etcd takes Calico's etcd
+(etcd_endpoints and the etcd_*_file keys of Calico's config), and is
+refused where Calico names none.
 
 The node settings (--delegate-handles, --store, --log-file) go to
 <cni-bin-dir>/.safe-ipam.json, which calico-node never rewrites; the
@@ -124,8 +128,11 @@ Takes safe-ipam off this node, restoring byte for byte what install
 replaced, unless it changed since, then forgets this node's records (with
 their address index entries and quarantines; Calico's allocations stay):
 no DEL or GC of safe-ipam comes for them any more. It refuses while a
-watch (install --watch) keeps safe-ipam on the node. Exit codes as
-install's; 2 when the record store does not answer (run it again).
+watch (install --watch) keeps safe-ipam on the node, and while a network
+config it has no original of names safe-ipam (calico-node renders it from
+the calico-config patch: revert that first, as the message says). Exit
+codes as install's; 2 when the record store does not answer (run it
+again).
 
 Example: safe-ipam uninstall --dry-run
 
