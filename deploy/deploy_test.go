@@ -406,3 +406,21 @@ func TestDaemonSetServesMetricsAndLiveness(t *testing.T) {
 		}
 	}
 }
+
+// Issue 30, item 1: the revert of the conflist patch is Calico's own
+// cni_network_config, byte for byte, so that calico-node renders a config
+// naming calico-ipam again before safe-ipam is uninstalled.
+func TestCalicoConfigRevertIsCalicos(t *testing.T) {
+	var cm corev1.ConfigMap
+	decodeStrict(t, "calico-config-conflist.revert.yaml", &cm)
+	if cm.Name != "calico-config" || cm.Namespace != "kube-system" || len(cm.Data) != 1 {
+		t.Fatalf("%s/%s with keys %d; want calico-config in kube-system with only cni_network_config", cm.Namespace, cm.Name, len(cm.Data))
+	}
+	tpl, err := testbed.CalicoNetworkTemplate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["cni_network_config"] != tpl {
+		t.Errorf("the revert's cni_network_config is not Calico's:\n%s\nwant:\n%s", cm.Data["cni_network_config"], tpl)
+	}
+}

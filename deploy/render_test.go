@@ -73,3 +73,54 @@ func TestRenderForOtherCNIDirs(t *testing.T) {
 		t.Error("a relative dir was accepted")
 	}
 }
+
+// Issue 30, item 1: the mounts follow the mode. Rendered for the
+// conflist mode, install and watch run --mode=conflist, and they and
+// uninstall mount the CNI conf dir writable (conflist mode rewrites
+// Calico's configs, uninstall puts them back); gc's mount stays
+// read-only, and nothing else changes.
+func TestRenderForTheConflistMode(t *testing.T) {
+	for _, f := range []string{"safe-ipam.yaml", "safe-ipam-uninstall.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := render.Conflist(string(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ds appsv1.DaemonSet
+		if err := yaml.UnmarshalStrict([]byte(out), &ds); err != nil {
+			t.Fatalf("%s rendered does not decode: %v", f, err)
+		}
+		spec := ds.Spec.Template.Spec
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			writes := c.Name == "install" || c.Name == "watch" || c.Name == "uninstall"
+			for _, m := range c.VolumeMounts {
+				if m.MountPath == install.DefaultConfDir && m.ReadOnly == writes {
+					t.Errorf("%s: %s mounts %s read-only %v", f, c.Name, m.MountPath, m.ReadOnly)
+				}
+			}
+			if mode := flagValue(c.Command, "mode"); (c.Name == "install" || c.Name == "watch") && mode != install.ModeConflist {
+				t.Errorf("%s: %s runs --mode=%s", f, c.Name, mode)
+			}
+		}
+		if changed := diffLines(string(b), out); changed > 3 {
+			t.Errorf("%s: %d lines changed; want only the modes and the conf dir mounts", f, changed)
+		}
+	}
+	if _, err := render.Conflist("kind: ConfigMap\n"); err == nil {
+		t.Error("a manifest with nothing to change was accepted")
+	}
+}
+
+func diffLines(a, b string) int {
+	la, lb := strings.Split(a, "\n"), strings.Split(b, "\n")
+	n := 0
+	for i := range min(len(la), len(lb)) {
+		if la[i] != lb[i] {
+			n++
+		}
+	}
+	return n + max(len(la), len(lb)) - min(len(la), len(lb))
+}

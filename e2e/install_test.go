@@ -129,6 +129,13 @@ func calicoConfig(t *testing.T, c *testbed.Cluster, root string) []byte {
 	if err != nil {
 		t.Fatal(err) // the e2e suite never skips for want of it
 	}
+	return renderForNode(t, c, root, tpl)
+}
+
+// renderForNode renders tpl, a cni_network_config, as calicoConfig
+// renders Calico's.
+func renderForNode(t *testing.T, c *testbed.Cluster, root, tpl string) []byte {
+	t.Helper()
 	b, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(c.EtcdEndpoint))
 	if err != nil {
 		t.Fatal(err)

@@ -16,8 +16,10 @@ import (
 // default way: Calico installed by its installer (its conflist, its
 // binary as calico and calico-ipam), its IPPool and Node in etcd as
 // calico-node creates them, safe-ipam installed by takeover. Only the
-// node's paths change (the CNI dirs, /tmp/walk and the netns names), and
-// cnitool and safe-ipam are on PATH, as the README says to put them.
+// node's paths change (the CNI dirs, /tmp/walk and the netns names). It
+// runs as a reader runs it: from a clone after `make build tools` (bin/
+// holds safe-ipam, safe-ipam-admin and cnitool), with the PATH the reader
+// has, which holds none of them.
 func TestReadmeWalkthrough(t *testing.T) {
 	ctx := testContext(t)
 	c := newCluster(t, "rw")
@@ -36,8 +38,12 @@ func TestReadmeWalkthrough(t *testing.T) {
 	})
 	script := strings.NewReplacer("/etc/cni/net.d", n.ConfDir, "/opt/cni/bin", n.BinDir, "/tmp/walk", walk, "walk-a", a, "walk-b", b).
 		Replace(readmeBlock(t, "## Walk through the StatefulSet story with cnitool"))
+	clone := t.TempDir()
+	if err := os.Symlink(filepath.Dir(n.safeIPAM), filepath.Join(clone, "bin")); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(n.safeIPAM)+":"+os.Getenv("PATH"))
+	cmd.Dir = clone
 	out, err := cmd.CombinedOutput()
 	t.Logf("the walk-through:\n%s\n%s", script, out)
 	if err != nil {

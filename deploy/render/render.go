@@ -47,3 +47,35 @@ func Manifest(manifest string, d Dirs) (string, error) {
 }
 
 var dirs = regexp.MustCompile(`(` + regexp.QuoteMeta(DefaultBinDir) + `|` + regexp.QuoteMeta(DefaultConfDir) + `)(/|\b|$)`)
+
+// Conflist is manifest for the conflist mode (docs/install.md, "The two
+// modes"): the install and watch containers run --mode=conflist, and
+// they and uninstall's container mount the CNI conf dir writable, since
+// that mode rewrites Calico's network configs and uninstall puts them
+// back. Every other mount of it (gc's) stays read-only.
+func Conflist(manifest string) (string, error) {
+	lines := strings.Split(manifest, "\n")
+	changed, container := 0, ""
+	for i, l := range lines {
+		name, isEntry := strings.CutPrefix(strings.TrimSpace(l), "- name: ")
+		switch {
+		case isEntry && i+2 < len(lines) && strings.Contains(lines[i+1], "image:"):
+			container = name
+		case isEntry && name == "cni-net-dir" && writesConfDir[container] && i+2 < len(lines) &&
+			strings.TrimSpace(lines[i+2]) == "readOnly: true":
+			lines[i+2] = strings.Replace(lines[i+2], "true", "false", 1)
+			changed++
+		case strings.TrimSpace(l) == "- --mode=takeover":
+			lines[i] = strings.Replace(l, "takeover", "conflist", 1)
+			changed++
+		}
+	}
+	if changed == 0 {
+		return "", fmt.Errorf("not a manifest of deploy/ that installs or uninstalls: nothing to change for the conflist mode")
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
+// writesConfDir are the containers that write the conf dir in the
+// conflist mode (watch shares install's mounts).
+var writesConfDir = map[string]bool{"install": true, "uninstall": true}

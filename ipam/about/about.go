@@ -69,7 +69,8 @@ Admin commands (CNI_COMMAND unset):
                         (--mode takeover|conflist, --dry-run, --watch to keep
                         it there while calico-node re-installs itself)
   safe-ipam uninstall   take it off again, restoring what install replaced
-  safe-ipam doctor      is this node protected? exit 0 yes, 1 no, 2 error
+  safe-ipam doctor      is this node protected? exit 0 yes, 1 not installed,
+                        3 installed but broken, 2 cannot tell
   safe-ipam version     print the version and the CNI versions it speaks
   safe-ipam help        this text
 `

@@ -92,11 +92,18 @@ func ReadConf(path string) *Conf {
 		c.Err = err
 		return c
 	}
-	c.Perm = st.Mode().Perm()
-	if c.Raw, err = nodefile.Read(path, nodefile.Small); err != nil {
+	raw, err := nodefile.Read(path, nodefile.Small)
+	if err != nil {
 		c.Err = err
 		return c
 	}
+	return ParseConf(path, raw, st.Mode().Perm())
+}
+
+// ParseConf is ReadConf of raw, the content path has (or will have) with
+// mode perm.
+func ParseConf(path string, raw []byte, perm os.FileMode) *Conf {
+	c := &Conf{Path: path, Raw: raw, Perm: perm}
 	if err := c.parse(); err != nil {
 		c.Err = fmt.Errorf("%s does not parse: %w", path, err)
 	}

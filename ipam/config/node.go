@@ -48,16 +48,36 @@ func readNodeSettings(binDir string) (map[string]json.RawMessage, string, error)
 	if err != nil {
 		return nil, "", types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("node settings %v", err), "")
 	}
+	node, err := decodeNodeSettings(data, path)
+	return node, path, err
+}
+
+// ParseWithNodeSettings is ParseOnNode with the node settings given as
+// data (nil: none), as they will be at path: install checks with it the
+// configs it leaves before it writes them, so that it never leaves one
+// the plugin refuses.
+func ParseWithNodeSettings(stdin, data []byte, path string) (*Config, error) {
+	if data == nil {
+		return parse(stdin, nil, "")
+	}
+	node, err := decodeNodeSettings(data, path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(stdin, node, path)
+}
+
+func decodeNodeSettings(data []byte, path string) (map[string]json.RawMessage, error) {
 	var node map[string]json.RawMessage
 	if err := json.Unmarshal(data, &node); err != nil || node == nil {
-		return nil, "", invalid("node settings "+path, "must be a JSON object")
+		return nil, invalid("node settings "+path, "must be a JSON object")
 	}
 	for k := range node {
 		if !slices.Contains(NodeSettingsKeys, k) {
-			return nil, "", invalid("node settings "+path, fmt.Sprintf("%q is not one of %v", k, NodeSettingsKeys))
+			return nil, invalid("node settings "+path, fmt.Sprintf("%q is not one of %v", k, NodeSettingsKeys))
 		}
 	}
-	return node, path, nil
+	return node, nil
 }
 
 // fillFromNode sets each node setting the ipam section leaves out, and

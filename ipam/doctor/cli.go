@@ -36,8 +36,10 @@ stale records: those safe-ipam gc would release. It only reads.
 Exit 0 when protected; 1 when not installed; 3 when installed but broken
 (a record store or Calico's datastore that does not answer as calico-ipam
 reaches it, a config Calico reads differently than written, ...); 2 when
-it cannot tell. Stale records do not change the exit code: the
-DaemonSet's gc container releases them.
+it cannot tell. Stale records do not change the exit code while they
+are the next gc run's work (the DaemonSet's gc container releases them);
+one last written more than 15 minutes ago means gc is not releasing
+them, and gives 3.
 
 Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 

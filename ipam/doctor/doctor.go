@@ -188,6 +188,12 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 	kind := binaryKind(n.Bin(name))
 	if kind != BinarySafeIPAM {
 		net.IPAM = name + " (" + kind + ")"
+		if name == cninode.SafeIPAM {
+			// Half taken off: worse than not installed, every pod start
+			// fails (plugin not found). Broken, and says how to mend it.
+			net.Installed = true
+			net.Error = fmt.Sprintf("the config names safe-ipam, but %s is %s: every pod start fails; put it back (safe-ipam install --mode=conflist), or give calico-config Calico's config back (deploy/calico-config-conflist.revert.yaml) and restart calico-node", n.Bin(name), kind)
+		}
 		return net
 	}
 	net.Installed = true

@@ -145,6 +145,12 @@ func TestDoctor(t *testing.T) {
 			n.install(t, install.TakeoverMode{})
 			n.recordPodNameKeyed(t, "k8s-pod-network.c1")
 		}, ExitProtected, "calico-ipam = safe-ipam -> calico as calico-ipam", BinarySafeIPAM, "doctor: protected"},
+		// Issue 30: a config that names safe-ipam without its binary
+		// fails every pod start; doctor said "not installed" (exit 1).
+		{"conflist, safe-ipam's binary gone", func(t *testing.T, n *node) {
+			n.install(t, install.ConflistMode{})
+			must(t, os.Remove(filepath.Join(n.BinDir, "safe-ipam")))
+		}, ExitBroken, "safe-ipam (missing)", BinaryCalico, "every pod start fails"},
 		{"calico-node restarted after takeover", func(t *testing.T, n *node) {
 			n.install(t, install.TakeoverMode{})
 			b, err := os.ReadFile(filepath.Join(n.BinDir, "calico"))

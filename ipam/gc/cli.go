@@ -141,6 +141,7 @@ func (r *runner) round(ctx context.Context) int {
 // read again each time: calico-node may rewrite it, and a round that
 // cannot read it only waits for the next.
 func (r *runner) loop(ctx context.Context) int {
+	indexed := !r.apply // a dry run writes nothing
 	for {
 		if err := r.readConf(); err != nil {
 			code := r.cmd.Fail(err)
@@ -148,6 +149,7 @@ func (r *runner) loop(ctx context.Context) int {
 				r.observe(code, tally{})
 			}
 		} else {
+			indexed = indexed || r.reindex(ctx)
 			r.round(ctx)
 		}
 		select {

@@ -84,7 +84,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
 		fs.StringVar(&f.handles, "delegate-handles", "", `node setting: "container", or "pod" for a calico-ipam that keys ADD by namespace.podname as Calico 2.x did (unchanged when not given)`)
-		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd); default as the plugin infers it`)
+		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd: its endpoints and TLS files from Calico's keys in the config); default as the plugin infers it`)
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
@@ -108,7 +108,11 @@ var cliUsage = map[string]string{
 Puts safe-ipam in front of Calico's calico-ipam on this node: all or
 nothing, and idempotent. It makes its changes unless --dry-run is given.
 Exit 0 when installed, 1 when refused (nothing changed; the message says
-why), 2 on a usage error.
+why), 2 on a usage error. It refuses a node where the plugin, with the
+node settings given, would refuse a network config it runs for (checked
+with the plugin's own parser). --store=etcd takes Calico's etcd
+(etcd_endpoints and the etcd_*_file keys of Calico's config), and is
+refused where Calico names none.
 
 The node settings (--delegate-handles, --store, --log-file) go to
 <cni-bin-dir>/.safe-ipam.json, which calico-node never rewrites; the
@@ -124,8 +128,11 @@ Takes safe-ipam off this node, restoring byte for byte what install
 replaced, unless it changed since, then forgets this node's records (with
 their address index entries and quarantines; Calico's allocations stay):
 no DEL or GC of safe-ipam comes for them any more. It refuses while a
-watch (install --watch) keeps safe-ipam on the node. Exit codes as
-install's; 2 when the record store does not answer (run it again).
+watch (install --watch) keeps safe-ipam on the node, and while a network
+config it has no original of names safe-ipam (calico-node renders it from
+the calico-config patch: revert that first, as the message says). Exit
+codes as install's; 2 when the record store does not answer (run it
+again).
 
 Example: safe-ipam uninstall --dry-run
 
@@ -257,8 +264,9 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 		}
 	}
 	// Once safe-ipam is in place, records written before the address
-	// index get their entries: every start of the DaemonSet (an upgrade
-	// of safe-ipam included) runs the migration.
+	// index get their entries where the store takes writes here (Calico's
+	// etcd; the DaemonSet mounts the file store read-only in this
+	// container, and its gc container indexes that at its start).
 	// In the background: a slow store must not hold up re-assertions.
 	first := sync.OnceFunc(func() { go reindex(f.node, stderr, stderr) })
 	w.Reasserted = func(r Reassertion) { first(); observe(r) }

@@ -80,7 +80,48 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
+	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
+		return nil, nil, err
+	}
 	return p, append(notes, more...), nil
+}
+
+// keepsSafeIPAMNamed refuses a plan that takes safe-ipam's binary off the
+// node while a network config it leaves still names safe-ipam as its
+// IPAM: every pod start would then fail (plugin not found). Such a
+// config is Calico's own rendering of the calico-config patch
+// (deploy/calico-config-conflist.patch.yaml), which install never wrote,
+// so it has nothing to restore: calico-config must be reverted first.
+func keepsSafeIPAMNamed(n Node, p *Plan, files []string) error {
+	if !p.removes(n.bin(SafeIPAM)) {
+		return nil
+	}
+	for _, f := range files {
+		if p.restores(f) {
+			continue
+		}
+		c := cninode.ReadConf(f)
+		if c.Err != nil || !namesSafeIPAM(c) {
+			continue
+		}
+		return refuse("%s names safe-ipam as its IPAM, and uninstall has no original of it to restore "+
+			"(calico-node renders it from calico-config patched with deploy/calico-config-conflist.patch.yaml): "+
+			"without %s every pod start on this node would fail. First give calico-config Calico's network config back "+
+			"(kubectl -n kube-system patch configmap calico-config --type merge --patch-file deploy/calico-config-conflist.revert.yaml), "+
+			"then kubectl -n kube-system rollout restart daemonset calico-node and wait for its rollout status: "+
+			"calico-node then writes a config naming calico-ipam, which works with or without safe-ipam. Then uninstall again (docs/install.md, \"Uninstalling from a cluster\")",
+			f, n.bin(SafeIPAM))
+	}
+	return nil
+}
+
+func namesSafeIPAM(c *cninode.Conf) bool {
+	for _, pl := range c.Plugins {
+		if pl.IPAMType == SafeIPAM || pl.Type == SafeIPAM {
+			return true
+		}
+	}
+	return false
 }
 
 // stillRouted says whether the file at path is exactly what install made

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 )
 
@@ -86,11 +87,28 @@ func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
 func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result, error) {
 	return locked(n, dryRun, func() (*Plan, []string, error) {
 		p, err := m.Install(n, self)
-		if err == nil {
-			err = n.planSettings(p, s)
+		if err != nil {
+			return nil, nil, err
 		}
-		return p, nil, err
+		return p, nil, n.planChecked(p, m, s)
 	}, m.Name())
+}
+
+// planChecked adds the node settings s to p, and refuses p when the
+// plugin would refuse a config it leaves (checkConfigs).
+func (n Node) planChecked(p *Plan, m Mode, s Settings) error {
+	confs, err := calicoConfs(n, true)
+	if err != nil {
+		return err
+	}
+	if s, err = withCalicoEtcd(s, confs); err != nil {
+		return err
+	}
+	settings, err := n.planSettings(p, s)
+	if err != nil {
+		return err
+	}
+	return n.checkConfigs(p, m, confs, settings)
 }
 
 // Uninstall takes safe-ipam off the node in mode m. It refuses while a
@@ -131,8 +149,23 @@ func locked(n Node, dryRun bool, plan func() (*Plan, []string, error), mode stri
 		return r, nil
 	}
 	if err := p.Apply(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
+		return nil, fmt.Errorf("%w: %v%s", ErrRefused, err, n.readOnlyHint(p, err))
 	}
 	r.Applied = true
 	return r, nil
+}
+
+// readOnlyHint says, when a plan failed on a read-only conf dir, which
+// mount must be writable: the conflist mode's changes land there, in
+// install's DaemonSet and in uninstall's alike.
+func (n Node) readOnlyHint(p *Plan, err error) string {
+	if !errors.Is(err, syscall.EROFS) {
+		return ""
+	}
+	for _, s := range p.Steps {
+		if filepath.Dir(s.Path) == filepath.Clean(n.ConfDir) {
+			return fmt.Sprintf("; the conflist mode writes %s: mount it writable (readOnly: false on the cni-net-dir mount of deploy/safe-ipam.yaml's install and watch containers, and of deploy/safe-ipam-uninstall.yaml's uninstall container)", n.ConfDir)
+		}
+	}
+	return ""
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -38,6 +39,16 @@ type Step struct {
 }
 
 func (p *Plan) add(s Step) { p.Steps = append(p.Steps, s) }
+
+// removes says whether the plan removes path.
+func (p *Plan) removes(path string) bool {
+	return slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Path == path && s.remove })
+}
+
+// restores says whether the plan puts the kept original back at path.
+func (p *Plan) restores(path string) bool {
+	return slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Path == path && s.rename != "" })
+}
 
 // Empty says whether the node is already as the plan wants it.
 func (p *Plan) Empty() bool { return len(p.Steps) == 0 }

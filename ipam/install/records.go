@@ -107,13 +107,15 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 // through safe-ipam their address index entries (store.Reindex), and says
 // so. It never fails the install it follows: the node is protected, and
 // an address a record without an entry holds is fenced once the next
-// install or watch start has indexed it.
+// install, or the start of gc --apply --every, has indexed it (the
+// DaemonSet's install and watch mount the file store read-only; its gc
+// container does it there).
 func reindex(n Node, out, errOut io.Writer) {
 	r := recordsOf(n)
 	for i, cfg := range r.configs {
-		indexed, held, err := reindexNetwork(cfg, r.paths[i])
+		indexed, held, err := ReindexNetwork(context.Background(), cfg, r.paths[i])
 		if err != nil {
-			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; the next install or watch start does it\n", r.paths[i], err)
+			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; gc --apply --every (the DaemonSet's gc container, which mounts the file store writable) does it at its start, as the next install does\n", r.paths[i], err)
 			continue
 		}
 		fmt.Fprintf(out, "install: indexed the addresses of %d record(s) of network %q on this node\n", indexed, cfg.Network)
@@ -123,12 +125,17 @@ func reindex(n Node, out, errOut io.Writer) {
 	}
 }
 
-func reindexNetwork(cfg *config.Config, path string) (int, []*store.HeldError, error) {
+// ReindexNetwork gives the records of cfg's network on this node (cfg
+// read from the config at path) their address index entries
+// (store.Reindex): install does it, and gc --apply --every at its start,
+// since the DaemonSet's gc container is the one that may write the file
+// store.
+func ReindexNetwork(ctx context.Context, cfg *config.Config, path string) (int, []*store.HeldError, error) {
 	node, err := cfg.Node()
 	if err != nil {
 		return 0, nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	st, err := opener.Open(ctx, cfg, node, opener.Options{In: path})
 	if err != nil {

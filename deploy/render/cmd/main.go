@@ -3,6 +3,7 @@
 //
 //	go run ./deploy/render/cmd --cni-bin-dir /var/lib/rancher/k3s/data/current/bin \
 //	  --cni-conf-dir /var/lib/rancher/k3s/agent/etc/cni/net.d deploy/safe-ipam.yaml > safe-ipam.yaml
+//	go run ./deploy/render/cmd --mode conflist deploy/safe-ipam-uninstall.yaml > safe-ipam-uninstall.yaml
 package main
 
 import (
@@ -17,8 +18,9 @@ func main() {
 	var d render.Dirs
 	flag.StringVar(&d.BinDir, "cni-bin-dir", render.DefaultBinDir, "the nodes' CNI bin dir")
 	flag.StringVar(&d.ConfDir, "cni-conf-dir", render.DefaultConfDir, "the nodes' CNI config dir")
+	mode := flag.String("mode", "takeover", `"conflist": the install and watch containers run --mode=conflist, and they and uninstall's container mount the CNI config dir writable`)
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs.")
+		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] [--mode conflist] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs, and for the install mode.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -32,6 +34,13 @@ func main() {
 		os.Exit(2)
 	}
 	out, err := render.Manifest(string(b), d)
+	switch {
+	case err != nil:
+	case *mode == "conflist":
+		out, err = render.Conflist(out)
+	case *mode != "takeover":
+		err = fmt.Errorf("--mode %q: takeover or conflist", *mode)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "render:", err)
 		os.Exit(2)
