@@ -141,7 +141,7 @@ func (r *runner) round(ctx context.Context) int {
 // read again each time: calico-node may rewrite it, and a round that
 // cannot read it only waits for the next.
 func (r *runner) loop(ctx context.Context) int {
-	indexed := !r.apply // a dry run writes nothing
+	indexed := !r.apply.On // a dry run writes nothing
 	for {
 		if err := r.readConf(); err != nil {
 			code := r.cmd.Fail(err)

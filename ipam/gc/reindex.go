@@ -16,10 +16,10 @@ import (
 // alike. It reports whether it did; a store that does not answer is
 // tried again before the next round.
 func (r *runner) reindex(ctx context.Context) bool {
-	cfg := r.node.file.SafeIPAM
-	indexed, held, err := install.ReindexNetwork(ctx, cfg, r.node.conf)
+	cfg := r.conf.File.SafeIPAM
+	indexed, held, err := install.ReindexNetwork(ctx, cfg, r.conf.Conf)
 	if err != nil {
-		fmt.Fprintf(r.stderr, "safe-ipam gc: indexing the records of %s: %v; tried again before the next round\n", r.node.conf, err)
+		fmt.Fprintf(r.stderr, "safe-ipam gc: indexing the records of %s: %v; tried again before the next round\n", r.conf.Conf, err)
 		return false
 	}
 	fmt.Fprintf(r.stderr, "gc: indexed the addresses of %d record(s) of network %q on this node\n", indexed, cfg.Network)
