@@ -54,7 +54,7 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	if err := g.releaseVM(ctx, marked, env, args); err != nil {
 		return err
 	}
-	g.releasePodHandle(ctx, marked, env)
+	g.releasePodHandle(ctx, marked, env, runtimeDEL)
 	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env de
 	if err := g.releaseVM(ctx, marked, delegate.Env{Path: env.Path}, cniargs.Args{}); err != nil {
 		return err
 	}
-	g.releasePodHandle(ctx, marked, env)
+	g.releasePodHandle(ctx, marked, env, ownJudgment)
 	marked, err := g.releaseQuarantines(ctx, marked, env)
 	if err != nil {
 		return err
