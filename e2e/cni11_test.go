@@ -112,6 +112,41 @@ func cni11SafeIPAM(t *testing.T, kube bool) {
 	}
 }
 
+// Issue 31, finding 9: CRI-O sends GC at every start through libcni's
+// GCNetworkList, which injects cni.dev/valid-attachments as null when no
+// sandbox of the network exists. With no record, that is nothing to
+// collect: success. With records, it is the empty answer safe-ipam gc
+// never trusts: nothing is released, and the error says why (code 11),
+// not that the list is malformed.
+func TestCNI11GCWithNoSandboxOfTheNetwork(t *testing.T) {
+	ctx := testContext(t)
+	c := clusterOn(t, false, "s5n")
+	n := newCNI11(ctx, t, c, true)
+	gcNode := n.ipamOnly(t)
+	if err := gcNode.GC(ctx, n.net.Name, nil); err != nil {
+		t.Fatalf("GC with no sandbox and no record: %v", err)
+	}
+	sb := n.sandbox(ctx, t, "held")
+	res, err := n.node.Add(ctx, n.net.Name, sb)
+	if err != nil {
+		t.Fatalf("ADD: %v", err)
+	}
+	p, err := testbed.ResultIPv4(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.forgetCachedResult(t, sb) // else libcni DELs it before safe-ipam's GC
+	err = gcNode.GC(ctx, n.net.Name, nil)
+	if err == nil || !strings.Contains(err.Error(), "is null") || !strings.Contains(err.Error(), "releases nothing") || strings.Contains(err.Error(), "must be a list") {
+		t.Fatalf("GC with no sandbox while a record is held: %v; want a refusal saying the null list is not trusted", err)
+	}
+	n.assertHeld(ctx, t, []netip.Addr{p.Addr()})
+	if err := n.node.Del(ctx, n.net.Name, sb); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	n.assertHeld(ctx, t, nil)
+}
+
 // cni11 is one node with a cniVersion 1.1.0 network.
 type cni11Node struct {
 	c    *testbed.Cluster

@@ -15,6 +15,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // Issue 21: KubeVirt VMs (Calico 3.32 and later). calico-ipam keeps a
@@ -304,7 +305,7 @@ func (v *vmBed) vm(standalone bool) *calicosim.VM {
 
 func (v *vmBed) vmHandle(vm *calicosim.VM) string {
 	v.t.Helper()
-	h, err := calico.VMHandle(vmNetwork, vm.Namespace, vm.Name)
+	h, err := record.VMHandle(vmNetwork, vm.Namespace, vm.Name)
 	if err != nil {
 		v.t.Fatal(err)
 	}

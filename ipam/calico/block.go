@@ -178,6 +178,17 @@ func (b *Block) HandleOf(ip netip.Addr) (string, error) {
 	return a.Handle(), nil
 }
 
+// AttributeOf is the attribute of ip's allocation, and whether ip is
+// allocated.
+func (b *Block) AttributeOf(ip netip.Addr) (Attribute, bool, error) {
+	ord, err := b.Ordinal(ip.Unmap())
+	if err != nil {
+		return Attribute{}, false, fmt.Errorf("block %s: %w", b.CIDR, err)
+	}
+	a, ok := b.Attribute(ord)
+	return a, ok, nil
+}
+
 // Attribute returns the attribute of an allocated ordinal.
 func (b *Block) Attribute(ord int) (Attribute, bool) {
 	if ord < 0 || ord >= len(b.Allocations) || b.Allocations[ord] == nil {

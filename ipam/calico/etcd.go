@@ -37,17 +37,18 @@ func NodeKnown(ctx context.Context, cli *clientv3.Client, name string) (bool, er
 	return resp.Count > 0, nil
 }
 
-// AllocationHandle reads which handle Calico's etcd holds ip under: the
-// block that contains it is one of the few a block size allows, all read
-// in one round trip. "" means ip is not allocated.
-func AllocationHandle(ctx context.Context, cli *clientv3.Client, ip netip.Addr) (string, error) {
+// AllocationAttribute reads what Calico's etcd records of ip: the
+// allocation's attribute (its handle and owners), and whether ip is
+// allocated at all. The block that contains ip is one of the few a block
+// size allows, all read in one round trip.
+func AllocationAttribute(ctx context.Context, cli *clientv3.Client, ip netip.Addr) (Attribute, bool, error) {
 	var gets []clientv3.Op
 	for _, p := range BlockCandidates(ip) {
 		gets = append(gets, clientv3.OpGet(BlockKey(p)))
 	}
 	resp, err := cli.Txn(ctx).Then(gets...).Commit()
 	if err != nil {
-		return "", fmt.Errorf("reading the block of %s: %w", ip, err)
+		return Attribute{}, false, fmt.Errorf("reading the block of %s: %w", ip, err)
 	}
 	for _, r := range resp.Responses {
 		kvs := r.GetResponseRange().GetKvs()
@@ -56,9 +57,9 @@ func AllocationHandle(ctx context.Context, cli *clientv3.Client, ip netip.Addr) 
 		}
 		var b Block
 		if err := json.Unmarshal(kvs[0].Value, &b); err != nil {
-			return "", fmt.Errorf("decoding %s: %w", kvs[0].Key, err)
+			return Attribute{}, false, fmt.Errorf("decoding %s: %w", kvs[0].Key, err)
 		}
-		return b.HandleOf(ip)
+		return b.AttributeOf(ip)
 	}
-	return "", nil
+	return Attribute{}, false, nil
 }

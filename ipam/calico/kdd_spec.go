@@ -174,11 +174,10 @@ func MarshalSpecKeeping(raw []byte, spec any) ([]byte, error) {
 // error wrapping notFound.
 type KDDGetter func(ctx context.Context, path string, v any) error
 
-// KDDAllocationHandle reads which handle Calico's Kubernetes datastore
-// holds ip under, trying the IPAMBlock of each block size Calico allows,
-// the default first (one GET, as clusters run). "" means ip is not
-// allocated.
-func KDDAllocationHandle(ctx context.Context, get KDDGetter, notFound error, ip netip.Addr) (string, error) {
+// KDDAllocationAttribute is AllocationAttribute on Calico's Kubernetes
+// datastore, trying the IPAMBlock of each block size Calico allows, the
+// default first (one GET, as clusters run).
+func KDDAllocationAttribute(ctx context.Context, get KDDGetter, notFound error, ip netip.Addr) (Attribute, bool, error) {
 	for _, p := range BlockCandidates(ip) {
 		var obj struct {
 			Spec IPAMBlockSpec `json:"spec"`
@@ -188,13 +187,13 @@ func KDDAllocationHandle(ctx context.Context, get KDDGetter, notFound error, ip 
 			continue
 		}
 		if err != nil {
-			return "", err
+			return Attribute{}, false, err
 		}
 		b, err := obj.Spec.Block()
 		if err != nil {
-			return "", err
+			return Attribute{}, false, err
 		}
-		return b.HandleOf(ip)
+		return b.AttributeOf(ip)
 	}
-	return "", nil
+	return Attribute{}, false, nil
 }

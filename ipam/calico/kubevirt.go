@@ -1,10 +1,7 @@
 package calico
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"strings"
 )
@@ -25,29 +22,6 @@ const (
 	AttrVMUID     = "vm-uid"
 	AttrVMIMUID   = "vmim-uid"
 )
-
-// vmHandleMax is the longest handle Calico writes for a VM; past it the
-// namespace and name are replaced by "_" and a hash.
-const vmHandleMax = 128
-
-// VMHandle is the handle of the addresses of VMI name in namespace on
-// network: "<network>.vmi.<namespace>.<name>", or, past 128 bytes,
-// "<network>.vmi._" and the start of the URL-safe base64 of the SHA-256
-// of "<namespace>.<name>", filling 128 bytes. The hash has 43 characters:
-// where the rest of 128 bytes is longer (a network name under 84
-// bytes), Calico's plugin fails, and so does VMHandle.
-func VMHandle(network, namespace, name string) (string, error) {
-	prefix, suffix := network+".vmi.", namespace+"."+name
-	if len(prefix)+len(suffix) < vmHandleMax || len(prefix)+len(suffix) == vmHandleMax && !strings.HasPrefix(suffix, "_") {
-		return prefix + suffix, nil
-	}
-	sum := sha256.Sum256([]byte(suffix))
-	hash := base64.RawURLEncoding.EncodeToString(sum[:])
-	if n := vmHandleMax - 1 - len(prefix); n <= len(hash) {
-		return prefix + "_" + hash[:n], nil
-	}
-	return "", fmt.Errorf("the VM handle of %s/%s on network %s would pass %d bytes, and Calico cannot shorten it", namespace, name, network, vmHandleMax)
-}
 
 // IsVMHandle says whether handle is a VM's. No container ID holds
 // ".vmi."; a pod-name handle whose pod name does is taken for one, which

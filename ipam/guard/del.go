@@ -54,7 +54,7 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	if err := g.releaseVM(ctx, marked, env, args); err != nil {
 		return err
 	}
-	g.releasePodHandle(ctx, marked, env)
+	g.releasePodHandle(ctx, marked, env, runtimeDEL)
 	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err
 	}
@@ -171,6 +171,9 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 	if err != nil {
 		return storeError("listing records of "+g.cfg.Network, err)
 	}
+	if valid == nil && len(recs) > 0 {
+		return g.distrustNoSandbox(len(recs))
+	}
 	rules := g.GCRules(func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] }, false)
 	var errs []error
 	for _, rec := range recs {
@@ -230,7 +233,7 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env de
 	if err := g.releaseVM(ctx, marked, delegate.Env{Path: env.Path}, cniargs.Args{}); err != nil {
 		return err
 	}
-	g.releasePodHandle(ctx, marked, env)
+	g.releasePodHandle(ctx, marked, env, ownJudgment)
 	marked, err := g.releaseQuarantines(ctx, marked, env)
 	if err != nil {
 		return err
@@ -269,7 +272,8 @@ func (g *Guard) forwardGC(ctx context.Context, env delegate.Env) error {
 const validAttachmentsKey = "cni.dev/valid-attachments"
 
 // validAttachments reads cni.dev/valid-attachments, telling an absent key
-// from an empty list. GC releases whatever the list leaves out, so a list
+// from a list, and null (libcni's nil list: no sandbox of the network;
+// a nil map) from an empty list. GC releases whatever the list leaves out, so a list
 // it cannot read whole frees nothing: every entry must be an object with
 // a non-empty containerID and ifname, and anything else is an error
 // naming the entry (a lenient decoder read [null] or a misspelt key as an
@@ -282,6 +286,11 @@ func validAttachments(stdin []byte) (map[[2]string]bool, bool, error) {
 	raw, listed := conf[validAttachmentsKey]
 	if !listed {
 		return nil, false, nil
+	}
+	if string(raw) == "null" {
+		// libcni's GCNetworkList sends a nil list as null: the runtime has
+		// no sandbox of the network.
+		return nil, true, nil
 	}
 	var entries []json.RawMessage
 	if err := json.Unmarshal(raw, &entries); err != nil || entries == nil {
@@ -306,6 +315,19 @@ func validAttachments(stdin []byte) (map[[2]string]bool, bool, error) {
 		valid[[2]string{*a.ContainerID, *a.IfName}] = true
 	}
 	return valid, true, nil
+}
+
+// distrustNoSandbox is GC's answer to a runtime that lists no sandbox of
+// the network while the node holds records of it: as with safe-ipam gc's
+// empty liveness source, an empty answer is never taken for "nothing
+// runs" (a runtime that lost its state, or a wrongly mounted one, looks
+// the same; incident 003). Nothing is released.
+func (g *Guard) distrustNoSandbox(records int) error {
+	msg := fmt.Sprintf("%s is null: the runtime lists no sandbox of network %s, while node %s has %d records of it; "+
+		"an empty list is not taken for \"nothing runs\", so GC releases nothing (safe-ipam gc collects them once the runtime lists its sandboxes)",
+		validAttachmentsKey, g.cfg.Network, g.node, records)
+	g.log.Warn("GC released nothing", "why", msg)
+	return types.NewError(types.ErrTryAgainLater, msg, "")
 }
 
 func invalidValid(where, why string) error {

@@ -66,6 +66,9 @@ type Guard struct {
 	// it: a killed process owns nothing.
 	Owner *record.Owner
 	node  string // as Calico names it; records and GC are per node
+	// deadNode: the records are a gone node's (ForNode), whose pod-name
+	// handles are never released.
+	deadNode bool
 	// At, when set, is called at every Step; crash tests stop there.
 	At func(Step)
 }
@@ -78,11 +81,26 @@ type Guard struct {
 type Calico interface {
 	// NodeKnown says whether Calico holds the Node called node.
 	NodeKnown(ctx context.Context, node string) (bool, error)
-	// AllocationHandle is the handle Calico keeps ip under, "" when ip is
-	// not allocated.
-	AllocationHandle(ctx context.Context, ip netip.Addr) (string, error)
-	// HandleAddrs lists the addresses Calico keeps under handle.
-	HandleAddrs(ctx context.Context, handle string) ([]netip.Addr, error)
+	// Allocation is what Calico records of ip (a zero Allocation when ip
+	// is not allocated).
+	Allocation(ctx context.Context, ip netip.Addr) (Allocation, error)
+	// HandleAllocations lists the addresses Calico keeps under handle,
+	// with what it records of each.
+	HandleAllocations(ctx context.Context, handle string) (map[netip.Addr]Allocation, error)
+}
+
+// Allocation is what Calico records of one allocated address besides the
+// address: whose it is. An address alone never proves that: a pod-name
+// handle or a VM handle may hold the same address for another pod.
+type Allocation struct {
+	Handle string
+	// Owner is the allocation's owner attributes (Calico's secondary
+	// attributes: namespace, pod, node, timestamp, and a VM's vmi-name);
+	// Calico 2.x recorded none.
+	Owner map[string]string
+	// Alternate is a VM allocation's alternate owner, the pod a live
+	// migration moves the VM to; nil when none.
+	Alternate map[string]string
 }
 
 // Parts are what a Guard runs over, each settled before the first verb
@@ -205,9 +223,10 @@ func (g *Guard) delPrevResult() []byte {
 
 // ForNode is a Guard over another node's records in st, for releasing the
 // records of a node that is gone (safe-ipam gc --dead-nodes): the same
-// config, delegate and version, that node's name and store.
+// config, delegate and version, that node's name and store. It releases
+// no pod-name handle: see releasePodHandle.
 func (g *Guard) ForNode(node string, st store.Store) *Guard {
 	other := *g
-	other.node, other.store = node, st
+	other.node, other.store, other.deadNode = node, st, true
 	return &other
 }

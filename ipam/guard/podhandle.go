@@ -3,7 +3,9 @@ package guard
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
@@ -12,50 +14,99 @@ import (
 
 // releasePodHandle releases the namespace.podname handle of an adopted
 // record (one written for a pod that ran before safe-ipam), but only when
-// Calico's data, read now, proves that the handle holds nothing but the
-// record's addresses: any DEL by pod name frees every address under it,
-// and another container of the same pod name may hold one. Otherwise the
-// handle stays allocated and the audit reports it as a pod-name-handle.
-// It never fails the DEL.
-func (g *Guard) releasePodHandle(ctx context.Context, rec *record.Record, env delegate.Env) {
+// Calico's data, read now, proves that the handle holds nothing but this
+// record's allocations: any DEL by pod name frees every address under it,
+// and another incarnation of the pod (on another node, or handed the same
+// address again) may hold one under the same name. An address alone is no
+// proof: see podHandleProvenOwn. Otherwise the handle stays allocated,
+// which is what Calico alone leaves when no DEL comes, and the audit
+// reports it as a pod-name-handle. It never fails the verb.
+//
+// own says what the caller's own evidence is: a DEL is the runtime's word
+// for this very container, so an allocation without owner attributes
+// (Calico 2.x wrote none) may be judged by its address; a collection acts
+// on its own judgment and needs Calico's owner attributes to name the
+// record's pod on the record's node.
+func (g *Guard) releasePodHandle(ctx context.Context, rec *record.Record, env delegate.Env, own evidence) {
 	if rec == nil || rec.PodNamespace == "" || rec.Handle != rec.PodNamespace+"."+rec.PodName {
 		return
 	}
-	if why := g.podHandleProvenOwn(ctx, rec); why != "" {
-		g.log.Warn("DEL leaves the adopted pod-name handle allocated", "attachment", rec.Attachment.String(), "handle", rec.Handle, "why", why)
+	if g.deadNode {
+		// kube-controllers freed the dead node's allocations with its Node;
+		// whatever the handle holds now is another incarnation's.
+		g.log.Warn("GC leaves the pod-name handle of a dead node's record to Calico", "attachment", rec.Attachment.String(), "handle", rec.Handle, "node", g.node)
+		return
+	}
+	if why := g.podHandleProvenOwn(ctx, rec, own); why != "" {
+		g.log.Warn("leaving the adopted pod-name handle allocated", "attachment", rec.Attachment.String(), "handle", rec.Handle, "why", why)
 		return
 	}
 	// With the pod's identity, calico-ipam releases the pod-name handle too.
 	call := delegate.Env{ContainerID: rec.ContainerID, IfName: rec.IfName, Path: env.Path,
 		Args: "IgnoreUnknown=1;" + cniargs.PodNamespace + "=" + rec.PodNamespace + ";" + cniargs.PodName + "=" + rec.PodName}
 	if err := g.delegate.Run(ctx, "DEL", g.cfg.DelegateConfig(g.version, nil), call); err != nil {
-		g.log.Warn("DEL could not release the adopted pod-name handle", "attachment", rec.Attachment.String(), "handle", rec.Handle, "error", err)
+		g.log.Warn("could not release the adopted pod-name handle", "attachment", rec.Attachment.String(), "handle", rec.Handle, "error", err)
 		return
 	}
-	g.log.Info("DEL released the adopted pod-name handle, which held only this attachment's addresses", "attachment", rec.Attachment.String(), "handle", rec.Handle)
+	g.log.Info("released the adopted pod-name handle, which held only this attachment's addresses", "attachment", rec.Attachment.String(), "handle", rec.Handle)
 }
 
-// podHandleProvenOwn reads which addresses Calico keeps under the handle
-// and says why they do not prove the handle holds only rec's addresses,
-// or "".
-func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record) string {
-	held, err := g.calico.HandleAddrs(ctx, rec.Handle)
+// evidence is what a caller of releasePodHandle knows besides Calico's
+// data.
+type evidence int
+
+const (
+	// runtimeDEL: the runtime's DEL of this container.
+	runtimeDEL evidence = iota
+	// ownJudgment: a collection (GC, gc, repair), which no runtime asked
+	// for this container.
+	ownJudgment
+)
+
+// podHandleProvenOwn reads what Calico keeps under the handle and says why
+// it does not prove the handle holds only rec's allocations, or "": every
+// address under it is one of rec's, and every allocation's owner
+// attributes name rec's pod on rec's node. Attributes that name no owner
+// (Calico 2.x) prove nothing for a collection; for a runtime DEL the
+// addresses decide.
+func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record, own evidence) string {
+	held, err := g.calico.HandleAllocations(ctx, rec.Handle)
 	if err != nil {
 		return err.Error()
 	}
-	own := map[netip.Addr]bool{}
+	mine := map[netip.Addr]bool{}
 	for _, ip := range rec.IPs {
 		if a, ok := record.ParseAddr(ip); ok {
-			own[a] = true
+			mine[a] = true
 		}
 	}
-	for _, ip := range held {
-		if !own[ip] {
+	addrs := slices.SortedFunc(maps.Keys(held), netip.Addr.Compare)
+	for _, ip := range addrs {
+		if !mine[ip] {
 			return fmt.Sprintf("handle %s also holds %s, which is not this attachment's", rec.Handle, ip)
 		}
+		if why := ownerIsRecord(held[ip].Owner, rec, own); why != "" {
+			return fmt.Sprintf("handle %s holds %s, but %s", rec.Handle, ip, why)
+		}
 	}
-	if len(held) == 0 || len(own) == 0 {
+	if len(held) == 0 || len(mine) == 0 {
 		return "nothing to compare"
+	}
+	return ""
+}
+
+// ownerIsRecord says why owner attributes do not name rec's pod on rec's
+// node, or "".
+func ownerIsRecord(owner map[string]string, rec *record.Record, own evidence) string {
+	switch {
+	case len(owner) == 0 && own == runtimeDEL:
+		return ""
+	case len(owner) == 0:
+		return "Calico records no owner for it (Calico 2.x): nothing shows it is not a later incarnation's"
+	case !ownedBy(owner, rec.PodNamespace, rec.PodName):
+		return fmt.Sprintf("Calico names its owner %s/%s", owner[ownerNamespace], owner[ownerPod])
+	case rec.Node == "" || owner[ownerNode] != rec.Node:
+		return fmt.Sprintf("Calico allocated it on node %q, not the record's node %q: another incarnation's", owner[ownerNode], rec.Node)
 	}
 	return ""
 }

@@ -506,3 +506,28 @@ func TestGCRefusesMalformedValidAttachments(t *testing.T) {
 		})
 	}
 }
+
+// Issue 31, finding 9: libcni sends cni.dev/valid-attachments as null when
+// the runtime has no sandbox of the network. Nothing recorded: nothing to
+// collect, success. Records held: the empty answer is not trusted, and the
+// error says so (11), not that the list is malformed.
+func TestGCTakesANullListAsNoSandbox(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		var m map[string]any
+		_ = json.Unmarshal(r.conf(), &m)
+		m["cni.dev/valid-attachments"] = nil
+		null, _ := json.Marshal(m)
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, null); err != nil {
+			t.Fatalf("GC of a null list with no record: %v", err)
+		}
+		r.add("c1")
+		_, err := r.run("GC", delegate.Env{Path: binDir}, null)
+		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "is null") || strings.Contains(err.Error(), "must be a list") {
+			t.Fatalf("GC of a null list with a record: %v; want code 11 saying the null list is not trusted", err)
+		}
+		if len(r.records()) != 1 || len(r.held()["net1.c1"]) != 1 {
+			t.Fatalf("GC of a null list released something: records %v, held %v", r.records(), r.held())
+		}
+	})
+}

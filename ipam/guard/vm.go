@@ -25,17 +25,22 @@ import (
 // vmHandle is the VM handle Calico keeps ips under, after the delegate's
 // ADD of a virt-launcher pod, or "" when they are the container's. Only
 // such pods are looked up (one read of Calico's datastore), so an ordinary
-// pod's ADD costs nothing more. What cannot be read leaves the container
-// handle: the address is then fenced from the VM's other pods, never
-// shared on a guess.
+// pod's ADD costs nothing more. The handle is trusted only as Calico's
+// own data ties it to this pod (vmPodAllocation): the pod's name is the
+// tenant's choice, and Calico may have handed it an address another VM
+// holds. What cannot be read or proven leaves the container handle: the
+// address is then fenced from the VM's other pods, never shared on a
+// guess.
 func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []string) string {
 	ns, pod := pending.PodNamespace, pending.PodName
 	if g.cfg.DelegateHandles == config.HandlesPod || ns == "" || !strings.HasPrefix(pod, record.VirtLauncherPrefix) || len(ips) == 0 {
 		return ""
 	}
-	handle, err := g.allocationHandle(ctx, ips)
+	handle, err := g.allocationHandle(ctx, ips, func(a Allocation) error {
+		return vmPodAllocation(g.cfg.Network, ns, pod, a)
+	})
 	if err != nil {
-		g.log.Warn("ADD of a virt-launcher pod: cannot read which handle Calico keeps its addresses under; recording the container's", "pod", ns+"/"+pod, "error", err)
+		g.log.Warn("ADD of a virt-launcher pod: cannot tell that Calico keeps its addresses under its VM's handle; recording the container's", "pod", ns+"/"+pod, "error", err)
 		return ""
 	}
 	if !record.VMPodHandle(g.cfg.Network, ns, pod, handle) {
@@ -44,23 +49,65 @@ func (g *Guard) vmHandle(ctx context.Context, pending *record.Record, ips []stri
 	return handle
 }
 
+// vmPodAllocation says why a, an allocation of pod namespace/name, is not
+// proven to be its VM's (nil when it is): a VM handle is shared only when
+// Calico's owner or alternate owner attributes name this pod, and the
+// handle is the one Calico names for the VMI those attributes name (a
+// hashed handle, "<network>.vmi._<hash>", names no VMI by itself). An
+// allocation under a container's handle is not a VM's, which is no error.
+func vmPodAllocation(network, namespace, pod string, a Allocation) error {
+	if !record.SharedHandle(network, a.Handle) {
+		return nil
+	}
+	owner := a.Owner
+	if !ownedBy(owner, namespace, pod) {
+		owner = a.Alternate
+	}
+	if !ownedBy(owner, namespace, pod) {
+		return fmt.Errorf("Calico's allocation under %s names another owner (%s/%s, alternate %s/%s), not this pod", a.Handle,
+			a.Owner[ownerNamespace], a.Owner[ownerPod], a.Alternate[ownerNamespace], a.Alternate[ownerPod])
+	}
+	want, err := record.VMHandle(network, namespace, owner[ownerVMI])
+	if owner[ownerVMI] == "" || err != nil || want != a.Handle {
+		return fmt.Errorf("handle %s is not the one Calico names for the VMI %q its allocation names", a.Handle, owner[ownerVMI])
+	}
+	return nil
+}
+
+// Owner attribute keys Calico writes (see package calico).
+const (
+	ownerNamespace = "namespace"
+	ownerPod       = "pod"
+	ownerNode      = "node"
+	ownerVMI       = "vmi-name"
+)
+
+// ownedBy says whether owner attributes name the pod namespace/name.
+func ownedBy(owner map[string]string, namespace, name string) bool {
+	return len(owner) > 0 && owner[ownerNamespace] == namespace && owner[ownerPod] == name
+}
+
 // allocationHandle reads the one handle Calico keeps every one of ips
-// under; addresses under different handles are an error.
-func (g *Guard) allocationHandle(ctx context.Context, ips []string) (string, error) {
+// under, each allocation checked by check; addresses under different
+// handles are an error.
+func (g *Guard) allocationHandle(ctx context.Context, ips []string, check func(Allocation) error) (string, error) {
 	var handle string
 	for i, ip := range ips {
 		addr, ok := record.ParseAddr(ip)
 		if !ok {
 			return "", errors.New("address " + ip + " does not parse")
 		}
-		h, err := g.calico.AllocationHandle(ctx, addr)
+		a, err := g.calico.Allocation(ctx, addr)
 		if err != nil {
 			return "", err
 		}
-		if i > 0 && h != handle {
-			return "", errors.New("the pod's addresses are under handles " + handle + " and " + h)
+		if err := check(a); err != nil {
+			return "", err
 		}
-		handle = h
+		if i > 0 && a.Handle != handle {
+			return "", errors.New("the pod's addresses are under handles " + handle + " and " + a.Handle)
+		}
+		handle = a.Handle
 	}
 	return handle, nil
 }

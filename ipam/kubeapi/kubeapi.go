@@ -31,9 +31,10 @@ var ErrNotFound = errors.New("not found")
 
 // Client GETs objects from one API server.
 type Client struct {
-	server string
-	token  string
-	http   *http.Client
+	server   string
+	token    string
+	exposure string
+	http     *http.Client
 }
 
 // kubeconfig is the part of a kubeconfig file Client reads.
@@ -89,8 +90,9 @@ func New(path string, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
-	if _, err := url.Parse(cl.Server); err != nil || cl.Server == "" {
-		return nil, fmt.Errorf("kubeconfig %s: the cluster's server is not a URL", path)
+	server, err := url.Parse(cl.Server)
+	if err != nil || cl.Server == "" || server.Host == "" || server.Scheme != "https" && server.Scheme != "http" {
+		return nil, fmt.Errorf("kubeconfig %s: the cluster's server is not an http or https URL", path)
 	}
 	dir := filepath.Dir(path)
 	tlsConf, err := cl.tls(dir)
@@ -101,9 +103,44 @@ func New(path string, timeout time.Duration) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}
-	return &Client{server: strings.TrimSuffix(cl.Server, "/"), token: token,
-		http: &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: nil}}}, nil
+	// A token or client certificate sent over plain http is readable by
+	// anyone on the path; client-go would send it, safe-ipam does not.
+	if server.Scheme == "http" && (token != "" || len(tlsConf.Certificates) > 0) {
+		return nil, fmt.Errorf("kubeconfig %s: the server %s is plain http, and safe-ipam sends no credentials in clear: use https", path, cl.Server)
+	}
+	return &Client{server: strings.TrimSuffix(cl.Server, "/"), token: token, exposure: exposure(server, cl),
+		http: &http.Client{Timeout: timeout, CheckRedirect: sameOrigin, Transport: &http.Transport{TLSClientConfig: tlsConf, Proxy: nil}}}, nil
 }
+
+// sameOrigin follows a redirect only to the scheme and host the request
+// started at: a redirect elsewhere would carry the token there (Go keeps
+// the Authorization header for the same host, even from https to http).
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	first := via[0].URL
+	if req.URL.Scheme != first.Scheme || req.URL.Host != first.Host {
+		return fmt.Errorf("refusing a redirect from %s://%s to %s://%s: the token goes only where the kubeconfig says", first.Scheme, first.Host, req.URL.Scheme, req.URL.Host)
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+// exposure says how the API server's traffic can be read or forged, for
+// the warning every transport gives, or "".
+func exposure(server *url.URL, cl *cluster) string {
+	switch {
+	case server.Scheme == "http":
+		return "the Kubernetes API server " + server.Host + " is reached over plain http"
+	case cl.InsecureSkipTLSVerify:
+		return "the Kubernetes API server's certificate is not verified (insecure-skip-tls-verify)"
+	}
+	return ""
+}
+
+// Exposure says how this client's traffic to the API server can be read or
+// forged (plain http, or a certificate it does not verify), or "".
+func (c *Client) Exposure() string { return c.exposure }
 
 func (kc *kubeconfig) current() (*cluster, *user, error) {
 	name := kc.CurrentContext
@@ -135,6 +172,10 @@ func (kc *kubeconfig) current() (*cluster, *user, error) {
 }
 
 func (c *cluster) tls(dir string) (*tls.Config, error) {
+	if c.InsecureSkipTLSVerify && (c.CertificateAuthority != "" || len(c.CertificateAuthorityData) > 0) {
+		// client-go refuses this too: which of the two was meant?
+		return nil, errors.New("certificate-authority and insecure-skip-tls-verify together: a CA is pointless when certificates are not verified; remove one")
+	}
 	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.InsecureSkipTLSVerify} //nolint:gosec // as the kubeconfig says
 	ca := c.CertificateAuthorityData
 	if c.CertificateAuthority != "" {

@@ -8,8 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // New returns a logger writing to stderr and, when path is set, appending
@@ -46,11 +49,19 @@ const MaxSize = 10 << 20
 
 // Open opens the log file at path for appending, as root on every node,
 // where a pod with a hostPath on the log's directory could plant a name:
-// it never follows a symbolic link there (it would append to, or create,
-// any file), refuses anything but a regular file (a FIFO would block
-// every CNI call), and rotates a file past MaxSize. Errors name the path.
+// it never follows a symbolic link there, neither the file's name nor its
+// directory's (it would append to, or create, any file), refuses anything
+// but a regular file with one link (a FIFO would block every CNI call; a
+// hard link would make it write into another file), and rotates a file
+// past MaxSize; where rotation fails it truncates the file rather than let
+// it grow. Errors name the path.
 func Open(path string) (*os.File, error) {
-	f, err := openRegular(path)
+	dir, err := openDir(path)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(dir)
+	f, err := openRegular(dir, path)
 	if err != nil {
 		return nil, err
 	}
@@ -58,28 +69,66 @@ func Open(path string) (*os.File, error) {
 	if err != nil || info.Size() < MaxSize {
 		return f, nil
 	}
-	// Rotate only the file this process opened: another process may have
-	// rotated it meanwhile, and two rotations would drop the older half.
-	if now, err := os.Lstat(path); err == nil && os.SameFile(now, info) {
-		_ = os.Rename(path, path+".1")
+	if err := rotate(dir, path, info); err != nil {
+		// A full log stays at its cap: its newest lines are the ones an
+		// operator needs.
+		fmt.Fprintf(os.Stderr, "safe-ipam: log file %s: rotating: %v; truncating it\n", path, err)
+		if err := f.Truncate(0); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("log file %s is full and neither rotates nor truncates: %w", path, err)
+		}
+		return f, nil
 	}
 	f.Close()
-	return openRegular(path)
+	return openRegular(dir, path)
 }
 
-func openRegular(path string) (*os.File, error) {
+// openDir opens the log's directory without following a link at its last
+// component, so that a directory swapped for a link is refused.
+func openDir(path string) (int, error) {
+	dir, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		return -1, fmt.Errorf("log file %s: its directory is a symbolic link or not a directory, which safe-ipam does not follow", path)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("log file %s: its directory: %w", path, err)
+	}
+	return dir, nil
+}
+
+// rotate renames the log to <path>.1 within dir, but only the file this
+// process opened: another process may have rotated it meanwhile, and two
+// rotations would drop the older half.
+func rotate(dir int, path string, opened os.FileInfo) error {
+	base := filepath.Base(path)
+	var now unix.Stat_t
+	if err := unix.Fstatat(dir, base, &now, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st, ok := opened.Sys().(*syscall.Stat_t); !ok || st.Ino != now.Ino || st.Dev != now.Dev {
+		return nil // rotated by another process
+	}
+	return unix.Renameat(dir, base, dir, base+".1")
+}
+
+func openRegular(dir int, path string) (*os.File, error) {
 	// O_NONBLOCK: opening a FIFO for writing waits for a reader otherwise.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
-	if errors.Is(err, syscall.ELOOP) {
+	fd, err := unix.Openat(dir, filepath.Base(path), unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("log file %s is a symbolic link, which safe-ipam does not follow", path)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("log file %s: %w", path, err)
 	}
+	f := os.NewFile(uintptr(fd), path)
 	info, err := f.Stat()
 	if err != nil || !info.Mode().IsRegular() {
 		f.Close()
 		return nil, fmt.Errorf("log file %s is not a regular file", path)
+	}
+	if st, ok := info.Sys().(*syscall.Stat_t); !ok || st.Nlink > 1 {
+		f.Close()
+		return nil, fmt.Errorf("log file %s has more than one link: writing it would write another file too", path)
 	}
 	return f, nil
 }

@@ -105,7 +105,11 @@ func Listen(ctx context.Context, addr string, reg *prometheus.Registry, alive fu
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Every timeout and a header cap: the endpoint answers scrapes and
+	// probes, and nobody else may keep it busy.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10,
+		ConnState: newConnLimit(MaxConns).track}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // Limits by kind of file: far above any real one.
@@ -25,15 +26,24 @@ const (
 // ErrTooLarge means the file is larger than its limit.
 var ErrTooLarge = errors.New("larger than safe-ipam reads")
 
-// Read reads the file at path, refusing one of more than limit bytes.
-// Errors name the path (callers add the setting); a missing file is one
-// wrapping fs.ErrNotExist.
+// ErrNotRegular means the path names a FIFO, a device, a socket or a
+// directory, which a CNI call could block on or read without end.
+var ErrNotRegular = errors.New("not a regular file")
+
+// Read reads the regular file at path, refusing one of more than limit
+// bytes. It opens without blocking (a FIFO planted at a configured path
+// would otherwise hold every CNI call until its deadline and beyond) and
+// refuses what is not a regular file. Errors name the path (callers add
+// the setting); a missing file is one wrapping fs.ErrNotExist.
 func Read(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, unwrapPath(err))
 	}
 	defer f.Close()
+	if info, err := f.Stat(); err != nil || !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
+	}
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, unwrapPath(err))

@@ -6,13 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestRead(t *testing.T) {
 	dir := t.TempDir()
 	small := filepath.Join(dir, "name")
 	if err := os.WriteFile(small, []byte("node1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -23,12 +29,22 @@ func TestRead(t *testing.T) {
 	}{
 		{"within the limit", small, 6, "node1\n", nil},
 		{"one byte over", small, 5, "", ErrTooLarge},
-		{"endless", "/dev/zero", Name, "", ErrTooLarge},
+		{"endless: a device", "/dev/zero", Name, "", ErrNotRegular},
+		{"a FIFO with no writer: refused at once, never waited on", fifo, Name, "", ErrNotRegular},
+		{"a directory", dir, Name, "", ErrNotRegular},
 		{"missing", filepath.Join(dir, "missing"), Name, "", fs.ErrNotExist},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Read(tt.path, tt.limit)
+			var got []byte
+			var err error
+			done := make(chan struct{})
+			go func() { got, err = Read(tt.path, tt.limit); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Read still blocks after 5s")
+			}
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.path) || strings.Count(err.Error(), tt.path) != 1 {
 					t.Fatalf("Read = %v; want %v naming %s once", err, tt.wantErr, tt.path)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // vmWorld is the simulator, on etcd or on the Kubernetes datastore, with
@@ -95,7 +96,7 @@ func (w *vmWorld) del(p pod) {
 }
 
 func (w *vmWorld) handle() string {
-	h, err := calico.VMHandle(network, "default", w.vm.Name)
+	h, err := record.VMHandle(network, "default", w.vm.Name)
 	if err != nil {
 		w.t.Fatal(err)
 	}

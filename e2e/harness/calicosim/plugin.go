@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
 // About is printed when the binary runs without CNI_COMMAND.
@@ -211,7 +212,7 @@ func (p *Plugin) Allocate(args *skel.CmdArgs) (*current.Result, error) {
 		return nil, err
 	}
 	if vm != nil {
-		if handle, err = calico.VMHandle(c.conf.Name, vm.namespace, vm.vmi); err != nil {
+		if handle, err = record.VMHandle(c.conf.Name, vm.namespace, vm.vmi); err != nil {
 			return nil, err
 		}
 		secondary = vm.attributes(secondary)
@@ -389,7 +390,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 // being deleted and no pod owns them any more: a late DEL of an old pod
 // leaves the running pod's address and ownership alone.
 func (c *call) releaseVM(vm *vmPod) error {
-	handle, err := calico.VMHandle(c.conf.Name, vm.namespace, vm.vmi)
+	handle, err := record.VMHandle(c.conf.Name, vm.namespace, vm.vmi)
 	if err != nil {
 		return err
 	}

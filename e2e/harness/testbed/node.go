@@ -123,7 +123,8 @@ func (n *Node) Status(ctx context.Context, network string, sb Sandbox) error {
 	return err
 }
 
-// GC runs libcni's GCNetworkList with valid as cni.dev/valid-attachments:
+// GC runs libcni's GCNetworkList with valid as cni.dev/valid-attachments
+// (null when valid is empty, as CRI-O sends it):
 // it DELs the attachments libcni cached that are not valid, then sends GC
 // to each plugin. cnitool gc cannot send a valid list, hence libcni.
 func (n *Node) GC(ctx context.Context, network string, valid []Sandbox) error {
@@ -131,7 +132,9 @@ func (n *Node) GC(ctx context.Context, network string, valid []Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("loading network %s from %s: %w", network, n.ConfDir, err)
 	}
-	args := &libcni.GCArgs{ValidAttachments: []types.GCAttachment{}}
+	// A nil list when no sandbox is valid, as CRI-O builds it: libcni
+	// sends it as null.
+	args := &libcni.GCArgs{}
 	for _, sb := range valid {
 		args.ValidAttachments = append(args.ValidAttachments, types.GCAttachment{ContainerID: sb.ContainerID(), IfName: IfName})
 	}

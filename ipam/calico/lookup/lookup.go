@@ -19,6 +19,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 )
 
@@ -61,29 +62,41 @@ func (c *Calico) NodeKnown(ctx context.Context, node string) (bool, error) {
 	return calico.NodeKnown(ctx, cli, node)
 }
 
-// AllocationHandle reads which handle Calico keeps ip under, "" when ip
-// is not allocated, from either datastore.
-func (c *Calico) AllocationHandle(ctx context.Context, ip netip.Addr) (string, error) {
+// Allocation reads what Calico records of ip, from either datastore; a
+// zero Allocation when ip is not allocated.
+func (c *Calico) Allocation(ctx context.Context, ip netip.Addr) (guard.Allocation, error) {
+	var a calico.Attribute
+	var ok bool
 	if c.conf.Datastore() == config.DatastoreKubernetes {
 		kube, err := c.kubeClient()
 		if err != nil {
-			return "", err
+			return guard.Allocation{}, err
 		}
-		return calico.KDDAllocationHandle(ctx, kube.Get, kubeapi.ErrNotFound, ip)
+		if a, ok, err = calico.KDDAllocationAttribute(ctx, kube.Get, kubeapi.ErrNotFound, ip); err != nil || !ok {
+			return guard.Allocation{}, err
+		}
+		return allocation(a), nil
 	}
 	cli, err := c.etcdClient(ctx)
 	if err != nil {
-		return "", err
+		return guard.Allocation{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return calico.AllocationHandle(ctx, cli, ip)
+	if a, ok, err = calico.AllocationAttribute(ctx, cli, ip); err != nil || !ok {
+		return guard.Allocation{}, err
+	}
+	return allocation(a), nil
 }
 
-// HandleAddrs reads the handle from Calico's etcd, then the blocks it
-// names, and lists the addresses those blocks keep under it. A handle
-// that does not exist is an error.
-func (c *Calico) HandleAddrs(ctx context.Context, handle string) ([]netip.Addr, error) {
+func allocation(a calico.Attribute) guard.Allocation {
+	return guard.Allocation{Handle: a.Handle(), Owner: a.Secondary, Alternate: a.Alternate()}
+}
+
+// HandleAllocations reads the handle from Calico's etcd, then the blocks
+// it names, and lists the addresses those blocks keep under it with their
+// attributes. A handle that does not exist is an error.
+func (c *Calico) HandleAllocations(ctx context.Context, handle string) (map[netip.Addr]guard.Allocation, error) {
 	cli, err := c.etcdClient(ctx)
 	if err != nil {
 		return nil, err
@@ -95,7 +108,7 @@ func (c *Calico) HandleAddrs(ctx context.Context, handle string) ([]netip.Addr, 
 	if err != nil || rev == 0 {
 		return nil, fmt.Errorf("reading handle %s: %v (revision %d)", handle, err, rev)
 	}
-	var addrs []netip.Addr
+	held := map[netip.Addr]guard.Allocation{}
 	for cidr := range h.Block {
 		p, err := netip.ParsePrefix(cidr)
 		if err != nil {
@@ -110,10 +123,11 @@ func (c *Calico) HandleAddrs(ctx context.Context, handle string) ([]netip.Addr, 
 			if err != nil {
 				return nil, fmt.Errorf("block %s keeps handle %s at ordinal %d: %v", p, handle, ord, err)
 			}
-			addrs = append(addrs, ip)
+			a, _ := b.Attribute(ord)
+			held[ip] = allocation(a)
 		}
 	}
-	return addrs, nil
+	return held, nil
 }
 
 // etcdClient connects to Calico's etcd as calico-ipam reaches it, once.

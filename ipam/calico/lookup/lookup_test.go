@@ -2,6 +2,7 @@ package lookup_test
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -23,7 +24,7 @@ func TestReadsCalicosEtcd(t *testing.T) {
 	alloc := &calicosim.Allocator{Client: srv.Client(), Node: "node1"}
 	var want []netip.Addr
 	for range 2 {
-		asg, err := alloc.Assign(ctx, pools, "default.web-0", nil)
+		asg, err := alloc.Assign(ctx, pools, "default.web-0", map[string]string{"namespace": "default", "pod": "web-0", "node": "node1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,16 +40,19 @@ func TestReadsCalicosEtcd(t *testing.T) {
 			t.Errorf("NodeKnown(%s) = %v, %v; want %v", node, got, err, known)
 		}
 	}
-	if h, err := c.AllocationHandle(ctx, want[0]); err != nil || h != "default.web-0" {
-		t.Errorf("AllocationHandle(%s) = %q, %v; want default.web-0", want[0], h, err)
+	if a, err := c.Allocation(ctx, want[0]); err != nil || a.Handle != "default.web-0" || a.Owner["pod"] != "web-0" || a.Owner["node"] != "node1" {
+		t.Errorf("Allocation(%s) = %+v, %v; want default.web-0 owned by web-0 on node1", want[0], a, err)
 	}
-	got, err := c.HandleAddrs(ctx, "default.web-0")
-	slices.SortFunc(got, netip.Addr.Compare)
-	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("HandleAddrs = %v, %v; want %v", got, err, want)
+	if a, err := c.Allocation(ctx, netip.MustParseAddr("10.96.0.9")); err != nil || a.Handle != "" {
+		t.Errorf("Allocation of a free address = %+v, %v; want none", a, err)
 	}
-	if _, err := c.HandleAddrs(ctx, "default.none"); err == nil {
-		t.Error("HandleAddrs of a handle Calico does not have: no error")
+	held, err := c.HandleAllocations(ctx, "default.web-0")
+	got := slices.SortedFunc(maps.Keys(held), netip.Addr.Compare)
+	if err != nil || !slices.Equal(got, want) || held[want[1]].Owner["pod"] != "web-0" {
+		t.Errorf("HandleAllocations = %v, %v; want %v owned by web-0", held, err, want)
+	}
+	if _, err := c.HandleAllocations(ctx, "default.none"); err == nil {
+		t.Error("HandleAllocations of a handle Calico does not have: no error")
 	}
 }
 
@@ -60,8 +64,8 @@ func TestKubernetesDatastoreKeepsNodesAndHandlesUnread(t *testing.T) {
 	if _, err := c.NodeKnown(ctx, "node1"); err == nil || !strings.Contains(err.Error(), "does not read") {
 		t.Errorf("NodeKnown = %v; want an error saying it does not read the datastore", err)
 	}
-	if _, err := c.HandleAddrs(ctx, "default.web-0"); err == nil || !strings.Contains(err.Error(), "does not read") {
-		t.Errorf("HandleAddrs = %v; want an error saying it does not read the datastore", err)
+	if _, err := c.HandleAllocations(ctx, "default.web-0"); err == nil || !strings.Contains(err.Error(), "does not read") {
+		t.Errorf("HandleAllocations = %v; want an error saying it does not read the datastore", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("Close = %v", err)
