@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -42,8 +43,10 @@ func (o *Output) Print(w io.Writer, v any, text func(io.Writer) error) error {
 }
 
 // ForPeople is w with every control character other than tab and newline
-// written as \u00XX (DEL and the C1 controls too), and every byte that is
-// not UTF-8 as \xNN. Every admin command writes through it: names from
+// written as \u00XX (DEL and the C1 controls too), every format
+// character (bidi overrides such as U+202E, zero-width ones such as
+// U+200B, which make a name read as another) and line or paragraph
+// separator as \uXXXX, and every byte that is not UTF-8 as \xNN. Every admin command writes through it: names from
 // records, Calico's data, the runtime and file names reach the tables,
 // and an ifname CNI admits may hold ESC, which would drive the
 // operator's terminal. JSON stays valid: encoding/json escapes the C0
@@ -69,7 +72,7 @@ func (p *peopleWriter) Write(b []byte) (int, error) {
 			out = fmt.Appendf(out, `\x%02x`, data[i])
 		case r == '\t' || r == '\n':
 			out = append(out, byte(r))
-		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f:
+		case r < 0x20 || r == 0x7f || r >= 0x80 && r <= 0x9f || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp):
 			out = fmt.Appendf(out, `\u%04x`, r)
 		default:
 			out = append(out, data[i:i+size]...)

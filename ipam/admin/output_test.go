@@ -20,6 +20,10 @@ func TestForPeople(t *testing.T) {
 		{"a C1 control (CSI)", []string{"x\u009b31m\n"}, `x\u009b31m` + "\n"},
 		{"bytes that are not UTF-8", []string{"a\xffb\n"}, `a\xffb` + "\n"},
 		{"a rune split across writes", []string{"caf\xc3", "\xa9\n"}, "café\n"},
+		// Issue 33, finding 8: a name that reads as another.
+		{"a bidi override", []string{"web-\u202e0-bew\n"}, `web-\u202e0-bew` + "\n"},
+		{"zero-width characters", []string{"eth\u200b0 n\u200dode\ufeff\n"}, `eth\u200b0 n\u200dode\ufeff` + "\n"},
+		{"a bidi isolate and a line separator", []string{"a\u2066b\u2028c\n"}, `a\u2066b\u2028c` + "\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -98,6 +98,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		if n.Store.Exposure != "" {
 			fmt.Fprintf(w, "warning: record store of %s: %s\n", n.Network, n.Store.Exposure)
 		}
+		if c := n.Calico; c != nil && c.Exposure != "" {
+			fmt.Fprintf(w, "warning: Calico's datastore of %s (%s): %s\n", n.Network, c.Transport, c.Exposure)
+		}
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "problem:", p)

@@ -20,6 +20,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
@@ -112,8 +113,13 @@ type StoreReport struct {
 // delegate, as it is reached from the network config: it refuses every
 // ADD otherwise, whatever safe-ipam's own state.
 type CalicoReport struct {
-	Answers bool   `json:"answers"`
-	Error   string `json:"error,omitempty"`
+	Answers bool `json:"answers"`
+	// Transport names how safe-ipam reaches Calico's datastore (Calico's
+	// etcd, or the Kubernetes API), and Exposure how that is exposed
+	// (plain text, a certificate not verified); a warning, not a problem.
+	Transport string `json:"transport"`
+	Exposure  string `json:"exposure,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // Check looks at the node; live, when not nil, judges which records are
@@ -356,6 +362,7 @@ func firstNonEmpty(s ...string) string {
 // datastore) no IPAM resources, and calico-ipam fails every ADD.
 func checkCalico(ctx context.Context, cfg *config.Config, path, node string, recs []*record.Record) *CalicoReport {
 	out := &CalicoReport{}
+	out.Transport, out.Exposure = calicoExposure(cfg.Calico)
 	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, path))
 	if err != nil {
 		out.Error = err.Error()
@@ -377,6 +384,19 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 		out.Error = handleModeProblem(ctx, ds, cfg, recs)
 	}
 	return out
+}
+
+// calicoExposure names the transport to Calico's datastore and says how
+// it is exposed, as the CNI binary warns of it (package calico/lookup).
+func calicoExposure(c config.Calico) (transport, why string) {
+	if c.Datastore() == config.DatastoreEtcd {
+		return "Calico's etcd", etcdconn.Exposure(c.Endpoints(), c.EtcdTLS(""))
+	}
+	kube, err := kubeapi.New(c.Kubeconfig, time.Second)
+	if err != nil {
+		return "the Kubernetes API", err.Error()
+	}
+	return "the Kubernetes API", kube.Exposure()
 }
 
 // modeSample is how many of the node's latest records doctor compares

@@ -219,6 +219,11 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	if !strings.Contains(s.Exposure, n.etcd.Endpoint()) || !strings.Contains(out.String(), "warning: record store of "+net.Network+": etcd endpoint(s) "+n.etcd.Endpoint()) {
 		t.Errorf("exposure %q, table:\n%s\nwant a warning naming the plain-text endpoint", s.Exposure, out.String())
 	}
+	// Issue 33, finding 7: per transport, Calico's etcd too.
+	if c := net.Calico; c == nil || c.Transport != "Calico's etcd" || !strings.Contains(c.Exposure, n.etcd.Endpoint()) ||
+		!strings.Contains(out.String(), "warning: Calico's datastore of "+net.Network+" (Calico's etcd): etcd endpoint(s) "+n.etcd.Endpoint()) {
+		t.Errorf("Calico %+v, table:\n%s\nwant a warning for Calico's etcd naming the plain-text endpoint", net.Calico, out.String())
+	}
 }
 
 func TestDoctorBadInput(t *testing.T) {

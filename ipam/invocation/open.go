@@ -83,7 +83,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 	if err != nil {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
 	}
-	warnExposure(cfg, c.In, c.Log)
+	warnExposure(cfg.CacheDir, c.Log, "the record store's etcd", storeExposure(cfg, c.In))
 	st, err := opener.Open(ctx, cfg, node, opener.Options{In: c.In})
 	if err != nil {
 		code := types.ErrTryAgainLater
@@ -92,7 +92,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	calico := lookup.New(cfg.Calico)
+	calico := lookup.New(cfg.Calico, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
 }
@@ -115,22 +115,27 @@ func resolveDelegate(ctx context.Context, cfg *config.Config, cniPath string) (*
 	return nil, types.NewError(code, fmt.Sprintf("delegate %s: %v", cfg.Delegate.Type, err), "")
 }
 
-// warnExposure logs how the record store's etcd is exposed (plain text,
-// or no CA file; see etcdconn.Exposure), once per node and finding: a
-// mark in the cache dir says it was logged. A mark that cannot be made
-// logs it every time rather than never.
-func warnExposure(cfg *config.Config, in string, log *slog.Logger) {
+// storeExposure says how the record store's etcd is exposed (plain
+// text, or no CA file; see etcdconn.Exposure), or "".
+func storeExposure(cfg *config.Config, in string) string {
 	if cfg.Store.Type != config.StoreEtcd {
-		return
+		return ""
 	}
-	why := etcdconn.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
+	return etcdconn.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
+}
+
+// warnExposure logs how a transport safe-ipam uses is exposed (the record
+// store's etcd, Calico's etcd, the Kubernetes API), once per node and
+// finding: a mark in the cache dir says it was logged. A mark that cannot
+// be made logs it every time rather than never.
+func warnExposure(cacheDir string, log *slog.Logger, transport, why string) {
 	if why == "" {
 		return
 	}
-	if cfg.CacheDir != "" {
-		sum := sha256.Sum256([]byte(why))
-		_ = os.MkdirAll(cfg.CacheDir, 0o700)
-		f, err := os.OpenFile(filepath.Join(cfg.CacheDir, "exposure-"+hex.EncodeToString(sum[:8])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if cacheDir != "" {
+		sum := sha256.Sum256([]byte(transport + "\x00" + why))
+		_ = os.MkdirAll(cacheDir, 0o700)
+		f, err := os.OpenFile(filepath.Join(cacheDir, "exposure-"+hex.EncodeToString(sum[:8])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			return
 		}
@@ -138,5 +143,5 @@ func warnExposure(cfg *config.Config, in string, log *slog.Logger) {
 			f.Close()
 		}
 	}
-	log.Warn("the record store's etcd is exposed", "why", why)
+	log.Warn(transport+" is exposed", "why", why)
 }

@@ -33,11 +33,19 @@ type Calico struct {
 	conf config.Calico
 	etcd *clientv3.Client
 	kube *kubeapi.Client
+	warn func(transport, why string)
 }
 
 // New is Calico's datastore as the config's top-level keys name it; it
-// connects to nothing yet.
-func New(c config.Calico) *Calico { return &Calico{conf: c} }
+// connects to nothing yet. warn, when set, is told how a transport it
+// connects over is exposed (plain text, a certificate not checked
+// against the cluster's CA), as the record store's is.
+func New(c config.Calico, warn func(transport, why string)) *Calico {
+	if warn == nil {
+		warn = func(string, string) {}
+	}
+	return &Calico{conf: c, warn: warn}
+}
 
 // Close closes the connection a read opened, if any.
 func (c *Calico) Close() error {
@@ -144,6 +152,7 @@ func (c *Calico) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("Calico's etcd: %w", err)
 	}
+	c.warn("Calico's etcd", etcdconn.Exposure(c.conf.Endpoints(), c.conf.EtcdTLS("")))
 	c.etcd = cli
 	return cli, nil
 }
@@ -158,6 +167,7 @@ func (c *Calico) kubeClient() (*kubeapi.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.warn("the Kubernetes API", kube.Exposure())
 	c.kube = kube
 	return kube, nil
 }
