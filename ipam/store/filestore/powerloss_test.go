@@ -4,7 +4,6 @@ package filestore
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -17,11 +16,7 @@ import (
 // with -tags crashpoints).
 func TestQuarantineSurvivesAPowerLoss(t *testing.T) {
 	DropUnsynced() // forget what earlier tests noted
-	s, err := Open(filepath.Join(t.TempDir(), "records"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder, late := quarantined(t, s)
+	s, holder, late := openQuarantined(t)
 	DropUnsynced()
 	if got, err := s.Get(context.Background(), holder); err != nil || !listsQuarantine(got, late) || got.State != record.Committed {
 		t.Fatalf("the holder after a power loss = %+v, %v; want it committed, listing late's quarantine", got, err)

@@ -43,6 +43,17 @@ func quarantined(t *testing.T, s *Store) (holder, late record.Attachment) {
 	return held.Holder.Attachment, p.Attachment
 }
 
+// openQuarantined opens a store in a new directory, with a quarantine.
+func openQuarantined(t *testing.T) (s *Store, holder, late record.Attachment) {
+	t.Helper()
+	s, err := Open(filepath.Join(t.TempDir(), "records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, late = quarantined(t, s)
+	return s, holder, late
+}
+
 func listsQuarantine(rec *record.Record, att record.Attachment) bool {
 	return rec != nil && len(rec.Quarantined) == 1 && rec.Quarantined[0].Attachment == att
 }
@@ -69,12 +80,9 @@ func TestTornHolderKeepsItsQuarantines(t *testing.T) {
 	ctx := context.Background()
 	for _, by := range []string{"DEL", "GC"} {
 		t.Run(by, func(t *testing.T) {
-			s, err := Open(filepath.Join(t.TempDir(), "records"))
+			s, holder, late := openQuarantined(t)
+			err := os.WriteFile(s.path(holder), nil, 0o600) // the power loss
 			if err != nil {
-				t.Fatal(err)
-			}
-			holder, late := quarantined(t, s)
-			if err := os.WriteFile(s.path(holder), nil, 0o600); err != nil { // the power loss
 				t.Fatal(err)
 			}
 			if got, err := s.Get(ctx, holder); err != nil || !listsQuarantine(got, late) {
@@ -123,11 +131,8 @@ func TestMarkWithoutHolderGoes(t *testing.T) {
 	ctx := context.Background()
 	for _, how := range []string{"holder gone", "holder lists no quarantine"} {
 		t.Run(how, func(t *testing.T) {
-			s, err := Open(filepath.Join(t.TempDir(), "records"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			holder, late := quarantined(t, s)
+			s, holder, late := openQuarantined(t)
+			var err error
 			if how == "holder gone" {
 				err = os.Remove(s.path(holder))
 			} else {
