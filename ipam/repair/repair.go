@@ -2,7 +2,8 @@
 // proves: it releases leaked and pod-name-handle addresses whose owner a
 // readable liveness source does not list, re-claims free addresses that a
 // running record still holds, rewrites handle counts from the blocks, and
-// forgets records whose attachment is positively gone.
+// forgets records whose attachment is positively gone, releasing the
+// allocations quarantined with them first.
 // Every write is guarded by the versions it read (etcd: one Txn;
 // Kubernetes: each object's resourceVersion, in calico-ipam's order).
 package repair
