@@ -148,6 +148,9 @@ type Cluster struct {
 	histories int
 	// uninstalled are the nodes where calico-ipam runs alone.
 	uninstalled map[string]bool
+	// read are the records an uninstall has read (UninstallRead) and not
+	// forgotten yet, by node.
+	read map[string][]*record.Record
 }
 
 // NewCluster starts etcd under dir and seeds every pool and node.
@@ -263,6 +266,7 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 	c.histories++
 	c.setup = s
 	c.uninstalled = map[string]bool{}
+	c.read = map[string][]*record.Record{}
 	c.work = filepath.Join(c.dir, fmt.Sprintf("history-%d", c.histories))
 	if err := os.MkdirAll(c.work, 0o700); err != nil {
 		return fmt.Errorf("history directory: %w", err)
@@ -389,15 +393,49 @@ func (c *Cluster) uninstall(ctx context.Context, node string) error {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}
 	defer o.Close()
-	recs, err := o.Store.List(ctx, Network)
-	if err != nil {
-		return fmt.Errorf("uninstall on %s: %w", node, err)
+	recs, read := c.read[node]
+	delete(c.read, node)
+	for round := 1; ; round++ {
+		if !read {
+			if recs, err = o.Store.List(ctx, Network); err != nil {
+				return fmt.Errorf("uninstall on %s: %w", node, err)
+			}
+		}
+		err := c.forget(ctx, o, recs)
+		if !errors.Is(err, store.ErrConflict) || round == 3 {
+			return err
+		}
+		// A record changed since uninstall read it (an ADD quarantined
+		// with it): uninstall stops and says to run it again, and the
+		// operator does.
+		read = false
 	}
+}
+
+// forget is uninstall's forget of recs, read from node's store.
+func (c *Cluster) forget(ctx context.Context, o *invocation.Opened, recs []*record.Record) error {
 	for _, rec := range recs {
 		if err := o.Guard.Forget(ctx, rec, c.binaries().Dir); err != nil {
-			return fmt.Errorf("uninstall on %s: %w", node, err)
+			return fmt.Errorf("uninstall on %s: %w", rec.Node, err)
 		}
 	}
+	return nil
+}
+
+// readForUninstall is uninstall reading node's records, once Calico's
+// files are back; it forgets them at the next Uninstall of node, so the
+// calls in between race it.
+func (c *Cluster) readForUninstall(ctx context.Context, node string) error {
+	stores, err := c.stores()
+	if err != nil {
+		return err
+	}
+	defer closeFileStores(c.setup, stores)
+	recs, err := stores[node].List(ctx, Network)
+	if err != nil {
+		return fmt.Errorf("uninstall on %s reading its records: %w", node, err)
+	}
+	c.read[node] = recs
 	return nil
 }
 

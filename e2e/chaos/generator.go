@@ -261,9 +261,10 @@ func (g *Generator) lifeStep(m *Model) (Step, bool) {
 // LifeStep is an uninstall, re-install or upgrade of safe-ipam.
 func LifeStep(v Verb, node string) Step {
 	note := map[Verb]string{
-		Uninstall: "safe-ipam is uninstalled from " + node + ": its records are forgotten, calico-ipam runs alone there",
-		Reinstall: "safe-ipam is installed on " + node + " again, and indexes its records",
-		Upgrade:   "safe-ipam is upgraded over records an older version wrote without index entries; install indexes them",
+		Uninstall:     "safe-ipam is uninstalled from " + node + ": its records are forgotten, calico-ipam runs alone there",
+		UninstallRead: "uninstall on " + node + " reads its records, to forget them next",
+		Reinstall:     "safe-ipam is installed on " + node + " again, and indexes its records",
+		Upgrade:       "safe-ipam is upgraded over records an older version wrote without index entries; install indexes them",
 	}[v]
 	return single(Call{Verb: v, Node: node}, Succeeds, note)
 }

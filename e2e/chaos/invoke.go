@@ -41,6 +41,10 @@ const (
 	// forgotten and their quarantines released (guard.Forget, as uninstall
 	// does), and its calls go to calico-ipam alone until Reinstall.
 	Uninstall Verb = "UNINSTALL"
+	// UninstallRead is the first half of an Uninstall on Node: it reads
+	// the records, which the next Uninstall of Node forgets, so calls in
+	// between race its forget.
+	UninstallRead Verb = "UNINSTALL-READ"
 	// Reinstall is `safe-ipam install` on Node again, which indexes the
 	// node's records (store.Reindex).
 	Reinstall Verb = "REINSTALL"
@@ -148,6 +152,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.kill(ctx, call.Node)
 	case call.Verb == DeadNodesGC:
 		return c.deadNodesGC(ctx, call)
+	case call.Verb == UninstallRead:
+		return Outcome{}, c.readForUninstall(ctx, call.Node)
 	case call.Verb == Uninstall:
 		return Outcome{}, c.uninstall(ctx, call.Node)
 	case call.Verb == Reinstall:

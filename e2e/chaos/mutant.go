@@ -118,6 +118,16 @@ func Mutants() []Mutant {
 				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) })
 			},
 		},
+		{
+			Name:   "quarantine-keeps-holder-revision",
+			Breaks: "a quarantine leaves its holder's revision as it was, so a forget that read the holder before deletes it and strands the quarantine's mark",
+			File:   "ipam/store/etcdstore/etcdstore.go",
+			Old:    "\t\t\tclientv3.OpPut(hk, \"\", clientv3.WithIgnoreValue()),\n",
+			New:    "",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return QuarantineRacesForgetScript(EtcdStore) })
+			},
+		},
 	}
 }
 

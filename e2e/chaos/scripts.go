@@ -465,6 +465,31 @@ func UninstallScript(store StoreKind) *Script {
 	return s.start("web-3", node1, "", Succeeds)
 }
 
+// QuarantineRacesForgetScript (issue 31, item 5): uninstall on node1 has
+// read its records when an ADD still in flight through safe-ipam is
+// handed web-0's address (freed behind its back; web-0's pod is being
+// deleted, its DEL failed) and fenced: the allocation is quarantined with
+// web-0's record. Uninstall's forget of the record as it read it must not
+// drop the quarantine's holder side and keep its mark: once safe-ipam is
+// installed again, web-4's DEL would answer from the mark and never
+// release the address. The forget conflicts; uninstall, run again,
+// releases the quarantine.
+func QuarantineRacesForgetScript(store StoreKind) *Script {
+	s := &Script{
+		Name:  fmt.Sprintf("uninstall/quarantine-races-forget/%s", store),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: SinglePool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds).outside(0, OutsideIPAMRelease)
+	for _, pod := range []string{"web-1", "web-2", "web-3"} {
+		s.start(pod, node1, "", Succeeds)
+	}
+	s.del(0, guard.DelStart, Crashes)
+	s.then(func(*Model) Step { return LifeStep(UninstallRead, node1) })
+	s.start("web-4", node1, "", TryAgain)
+	s.then(func(*Model) Step { return LifeStep(Uninstall, node1) })
+	return s.then(func(*Model) Step { return LifeStep(Reinstall, node1) })
+}
+
 // LifecycleScripts are the scripts of a cluster's life beyond its pods:
 // node death, uninstall and re-install, an upgrade over index-less
 // records.
@@ -472,6 +497,8 @@ func LifecycleScripts() []func() *Script {
 	return []func() *Script{
 		func() *Script { return UninstallScript(FileStore) },
 		func() *Script { return UninstallScript(EtcdStore) },
+		func() *Script { return QuarantineRacesForgetScript(FileStore) },
+		func() *Script { return QuarantineRacesForgetScript(EtcdStore) },
 		func() *Script { return UpgradeScript(FileStore) },
 		func() *Script { return UpgradeScript(EtcdStore) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },

@@ -2,7 +2,8 @@
 // proves: it releases leaked and pod-name-handle addresses whose owner a
 // readable liveness source does not list, re-claims free addresses that a
 // running record still holds, rewrites handle counts from the blocks, and
-// forgets records whose attachment is positively gone.
+// forgets records whose attachment is positively gone, releasing the
+// allocations quarantined with them first.
 // Every write is guarded by the versions it read (etcd: one Txn;
 // Kubernetes: each object's resourceVersion, in calico-ipam's order).
 package repair
@@ -58,6 +59,9 @@ func Plan(snap *snapshot.Snapshot, findings []audit.Finding, live *liveness.View
 	for _, f := range findings {
 		act, why := planOne(f, recs, live)
 		if act != nil {
+			if act.Kind == ForgetRecord {
+				actions = append(actions, planQuarantineReleases(snap, act.rec)...)
+			}
 			actions = append(actions, *act)
 		} else if why != "" {
 			refused = append(refused, Refusal{Finding: f, Why: why})
@@ -139,6 +143,28 @@ func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.
 	}
 	return &Action{Kind: ForgetRecord, Handle: rec.Handle, Record: rec.Attachment.String(), Address: audit.Addrs(rec.IPs), rec: rec,
 		Why: "forget the record of an attachment that is gone: no DEL or GC will come for it"}, ""
+}
+
+// planQuarantineReleases releases, before a forgotten record goes, the
+// allocations quarantined with it, as its DEL would have: nothing else
+// ever will (the quarantined attachments' DELs answer from the
+// quarantine, and once the record is forgotten no audit ties them to
+// it). The record's attachment is gone, so its address is free to hand
+// out again.
+func planQuarantineReleases(snap *snapshot.Snapshot, rec *record.Record) []Action {
+	var out []Action
+	for _, q := range rec.Quarantined {
+		// The handles calico-ipam keys a stripped ADD by (see the audit's
+		// ownedHandles); only those that hold something are released.
+		for _, handle := range []string{q.Network + "." + q.ContainerID, q.ContainerID} {
+			if len(snap.HeldBy(handle)) == 0 {
+				continue
+			}
+			out = append(out, Action{Kind: ReleaseHandle, Handle: handle, Address: audit.Addrs(q.IPs), Record: rec.Attachment.String(),
+				Why: fmt.Sprintf("quarantine of %s held for %s, whose record is forgotten: released with it, as its DEL would", q.Attachment, rec.Attachment)})
+		}
+	}
+	return out
 }
 
 func recordsByName(snap *snapshot.Snapshot) map[string]*record.Record {

@@ -54,7 +54,9 @@ type Store interface {
 	// Quarantine removes pending, the record of an ADD whose delegate gave
 	// it addresses holder holds, and ties q (that allocation) to holder,
 	// in one atomic step, if both are still at their revisions and holder
-	// is committed (else ErrConflict). Until holder is deleted, the
+	// is committed (else ErrConflict). It changes holder's revision, so
+	// a Swap against holder as read before (without q) conflicts instead
+	// of deleting holder and losing q. Until holder is deleted, the
 	// attachment answers ErrQuarantined and q is listed in holder's
 	// Quarantined.
 	Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error

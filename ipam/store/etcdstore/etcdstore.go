@@ -93,10 +93,8 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 			ops = append(ops, s.releaseOps(key, prev)...)
 		}
 		if next.State == record.Releasing {
-			// A quarantine tied to the record since the caller read it
-			// (Quarantine compares the record's revision but does not
-			// change it) must be released with it: read them in the same
-			// Txn, as MarkReleasing does.
+			// The quarantines tied to the record are released with it:
+			// read them in the same Txn, as MarkReleasing does.
 			ops = append(ops, clientv3.OpGet(s.holderPrefix(att.Network, key), clientv3.WithPrefix()))
 		}
 	}
@@ -209,7 +207,11 @@ func (s *Store) judgeHolders(ctx context.Context, key string, committed *record.
 	return nil
 }
 
-// Quarantine implements store.Store in one Txn.
+// Quarantine implements store.Store in one Txn. It writes the holder's
+// record over itself (its value as it is), so the holder's revision
+// changes: whoever read the holder before, without the quarantine, and
+// deletes it by compare-and-swap (uninstall's forget, a GC) conflicts,
+// instead of dropping the quarantine's holder side and stranding its mark.
 func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
 	key, err := s.key(pending.Attachment)
 	if err != nil {
@@ -228,6 +230,7 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 	defer cancel()
 	resp, err := s.client.Txn(ctx).If(revisionIs(key, pending), clientv3.Compare(clientv3.ModRevision(hk), "=", holder.Revision)).
 		Then(clientv3.OpDelete(key),
+			clientv3.OpPut(hk, "", clientv3.WithIgnoreValue()),
 			clientv3.OpPut(s.tiedKey(holder.Network, hk, q), data),
 			clientv3.OpPut(s.quarantinedKey(s.node, q.Attachment), hk)).Commit()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,8 +21,8 @@ import (
 // is not synced: after a power loss either both survive or a link names a
 // record that is not committed, and such an entry is taken over. A
 // quarantined attachment has "q:<containerID>:<ifname>" -> its holder's
-// file, made durable by the holder's synced write; the holder's record
-// lists the quarantine. Neither name can be a record's: container IDs
+// file, made durable by the holder's write, whose data is synced too; the
+// holder's record lists the quarantine. Neither name can be a record's: container IDs
 // start with a letter or digit, and a record's name has one colon, a
 // mark's two (see isRecordName).
 
@@ -127,10 +128,62 @@ func (s *Store) unclaim(rec *record.Record) error {
 	return nil
 }
 
-// quarantined says whether att's allocation is a quarantine.
+// quarantined says whether att's allocation is a quarantine: its mark
+// names a holder whose record lists att (a damaged one lists the marks
+// naming it, see strayMarks). A mark whose holder is gone or does not
+// list att is what a crash or power loss leaves between the writes of
+// Quarantine or Unquarantine: no record holds its allocation for a
+// running attachment, so the mark goes and att's DEL releases the
+// allocation as any other.
 func (s *Store) quarantined(att record.Attachment) bool {
-	_, err := os.Lstat(s.quarantineLink(att))
-	return err == nil
+	link := s.quarantineLink(att)
+	target, err := os.Readlink(link)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true // a mark that cannot be read still fences
+	}
+	if isRecordName(target) && !strings.Contains(target, "/") {
+		holder, err := s.read(filepath.Join(s.networkDir(att.Network), target))
+		if err != nil || lists(holder, att) {
+			return true
+		}
+	}
+	noteLinkLoss(link)
+	return os.Remove(link) != nil
+}
+
+// lists says whether rec holds a quarantine of att.
+func lists(rec *record.Record, att record.Attachment) bool {
+	return rec != nil && slices.ContainsFunc(rec.Quarantined, func(q record.Quarantine) bool { return q.Attachment == att })
+}
+
+// strayMarks are the quarantines whose marks name holder's file. A record
+// that lost its data (a power loss emptied it) no longer lists them, yet
+// their allocations are held until it is released; read as damaged, it
+// stands in with them, so its DEL, GC or ADD releases them.
+func (s *Store) strayMarks(holder record.Attachment) []record.Quarantine {
+	dir := s.networkDir(holder.Network)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []record.Quarantine
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "q:")
+		if !ok || !isRecordName(name) {
+			continue
+		}
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err != nil || target != fileName(holder) {
+			continue
+		}
+		q := record.Quarantine{Attachment: pathAttachment(filepath.Join(dir, name))}
+		if q.Check(holder.Network) == nil {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // Quarantine implements store.Store under the network's lock: the holder's
@@ -167,7 +220,7 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 	if err := os.Symlink(fileName(holder.Attachment), s.quarantineLink(pending.Attachment)); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("%w: marking quarantine of %s: %v", store.ErrUnavailable, pending.Attachment, err)
 	}
-	if err := s.write(h); err != nil {
+	if err := s.writeAs(h, dataSynced); err != nil {
 		return err
 	}
 	return s.remove(pending.Attachment)

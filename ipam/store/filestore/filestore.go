@@ -131,6 +131,12 @@ const (
 	// name survives a power loss; its data may come back empty, which reads
 	// as an ownerless pending record.
 	nameSynced
+	// dataSynced: the data is synced before the rename and the directory
+	// after it, so the record survives a power loss whole. Only a holder
+	// gaining a quarantine needs it: the quarantined attachment's DEL then
+	// answers from the quarantine, so the holder's record is the one
+	// thing left that releases the allocation.
+	dataSynced
 )
 
 // durabilityOf classifies one write of a record from cur to next (nil:
@@ -310,13 +316,17 @@ func pathAttachment(path string) record.Attachment {
 
 // damaged stands in for a record file that does not decode (see
 // store.Damaged); its revision is the file's mtime, so a Swap against it
-// succeeds until the file changes.
+// succeeds until the file changes. It holds the quarantines whose marks
+// name its file (see strayMarks), so that its DEL, GC or ADD releases
+// them as the record would have.
 func (s *Store) damaged(path string) *record.Record {
 	var rev int64
 	if info, err := os.Stat(path); err == nil {
 		rev = info.ModTime().UnixNano()
 	}
-	return store.Damaged(pathAttachment(path), rev)
+	rec := store.Damaged(pathAttachment(path), rev)
+	rec.Quarantined = s.strayMarks(rec.Attachment)
+	return rec
 }
 
 // write replaces rec's file with its name synced, for writes outside the
@@ -335,8 +345,8 @@ func (s *Store) writeAs(rec *record.Record, d durability) error {
 }
 
 // writeFile replaces path atomically (a temp file renamed over it); with
-// nameSynced the directory is synced too. File data is never synced: see
-// durability.
+// nameSynced the directory is synced too, and with dataSynced the data
+// before it. See durability.
 func writeFile(path string, data []byte, d durability) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, ".tmp-")
@@ -348,6 +358,12 @@ func writeFile(path string, data []byte, d durability) error {
 		tmp.Close()
 		return err
 	}
+	if d == dataSynced {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return err
+		}
+	}
 	if err := tmp.Close(); err != nil {
 		return err
 	}
@@ -355,7 +371,7 @@ func writeFile(path string, data []byte, d durability) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
-	if d == nameSynced {
+	if d != unsynced {
 		return syncDir(dir)
 	}
 	return nil

@@ -16,21 +16,34 @@ import (
 // knows no Store; normal builds have none of it.
 var powerLoss struct {
 	sync.Mutex
-	undo []func()
+	undo  []func()
+	paths []string // the path each undo rewrites
 }
 
 // notePowerLoss is called right before path is replaced or removed:
 //   - unsynced: the loss brings back what path holds now (or its absence);
 //   - nameSynced: the new name survives but its data is lost (an empty
-//     file, which reads as a damaged record).
+//     file, which reads as a damaged record);
+//   - dataSynced: nothing is lost, nor can an earlier write of path be
+//     undone: the synced file replaced it.
 func notePowerLoss(path string, d durability) {
+	powerLoss.Lock()
+	defer powerLoss.Unlock()
+	if d == dataSynced {
+		for i := len(powerLoss.paths) - 1; i >= 0; i-- {
+			if powerLoss.paths[i] == path {
+				powerLoss.undo = append(powerLoss.undo[:i], powerLoss.undo[i+1:]...)
+				powerLoss.paths = append(powerLoss.paths[:i], powerLoss.paths[i+1:]...)
+			}
+		}
+		return
+	}
 	undo := func() { _ = os.WriteFile(path, nil, 0o600) }
 	if d == unsynced {
 		undo = restorer(path)
 	}
-	powerLoss.Lock()
 	powerLoss.undo = append(powerLoss.undo, undo)
-	powerLoss.Unlock()
+	powerLoss.paths = append(powerLoss.paths, path)
 }
 
 func restorer(path string) func() {
@@ -49,7 +62,7 @@ func DropUnsynced() {
 	for i := len(powerLoss.undo) - 1; i >= 0; i-- {
 		powerLoss.undo[i]()
 	}
-	powerLoss.undo = nil
+	powerLoss.undo, powerLoss.paths = nil, nil
 }
 
 // noteLinkLoss records how to undo an unsynced change of a symlink (the
@@ -63,5 +76,6 @@ func noteLinkLoss(link string) {
 	}
 	powerLoss.Lock()
 	powerLoss.undo = append(powerLoss.undo, undo)
+	powerLoss.paths = append(powerLoss.paths, link)
 	powerLoss.Unlock()
 }

@@ -20,6 +20,7 @@ func RunFencing(t *testing.T, open func(t *testing.T) store.Store) {
 		{"a quarantine lives and goes with its holder", quarantine},
 		{"a quarantine needs the holder unchanged", staleQuarantine},
 		{"a mark carries quarantines tied after the read", quarantineAfterRead},
+		{"a forget cannot lose a quarantine tied after its read", forgetAfterQuarantine},
 		{"a retried mark knows the addresses", retriedMark},
 		{"an ADD's takeover drops the quarantines, a retried mark keeps them", takeoverDropsQuarantines},
 		{"records written before the index get their entries", reindexOldRecords},
@@ -194,6 +195,36 @@ func quarantineAfterRead(t *testing.T, s store.Store) {
 	}
 	if err != nil || len(marked.Quarantined) != 1 || marked.Quarantined[0].Attachment != p.Attachment {
 		t.Fatalf("mark over the listed record = %+v, %v; want the quarantine tied since", marked, err)
+	}
+}
+
+// A forget (uninstall's: release the listed record's quarantines, then
+// delete it by compare-and-swap) that read the holder before an ADD was
+// quarantined with it must not delete the holder as read: that would drop
+// the quarantine's holder side and leave the attachment's mark, so its
+// DELs would release nothing, for ever. The delete conflicts, and returns
+// the holder with the quarantine, which the forget then releases.
+func forgetAfterQuarantine(t *testing.T, s store.Store) {
+	holder := mustCommit(t, s, "holder", "10.0.0.1/26")
+	listed, err := s.List(ctx, "net1")
+	if err != nil || len(listed) != 1 {
+		t.Fatalf("list = %v, %v", listed, err)
+	}
+	p := quarantineLate(t, s)
+	// The listed holder had no quarantine to release: the forget deletes it.
+	forgot, err := s.Swap(ctx, holder.Attachment, listed[0], nil)
+	if !errors.Is(err, store.ErrConflict) || forgot == nil || len(forgot.Quarantined) != 1 || forgot.Quarantined[0].Attachment != p.Attachment {
+		t.Fatalf("forgetting the holder as listed = %+v, %v; want a conflict naming the quarantine tied since", forgot, err)
+	}
+	left, err := s.Unquarantine(ctx, forgot, forgot.Quarantined)
+	if err != nil {
+		t.Fatalf("forgetting the quarantine: %v", err)
+	}
+	if _, err := s.Swap(ctx, holder.Attachment, left, nil); err != nil {
+		t.Fatalf("forgetting the holder as it is now: %v", err)
+	}
+	if _, err := s.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); err != nil {
+		t.Fatalf("the quarantined attachment after the forget: %v; want no mark left", err)
 	}
 }
 
