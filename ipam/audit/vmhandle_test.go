@@ -36,19 +36,23 @@ func TestVMHandleWithoutARunningPodIsALeakCandidate(t *testing.T) {
 			vm := w.allocate(blk, "node1", handle, tt.owner)
 			live := w.liveFile(tt.live...)
 			_, rep, stderr := w.run(false, "--live", live)
-			var found *audit.Finding
-			for i, f := range rep.Findings {
-				if f.Handle == handle {
-					found = &rep.Findings[i]
-				}
-			}
-			if found == nil || found.Kind != tt.want || found.Releasable {
+			if found := findingOf(rep.Findings, handle); found.Kind != tt.want || found.Releasable {
 				t.Fatalf("finding for %s = %+v; want %s, not releasable (%s)", handle, found, tt.want, stderr)
 			}
 			w.run(true, "--live", live, "--apply")
-			if h := w.handle(handle); h == nil || h.Block[blk] != 1 {
+			if h := w.handle(handle); h.Block[blk] != 1 {
 				t.Fatalf("repair --apply released the VM's address %s: handle %+v", vm, h)
 			}
 		})
 	}
+}
+
+// findingOf is the finding about handle (a zero one when none).
+func findingOf(findings []audit.Finding, handle string) audit.Finding {
+	for _, f := range findings {
+		if f.Handle == handle {
+			return f
+		}
+	}
+	return audit.Finding{}
 }
