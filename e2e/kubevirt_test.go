@@ -51,6 +51,7 @@ func TestKubeVirt(t *testing.T) {
 		{"late DEL", "vml", vmLateDEL},
 		{"not a VM: an ordinary pod", "vmo", func(v *vmBed) { vmIntruder(v, false) }},
 		{"not a VM: another VM's pod", "vmv", func(v *vmBed) { vmIntruder(v, true) }},
+		{"fenced, then deleted", "vmd", vmFencedThenDeleted},
 	}
 	variants := []struct {
 		name, tag       string
@@ -154,6 +155,30 @@ func vmIntruder(v *vmBed, otherVM bool) {
 	case otherVM:
 		v.deleteVM(p.vm)
 		v.del(p)
+	}
+}
+
+// vmFencedThenDeleted (issue 31, item 3): the VM's address X is freed
+// behind its pod's back and Calico hands it, under its own VM's handle,
+// to a pod of another VM, which safe-ipam fences. The operator deletes
+// that VM instead of letting its pod retry: the pod's DELs answer from
+// the quarantine. Then the first VM goes, and its pod's DEL releases the
+// quarantine with the fenced pod's identity (its pod object still
+// exists), so calico-ipam's VM branch frees the other VM's handle. With
+// calico-ipam alone, the fenced pod's DEL frees it; before the fix, the
+// handle stayed allocated forever.
+func vmFencedThenDeleted(v *vmBed) {
+	vm := v.vm(false)
+	a := v.launcher(vm, "node1", "a", "")
+	x := v.add(a)
+	p, unfill := v.intrude(vm, a, x, true)
+	defer unfill()
+	v.deleteVM(p.vm)
+	v.del(p)
+	v.deleteVM(vm)
+	v.delGone(a)
+	if err := calicosim.DeletePod(v.ctx, v.dyn, p.sb.Pod.Namespace, p.sb.Pod.Name); err != nil {
+		v.t.Fatal(err)
 	}
 }
 

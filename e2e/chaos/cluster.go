@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -436,6 +437,38 @@ func (c *Cluster) readForUninstall(ctx context.Context, node string) error {
 		return fmt.Errorf("uninstall on %s reading its records: %w", node, err)
 	}
 	c.read[node] = recs
+	return nil
+}
+
+// adopt records att, a running attachment with no record, as `safe-ipam
+// adopt` does: committed, with its addresses under the one handle
+// Calico's data keeps them under, indexed.
+func (c *Cluster) adopt(ctx context.Context, att *Attachment) error {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	snap, err := calicosim.State(ctx, c.cli)
+	if err != nil {
+		return err
+	}
+	rec := &record.Record{Attachment: record.Attachment{Network: Network, ContainerID: att.ContainerID, IfName: att.IfName},
+		PodNamespace: Namespace, PodName: att.Pod, PodUID: "uid-" + att.Pod, Node: att.Node, State: record.Committed,
+		Created: time.Now().UTC(), Updated: time.Now().UTC()}
+	for _, ip := range att.IPs {
+		held, ok := snap.Lookup(ip)
+		if !ok || rec.Handle != "" && held.Handle != rec.Handle {
+			return fmt.Errorf("adopting %s: Calico does not keep %s under one handle", att, ip)
+		}
+		rec.Handle = held.Handle
+		rec.IPs = append(rec.IPs, netip.PrefixFrom(ip, held.Block.Bits()).String())
+	}
+	stores, err := c.stores()
+	if err != nil {
+		return err
+	}
+	defer closeFileStores(c.setup, stores)
+	if _, err := stores[att.Node].Commit(ctx, nil, rec); err != nil {
+		return fmt.Errorf("adopting %s: %w", att, err)
+	}
 	return nil
 }
 

@@ -34,7 +34,9 @@
 //
 // Beyond its pods, a history may kill a node (kube-controllers frees its
 // addresses and blocks and deletes its Calico Node; the DaemonSet's gc
-// --dead-nodes runs now and then), uninstall safe-ipam from a node and
+// --dead-nodes runs now and then; a pod adopted under its pod name's
+// handle may come back under that name on another node), uninstall
+// safe-ipam from a node and
 // install it again, and upgrade it over records without address index
 // entries (TestLifecycle plays each as a script).
 //

@@ -205,9 +205,10 @@ func (c *checker) releasedLeaveNothing() {
 		return // a shared pod-name handle cannot be attributed; Drained checks the end
 	}
 	quarantinable := c.m.quarantinable()
+	live := c.m.byHandle()
 	for _, a := range c.m.Atts {
-		if a.State != Deleted && !a.Gone {
-			continue
+		if a.State != Deleted && !a.Gone || a.Alone && len(live[c.m.Handle(a)]) > 0 {
+			continue // running, or its pod-name handle is its pod's next incarnation's now
 		}
 		for _, al := range c.obs.Calico.AllocationsOf(c.m.Handle(a)) {
 			if quarantinable[al.IP] {

@@ -48,6 +48,11 @@ const (
 	// Reinstall is `safe-ipam install` on Node again, which indexes the
 	// node's records (store.Reindex).
 	Reinstall Verb = "REINSTALL"
+	// Adopt is `safe-ipam adopt` on Node: Att, which runs with no record
+	// (its ADD ran while safe-ipam was uninstalled), is recorded under the
+	// handle Calico keeps its address under (a Calico 2.x pod's: its pod
+	// name's).
+	Adopt Verb = "ADOPT"
 	// Upgrade is a rollout of safe-ipam over records an older version
 	// wrote without address index entries: every entry is removed, then
 	// install indexes the records again, as the new DaemonSet's start does.
@@ -161,6 +166,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.reindex(ctx, call.Node)
 	case call.Verb == Upgrade:
 		return Outcome{}, c.upgrade(ctx)
+	case call.Verb == Adopt:
+		return Outcome{}, c.adopt(ctx, call.Att)
 	}
 	stdin, err := c.stdin(call)
 	if err != nil {

@@ -77,6 +77,10 @@ type Attachment struct {
 	// Unrecorded: its last ADD ran while safe-ipam was uninstalled from its
 	// node, so no record names it (as for a pod from before install).
 	Unrecorded bool
+	// Alone: its last ADD ran through calico-ipam alone (safe-ipam was
+	// uninstalled), which with Calico 2.x keys it by pod name; adopting it
+	// records it, under that handle.
+	Alone bool
 }
 
 // Quarantined says whether the attachment's allocation is still a
@@ -169,7 +173,7 @@ func (m *Model) Apply(call Call, out Outcome) {
 		a := call.Att
 		if out.OK() {
 			a.State, a.IPs, a.result = Live, out.IPs, out.Result
-			a.Unrecorded = m.uninstalled[a.Node]
+			a.Unrecorded, a.Alone = m.uninstalled[a.Node], m.uninstalled[a.Node]
 		} else {
 			a.State, a.IPs, a.result = Failed, nil, nil
 			if holder := m.fencedBy(out); holder != nil {
@@ -210,6 +214,8 @@ func (m *Model) Apply(call Call, out Outcome) {
 		}
 	case Reinstall:
 		m.uninstalled[call.Node] = false
+	case Adopt:
+		call.Att.Unrecorded = false
 	case GC:
 		if !out.OK() {
 			return
@@ -358,7 +364,7 @@ func (m *Model) Valid(node string) []*Attachment {
 // Handle is the Calico handle an attachment's addresses live under.
 func (m *Model) Handle(a *Attachment) string {
 	switch {
-	case m.Setup.Safe() && m.Setup.Generation == Legacy:
+	case m.Setup.Safe() && m.Setup.Generation == Legacy && !a.Alone:
 		return a.ContainerID // safe-ipam strips pod identity, so Calico 2.x keys by container
 	case m.Setup.Generation == Legacy:
 		return podHandle(a.Pod) // shared by every incarnation: the incident
@@ -376,6 +382,9 @@ func podHandle(pod string) string { return Namespace + "." + pod }
 func (m *Model) byHandle() map[string][]*Attachment {
 	out := map[string][]*Attachment{}
 	for _, a := range m.Atts {
+		if a.Alone && !a.live() {
+			continue // a pod-name handle outlives its sandbox for the pod's next one
+		}
 		h := m.Handle(a)
 		out[h] = append(out[h], a)
 	}

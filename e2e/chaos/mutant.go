@@ -109,6 +109,16 @@ func Mutants() []Mutant {
 			},
 		},
 		{
+			Name:   "dead-node-releases-pod-handle",
+			Breaks: "gc --dead-nodes releases a dead node's pod-name handle on the address alone, freeing a new incarnation's",
+			File:   "ipam/guard/podhandle.go",
+			Old:    "\tif g.deadNode {\n",
+			New:    "\tif g.deadNode {\n\t\town = runtimeDEL\n\t}\n\tif false {\n",
+			Catchers: func() []Job {
+				return ScriptJobs(ComebackScript)
+			},
+		},
+		{
 			Name:   "gc-dead-nodes-keeps",
 			Breaks: "gc --dead-nodes takes every node for known and releases nothing",
 			File:   "ipam/gc/deadnodes.go",

@@ -445,6 +445,35 @@ func NodeDeathScript(store StoreKind, settle string) *Script {
 	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
 }
 
+// ComebackScript (issue 31, item 1): web-0, a Calico 2.x pod started
+// while safe-ipam was away from node1, is adopted there under its pod
+// name's handle with address X (etcd store). node1 dies and
+// kube-controllers frees X; web-0 comes back under its name on node2,
+// where calico-ipam keys by pod name, and is handed X again under the
+// same handle. The DaemonSet's gc --dead-nodes then releases node1's
+// record: releasing its pod-name handle would free the new web-0's X
+// (invariant 1). The dead node's record is forgotten, never fenced on
+// (invariant 4).
+func ComebackScript() *Script {
+	s := &Script{
+		Name:  "node-death/comeback-under-pod-name",
+		Setup: Setup{Generation: Legacy, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	for _, node := range []string{node1, "node2"} {
+		s.then(func(*Model) Step { return LifeStep(Uninstall, node) })
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(*Model) Step { return LifeStep(Reinstall, node1) })
+	s.then(func(m *Model) Step {
+		return single(Call{Verb: Adopt, Node: node1, Att: m.Current("web-0")}, Succeeds, "safe-ipam adopt records web-0 under its pod name's handle")
+	})
+	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s.start("web-0", "node2", "", Succeeds)
+	return s.then(func(*Model) Step {
+		return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
+	})
+}
+
 // UninstallScript: safe-ipam is uninstalled from node1 while web-0 and
 // web-1 run; web-0 is deleted through calico-ipam alone and web-2 starts
 // there without a record; safe-ipam is installed again and web-3 starts.
@@ -504,5 +533,6 @@ func LifecycleScripts() []func() *Script {
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
 		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
+		ComebackScript,
 	}
 }

@@ -299,8 +299,9 @@ func (a *analysis) checkHandles() {
 			continue
 		}
 		if calico.IsVMHandle(handle) && len(a.recByHdl[handle]) == 0 {
-			a.add(Finding{Kind: Unverified, Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String(),
-				Why: "a KubeVirt VM's handle: Calico keeps a VM's address under it across the VM's pods, so it is judged by its VM, which this audit does not read; never released"})
+			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
+			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)
+			a.add(f)
 			continue
 		}
 		podName := a.isPodNameHandle(handle, first)
@@ -313,6 +314,48 @@ func (a *analysis) checkHandles() {
 			a.add(f)
 		}
 	}
+}
+
+// judgeVMHandle decides what a KubeVirt VM's handle that no record holds
+// is. Calico keeps it across the VM's pods and frees it once the VM is
+// deleted and no pod owns it, so it is judged by its VM, which this audit
+// does not read: it is never releasable. But when no pod of the VM runs
+// (Calico's owner attributes name none, or only pods a covering source
+// does not list), nothing will ever free it if the VM is gone (a DEL that
+// never reached calico-ipam's VM branch): a leak candidate, for the
+// operator to check against the VM. Otherwise it is unverified.
+func (a *analysis) judgeVMHandle(allocs []*snapshot.Allocation) (kind Kind, why, unjudged string) {
+	const judged = "a KubeVirt VM's handle: Calico keeps a VM's address under it across the VM's pods, so it is judged by its VM, which this audit does not read; never released"
+	if owner := a.vmPodMaybeRunning(allocs); owner != "" {
+		return Unverified, judged + " (" + owner + ")", ""
+	}
+	return Leak, "a KubeVirt VM's handle that no record holds and no running pod owns: a leak if its VM is deleted (a stopped VM keeps its address); check the VM, and release the handle in Calico only once it is gone",
+		"judged by its VM, which this audit does not read: never released by repair"
+}
+
+// vmPodMaybeRunning says which pod Calico names as an owner of allocs
+// (or alternate owner) that may run, and why, or "" when none may.
+func (a *analysis) vmPodMaybeRunning(allocs []*snapshot.Allocation) string {
+	l := a.opts.Liveness
+	for _, al := range allocs {
+		for _, owner := range []map[string]string{{"namespace": al.Namespace, "pod": al.Pod, "node": al.Node}, al.Alternate} {
+			if owner["pod"] == "" {
+				continue
+			}
+			pod := owner["namespace"] + "/" + owner["pod"]
+			switch {
+			case !l.Covers(owner["node"]):
+				return "its owner " + pod + " is on a node no liveness source covers"
+			case l.PodNamesGap() != "":
+				return "its owner " + pod + ": " + l.PodNamesGap()
+			case l.ListsPod(owner["namespace"]+"."+owner["pod"]) || l.ListsAddr(al.Addr):
+				return "its owner " + pod + " runs"
+			case !al.Time.IsZero() && a.opts.Now.Sub(al.Time) < a.opts.MinAge:
+				return "its owner " + pod + " was given it " + a.opts.Now.Sub(al.Time).Round(time.Second).String() + " ago: its ADD may still be running"
+			}
+		}
+	}
+	return ""
 }
 
 // judgeHandle decides what an unrecorded handle is. Only a handle whose

@@ -53,15 +53,20 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore) (*Dead
 	if err != nil {
 		return nil, nil, err
 	}
+	r := &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")", Records: len(recs)}
 	byNode := map[string][]*record.Record{}
 	for _, rec := range recs {
-		if rec.Node != n.Name {
+		switch {
+		case rec.Node == "":
+			// A record that does not decode names no node: asking Calico
+			// for node "" would plan it as a gone node's, or fail the round.
+			r.Kept = append(r.Kept, entry(rec, "damaged (it does not decode), so it names no node and no node's death is evidence against it: skipped; its own node's DEL or GC releases it"))
+		case rec.Node != n.Name:
 			byNode[rec.Node] = append(byNode[rec.Node], rec)
 		}
 	}
 	never := func(string, string) bool { return false }
 	p := &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false), cluster: cluster}
-	r := &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")", Records: len(recs)}
 	for _, node := range sortedKeys(byNode) {
 		known, err := ds.NodeExists(ctx, node)
 		if err != nil {

@@ -45,7 +45,7 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 		return nil
 	}
 	if err != nil {
-		return storeError("marking "+att.String(), err)
+		return g.delUnmarked(ctx, att, env, args, prev, err)
 	}
 	g.at(DelMarked)
 	if err := g.release(ctx, att, env, args, prev); err != nil {

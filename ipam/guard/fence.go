@@ -33,7 +33,7 @@ func (f *fenced) Unwrap() error { return f.err }
 func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, held *store.HeldError) error {
 	att := pending.Attachment
 	for attempt := 0; attempt < 3; attempt++ {
-		err := g.store.Quarantine(ctx, pending, held.Holder, record.Quarantine{Attachment: att, IPs: committed.IPs})
+		err := g.store.Quarantine(ctx, pending, held.Holder, quarantineOf(committed))
 		if err == nil {
 			g.log.Warn("ADD was given an address a running attachment holds: quarantined with the holder, not returned",
 				"attachment", att.String(), "address", held.Addr, "holder", held.Holder.Attachment.String())
@@ -52,9 +52,21 @@ func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, he
 	return &fenced{types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: the holder of %s kept changing while fencing; try again", att, held.Addr), "")}
 }
 
+// quarantineOf is the quarantine of committed's allocation. A VM pod's
+// keeps the pod's identity and its VM's handle, where Calico keeps the
+// allocation: a release by container alone would never free it.
+func quarantineOf(committed *record.Record) record.Quarantine {
+	q := record.Quarantine{Attachment: committed.Attachment, IPs: committed.IPs}
+	if record.SharedHandle(committed.Network, committed.Handle) {
+		q.Handle, q.PodNamespace, q.PodName, q.PodUID = committed.Handle, committed.PodNamespace, committed.PodName, committed.PodUID
+	}
+	return q
+}
+
 // releaseQuarantines releases, with the record that held their addresses,
 // the allocations quarantined for it: each under its own attachment's
-// handles, without pod identity. It forgets them a batch at a time, so a
+// handles, without pod identity, and a VM pod's also with the pod's
+// identity (releaseQuarantinedVM). It forgets them a batch at a time, so a
 // DEL cut short (by its deadline, a crash) keeps its progress and a
 // holder with any number of quarantines is released in the end. It
 // returns the holder as stored now.
@@ -67,6 +79,7 @@ func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env 
 			if err := g.release(ctx, q.Attachment, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 				return nil, fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
 			}
+			g.releaseQuarantinedVM(ctx, q, env)
 			g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
 		}
 		next, err := g.store.Unquarantine(ctx, rec, batch)

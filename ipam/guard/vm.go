@@ -136,6 +136,21 @@ func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env delegate.
 	return nil
 }
 
+// releaseQuarantinedVM runs calico-ipam's VM branch for q, a VM pod's
+// quarantined allocation, once its holder is released: with the pod's
+// identity calico-ipam clears that pod's owner attributes and frees the
+// VM's handle if the VM is being deleted and no pod owns it, as the
+// pod's own DEL (answered from the quarantine) would have with Calico
+// alone. It never fails the holder's release, which must not wait on
+// another pod: what it leaves (calico-ipam finds the pod gone, or the
+// handle released from outside) the audit reports as a leak candidate.
+func (g *Guard) releaseQuarantinedVM(ctx context.Context, q record.Quarantine, env delegate.Env) {
+	rec := &record.Record{Attachment: q.Attachment, Node: q.Node, Handle: q.Handle, PodNamespace: q.PodNamespace, PodName: q.PodName, PodUID: q.PodUID}
+	if err := g.releaseVM(ctx, rec, delegate.Env{Path: env.Path}, cniargs.Args{}); err != nil {
+		g.log.Warn("could not release a quarantined VM pod's allocation with the pod's identity; the audit reports the VM handle", "quarantined", q.Attachment.String(), "handle", q.Handle, "error", err)
+	}
+}
+
 // share commits committed beside holder, a record of the same VM, taking
 // its address index entries over (record.TakesOver).
 func (g *Guard) share(ctx context.Context, pending, committed *record.Record, holder *record.Record) error {

@@ -78,6 +78,14 @@ type Quarantine struct {
 	Attachment
 	Node string   `json:"node,omitempty"`
 	IPs  []string `json:"ips"`
+	// Handle, PodNamespace, PodName and PodUID are set for a KubeVirt
+	// VM's pod, whose allocation Calico keeps under its VM's handle
+	// (Handle) rather than the container's: only a DEL with the pod's
+	// identity reaches it, so the release passes them.
+	Handle       string `json:"handle,omitempty"`
+	PodNamespace string `json:"podNamespace,omitempty"`
+	PodName      string `json:"podName,omitempty"`
+	PodUID       string `json:"podUID,omitempty"`
 }
 
 // Validate applies CNI's rules for names. Stores build keys and file names
@@ -185,6 +193,20 @@ func (q Quarantine) Check(network string) error {
 		if _, ok := ParseAddr(ip); !ok {
 			return fmt.Errorf("quarantine %s: address %q does not parse", q.Attachment, ip)
 		}
+	}
+	return q.checkVM(network)
+}
+
+// checkVM: a quarantine names a handle only as a VM pod's, with that
+// pod, since its release passes them to the delegate.
+func (q Quarantine) checkVM(network string) error {
+	for field, v := range map[string]string{"podNamespace": q.PodNamespace, "podName": q.PodName, "podUID": q.PodUID, "handle": q.Handle} {
+		if err := ValidateArgValue(v); err != nil {
+			return fmt.Errorf("quarantine %s: %s: %w", q.Attachment, field, err)
+		}
+	}
+	if q.Handle != "" && !VMPodHandle(network, q.PodNamespace, q.PodName, q.Handle) {
+		return fmt.Errorf("quarantine %s: handle %q is not a VM handle of pod %s/%s", q.Attachment, q.Handle, q.PodNamespace, q.PodName)
 	}
 	return nil
 }

@@ -66,6 +66,9 @@ type Allocation struct {
 	Node      string    // the attribute's node, else the block's
 	Type      string    // set by Calico for its own (tunnel) addresses
 	Time      time.Time // the attribute's timestamp; zero when absent
+	// Alternate is a KubeVirt VM allocation's alternate owner attributes
+	// (a live-migration target pod); nil when none.
+	Alternate map[string]string
 }
 
 // calicoTime is how Calico writes an attribute's timestamp.
@@ -125,7 +128,7 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 	for _, h := range b.Held() {
 		attr := h.Attribute
 		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: attr.Handle(), Node: node,
-			Namespace: attr.Secondary["namespace"], Pod: attr.Secondary["pod"], Type: attr.Secondary["type"]}
+			Namespace: attr.Secondary["namespace"], Pod: attr.Secondary["pod"], Type: attr.Secondary["type"], Alternate: attr.Alternate()}
 		if n := attr.Secondary["node"]; n != "" {
 			al.Node = n
 		}

@@ -142,7 +142,9 @@ func Damaged(att record.Attachment, revision int64) *record.Record {
 // record already has is its own) and safe to cut short anywhere. A record
 // that changed meanwhile is skipped: whoever changed it indexed it. An
 // address another committed record holds is a duplicate already, which
-// is returned and left for the operator (the audit reports it).
+// is returned and left for the operator (the audit reports it), unless
+// both hold it under one VM's shared handle (record.Shares: a live
+// migration's source and target), whose entry is the VM's.
 func Reindex(ctx context.Context, st Store, network string) (indexed int, held []*HeldError, err error) {
 	recs, err := st.List(ctx, network)
 	if err != nil {
@@ -157,6 +159,7 @@ func Reindex(ctx context.Context, st Store, network string) (indexed int, held [
 		switch {
 		case err == nil:
 			indexed++
+		case errors.As(err, &h) && rec.Shares(h.Holder):
 		case errors.As(err, &h):
 			held = append(held, h)
 		case errors.Is(err, ErrConflict):
