@@ -36,7 +36,7 @@ func (s *Store) listOf(ctx context.Context, network, node string) ([]*record.Rec
 // ForNode implements store.Cluster: another node's records on the same
 // client.
 func (s *Store) ForNode(node string) store.Store {
-	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout}
+	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout, leads: s.leads}
 }
 
 // ListAt lists the records of network ("" for every network) of every
@@ -88,7 +88,7 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 			byPath[path] = rec
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, l.listQuarantines(ctx, network, byPath, rev)
+			return out, rev, l.listQuarantines(ctx, network, node, byPath, rev)
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
@@ -106,9 +106,10 @@ func (l lister) decode(key, network string, value []byte, rev int64) (*record.Re
 }
 
 // listQuarantines attaches the quarantines to their holders, read at the
-// revision of the listing.
-func (l lister) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
-	resp, err := l.client.Get(ctx, tiedPrefix(l.prefix, network), clientv3.WithPrefix(), clientv3.WithRev(rev))
+// revision of the listing: those of node's holders alone when the listing
+// is of one node, so a node's gc reads nothing of other nodes.
+func (l lister) listQuarantines(ctx context.Context, network, node string, byPath map[string]*record.Record, rev int64) error {
+	resp, err := l.client.Get(ctx, tiedPrefix(l.prefix, network, node), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
 		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, orAll(network), err)
 	}
