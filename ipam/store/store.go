@@ -106,9 +106,9 @@ type Sweeps interface {
 	// returns the leader's name, this store's node when it leads now.
 	// Closing the store gives the lead up.
 	Lead(ctx context.Context, network string, ttl time.Duration) (string, error)
-	// RecordNodes are the nodes that have records of network, read at one
-	// point without the records themselves.
-	RecordNodes(ctx context.Context, network string) ([]string, error)
+	// RecordCounts is how many records of network each node has, read at
+	// one point from the keys alone, without the records.
+	RecordCounts(ctx context.Context, network string) (map[string]int, error)
 	// GoneSince is, for each node an earlier sweep of network found gone,
 	// when a sweep first found it gone.
 	GoneSince(ctx context.Context, network string) (map[string]time.Time, error)

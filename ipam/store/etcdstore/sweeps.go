@@ -83,14 +83,13 @@ func (s *Store) resign() {
 	}
 }
 
-// RecordNodes implements store.Sweeps: the record keys alone, page by
+// RecordCounts implements store.Sweeps: the record keys alone, page by
 // page at one revision.
-func (s *Store) RecordNodes(ctx context.Context, network string) ([]string, error) {
+func (s *Store) RecordCounts(ctx context.Context, network string) (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	from := RecordPrefix(s.prefix, network)
-	end, rev, seen := clientv3.GetPrefixRangeEnd(from), int64(0), map[string]bool{}
-	var nodes []string
+	end, rev, counts := clientv3.GetPrefixRangeEnd(from), int64(0), map[string]int{}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(keysPage)}
 		if rev != 0 {
@@ -102,13 +101,12 @@ func (s *Store) RecordNodes(ctx context.Context, network string) ([]string, erro
 		}
 		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
-			if _, node, ok := parseRecordKey(s.prefix, string(kv.Key)); ok && !seen[node] {
-				seen[node] = true
-				nodes = append(nodes, node)
+			if _, node, ok := parseRecordKey(s.prefix, string(kv.Key)); ok {
+				counts[node]++
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return nodes, nil
+			return counts, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

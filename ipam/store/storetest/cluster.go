@@ -17,7 +17,7 @@ func RunCluster(t *testing.T, open func(t *testing.T) store.Cluster) {
 	runChecks(t, open, []check[store.Cluster]{
 		{"a node lists its own records, every node's are listed together", everyNode},
 		{"a quarantine of another node's attachment is listed with its holder", crossNodeQuarantine},
-		{"sweeps: the nodes with records, notes of gone nodes, and a lead", sweeps},
+		{"sweeps: records counted by node, notes of gone nodes, and a lead", sweeps},
 	})
 }
 
@@ -94,9 +94,9 @@ func sweeps(t *testing.T, s store.Cluster) {
 	createOn(t, s.ForNode("node2"), "node2", attachment("b"))
 	createOn(t, s.ForNode("node2"), "node2", attachment("c"))
 	createOn(t, s.ForNode("node3"), "node3", record.Attachment{Network: "net2", ContainerID: "d", IfName: "eth0"})
-	nodes, err := s.RecordNodes(ctx, "net1")
-	if slices.Sort(nodes); err != nil || !slices.Equal(nodes, []string{"node1", "node2"}) {
-		t.Errorf("RecordNodes(net1) = %v, %v; want node1, node2", nodes, err)
+	counts, err := s.RecordCounts(ctx, "net1")
+	if err != nil || len(counts) != 2 || counts["node1"] != 1 || counts["node2"] != 2 {
+		t.Errorf("RecordCounts(net1) = %v, %v; want node1 1, node2 2", counts, err)
 	}
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	if err := s.SetGone(ctx, "net1", "node2", since); err != nil {
