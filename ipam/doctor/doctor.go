@@ -408,9 +408,9 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 }
 
 // modeSample is how many of the node's latest records doctor compares
-// with Calico's data: one block read each, and the watch runs doctor on
-// every node, so few; a wrong mode shows in every record.
-const modeSample = 3
+// with Calico's data: the watch runs doctor on every node, and a wrong
+// mode shows in every record, so one.
+const modeSample = 1
 
 // handleModeProblem says why the records show delegateHandles "container"
 // in front of a calico-ipam that keys ADD by namespace.podname (as
@@ -447,6 +447,15 @@ func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.
 // allocationHandle is the handle Calico's data holds addr under, "" when
 // it is free or in no block.
 func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Addr) (string, error) {
+	if cli := datastore.EtcdClient(ds); cli != nil {
+		// Every block that may hold addr in one round trip, as the CNI
+		// binary reads it.
+		attr, ok, err := calico.AllocationAttribute(ctx, cli, addr)
+		if err != nil || !ok || attr.HandleID == nil {
+			return "", err
+		}
+		return *attr.HandleID, nil
+	}
 	for _, p := range calico.BlockCandidates(addr) {
 		b, err := ds.Block(ctx, p)
 		if err != nil {
