@@ -15,7 +15,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries lint demo bench chaos clean
+.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries lint demo bench scale chaos clean
 
 all: build
 
@@ -103,3 +103,14 @@ clean:
 # writes $(BIN)/bench.json. Not part of `make test`.
 bench:
 	$(GO) run ./e2e/cmd/bench -out $(BIN)/bench.json
+
+# What the DaemonSet's periodic work costs Calico's etcd: a real etcd with
+# NODES x PODS of Calico's Nodes and safe-ipam's records, several
+# simulated nodes running deploy/safe-ipam.yaml's commands, etcd's own
+# counters, and the steady state extrapolated to 1,000 and 5,000 nodes
+# with its formula (docs/performance.md, "At scale"). Not part of
+# `make test`; its small configuration is (e2e/scale).
+NODES ?= 500
+PODS  ?= 30
+scale:
+	$(GO) run ./e2e/cmd/scale -nodes $(NODES) -pods $(PODS)

@@ -541,12 +541,20 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, hangLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--apply")
-	env := c.env(call)
-	cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
+	// Two sweeps, as the DaemonSet's loop makes: the first finds a dead
+	// node gone, the second releases its records (no grace here: the
+	// periods are the script's steps).
 	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
+	for range 2 {
+		cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--apply")
+		env := c.env(call)
+		cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
+		out.Reset()
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err = cmd.Run(); err != nil {
+			break
+		}
+	}
 	if ctx.Err() != nil {
 		return Outcome{}, fmt.Errorf("%s hung for %s: %s", call, hangLimit, out.String())
 	}

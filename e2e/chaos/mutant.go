@@ -122,8 +122,8 @@ func Mutants() []Mutant {
 			Name:   "gc-dead-nodes-keeps",
 			Breaks: "gc --dead-nodes takes every node for known and releases nothing",
 			File:   "ipam/gc/deadnodes.go",
-			Old:    "known, err := ds.NodeExists(ctx, node)",
-			New:    "_, err := ds.NodeExists(ctx, node)\n\t\tknown := true",
+			Old:    "case sw.known[node]:",
+			New:    "case true || sw.known[node]:",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) })
 			},

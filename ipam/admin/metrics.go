@@ -14,7 +14,7 @@ type MetricsAddr struct {
 
 // Register implements Group.
 func (m *MetricsAddr) Register(fs *flag.FlagSet) {
-	fs.StringVar(&m.Addr, "metrics-addr", "", "while it keeps running: serve Prometheus metrics at http://`ADDR`/metrics and liveness at /healthz (e.g. :9253; default: none)")
+	fs.StringVar(&m.Addr, "metrics-addr", "", "while it keeps running: serve Prometheus metrics at http://`ADDR`/metrics and liveness at /healthz (the watch: its readiness verdict at /readyz too) (e.g. :9253; default: none)")
 }
 
 // Resolve implements Group: an address must name a port.

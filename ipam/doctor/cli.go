@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,6 +42,12 @@ are the next gc run's work (the DaemonSet's gc container releases them);
 one last written more than 15 minutes ago means gc is not releasing
 them, and gives 3.
 
+With --ready-from ADDR it checks nothing itself: it asks the watch
+(install --watch --metrics-addr ADDR) for the verdict it keeps at
+http://ADDR/readyz, and exits 0 when ready, 3 when not, 2 when the watch
+does not answer. No request reaches a store or datastore: that is the
+DaemonSet's readiness probe (docs/operations.md, "Readiness").
+
 Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 
 `
@@ -51,8 +58,12 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
 	live.ThisNode, live.ExplicitOnly = true, true
 	cmd := admin.NewCommand("doctor", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or")), stderr, dirs, live, out)
+	readyFrom := cmd.Flags().String("ready-from", "", "ask the watch serving metrics at `ADDR` (e.g. 127.0.0.1:9253) for its verdict instead of checking: the readiness probe")
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
+	}
+	if *readyFrom != "" {
+		return askWatch(*readyFrom, out.Timeout, stdout, stderr)
 	}
 	n := cninode.Dirs{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
@@ -172,4 +183,27 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// askWatch is --ready-from: the watch's verdict, read from its loopback
+// endpoint, with no request to any store or datastore.
+func askWatch(addr string, timeout time.Duration, stdout, stderr io.Writer) int {
+	client := &http.Client{Timeout: timeout}
+	resp, err := client.Get("http://" + addr + "/readyz")
+	if err != nil {
+		fmt.Fprintf(stderr, "safe-ipam doctor: the watch at %s does not answer: %v\n", addr, err)
+		return ExitError
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		fmt.Fprintf(stdout, "%s", body)
+		return ExitProtected
+	case http.StatusServiceUnavailable:
+		fmt.Fprintf(stdout, "%s", body)
+		return ExitBroken
+	}
+	fmt.Fprintf(stderr, "safe-ipam doctor: the watch at %s answers %s\n", addr, resp.Status)
+	return ExitError
 }

@@ -1,7 +1,8 @@
 // Package doctor tells whether a node is protected: whether each Calico
 // network's IPAM goes through safe-ipam, whether safe-ipam's delegate and
 // record store answer, and who Calico thinks the node is. It only reads:
-// operators run it across nodes, and a readiness probe runs it often.
+// operators run it across nodes, and the watch runs it now and then (the
+// readiness probe asks the watch for its verdict: doctor --ready-from).
 package doctor
 
 import (
@@ -119,19 +120,45 @@ type CalicoReport struct {
 	// (plain text, a certificate not verified); a warning, not a problem.
 	Transport string `json:"transport"`
 	Exposure  string `json:"exposure,omitempty"`
-	Error     string `json:"error,omitempty"`
+	// Unreachable says that the datastore did not answer: no verdict on
+	// the node, unlike an answer that shows a problem.
+	Unreachable bool   `json:"unreachable,omitempty"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Unanswered says that the record store or Calico's datastore did not
+// answer: the check could not judge what they hold.
+func (n Network) Unanswered() bool {
+	return (n.Store != nil && !n.Store.Answers) || (n.Calico != nil && n.Calico.Unreachable)
+}
+
+// Unanswered says whether some network's store or datastore did not
+// answer.
+func (r *Report) Unanswered() bool {
+	return slices.ContainsFunc(r.Networks, Network.Unanswered)
 }
 
 // Check looks at the node; live, when not nil, judges which records are
 // stale. Its error means the check itself could not run (the conf dir
 // cannot be read); anything wrong with the node is in the report.
 func Check(ctx context.Context, n cninode.Dirs, live liveness.Source) (*Report, error) {
+	return check(ctx, n, live, false)
+}
+
+// CheckLocal looks at what the node's own files say (the install, the
+// configs, the delegate) and asks no store or datastore: what the watch
+// checks often, beside a full Check now and then.
+func CheckLocal(ctx context.Context, n cninode.Dirs) (*Report, error) {
+	return check(ctx, n, nil, true)
+}
+
+func check(ctx context.Context, n cninode.Dirs, live liveness.Source, local bool) (*Report, error) {
 	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
 		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
 	}
 	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(n.Bin(cninode.CalicoIPAM))}
-	j := judge{}
+	j := judge{local: local}
 	if live != nil {
 		j.view, j.err = live.Read(ctx)
 		if j.err == nil {
@@ -225,15 +252,19 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.Error = "node name: " + err.Error()
 	}
 	net.Delegate = checkDelegate(ctx, n, cfg)
-	var recs []*record.Record
-	net.Store, recs = checkStore(ctx, cfg, c.Network, net.Node, j)
-	if net.Node != "" {
-		net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs)
+	if !j.local {
+		var recs []*record.Record
+		net.Store, recs = checkStore(ctx, cfg, c.Network, net.Node, j)
+		if net.Node != "" {
+			net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs)
+		}
 	}
 	switch {
 	case net.Error != "":
 	case net.Delegate.Error != "":
 		net.Error = "delegate: " + net.Delegate.Error
+	case j.local:
+		net.Protected = true
 	case net.Store.Error != "":
 		net.Error = "record store: " + net.Store.Error
 	case net.Store.Overdue > 0:
@@ -309,6 +340,8 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 type judge struct {
 	view *liveness.View
 	err  error
+	// local: ask no store or datastore (CheckLocal).
+	local bool
 }
 
 // stale counts the records gc would release, by gc's rules, with the
@@ -365,18 +398,19 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 	out.Transport, out.Exposure = calicoExposure(cfg.Calico)
 	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, path))
 	if err != nil {
-		out.Error = err.Error()
+		out.Error, out.Unreachable = err.Error(), true
 		return out
 	}
 	defer closeDS()
 	known, err := ds.NodeExists(ctx, node)
 	switch {
 	case err != nil:
-		out.Error = fmt.Sprintf("Calico's datastore (%s): reading Node %s: %v", cfg.Calico.Datastore(), node, err)
+		out.Error, out.Unreachable = fmt.Sprintf("Calico's datastore (%s): reading Node %s: %v", cfg.Calico.Datastore(), node, err), true
 	case !known:
 		out.Error = fmt.Sprintf("Calico's datastore (%s) has no Node %q: calico-ipam refuses every ADD on this node", cfg.Calico.Datastore(), node)
 	default:
 		if _, err := ds.Block(ctx, netip.MustParsePrefix("0.0.0.0/32")); err != nil {
+			out.Unreachable = true
 			out.Error = fmt.Sprintf("Calico's datastore (%s): reading IPAM blocks: %v", cfg.Calico.Datastore(), err)
 			break
 		}
@@ -400,10 +434,9 @@ func calicoExposure(c config.Calico) (transport, why string) {
 }
 
 // modeSample is how many of the node's latest records doctor compares
-// with Calico's data: one block read each, and the readiness probe runs
-// doctor every 10 seconds on every node, so few; a wrong mode shows in
-// every record.
-const modeSample = 3
+// with Calico's data: the watch runs doctor on every node, and a wrong
+// mode shows in every record, so one.
+const modeSample = 1
 
 // handleModeProblem says why the records show delegateHandles "container"
 // in front of a calico-ipam that keys ADD by namespace.podname (as
@@ -440,6 +473,15 @@ func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.
 // allocationHandle is the handle Calico's data holds addr under, "" when
 // it is free or in no block.
 func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Addr) (string, error) {
+	if cli := datastore.EtcdClient(ds); cli != nil {
+		// Every block that may hold addr in one round trip, as the CNI
+		// binary reads it.
+		attr, ok, err := calico.AllocationAttribute(ctx, cli, addr)
+		if err != nil || !ok || attr.HandleID == nil {
+			return "", err
+		}
+		return *attr.HandleID, nil
+	}
 	for _, p := range calico.BlockCandidates(addr) {
 		b, err := ds.Block(ctx, p)
 		if err != nil {

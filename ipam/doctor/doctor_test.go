@@ -365,3 +365,25 @@ func TestMisspelledCalicoKeys(t *testing.T) {
 		}
 	}
 }
+
+// The watch's local check asks no store or datastore: with etcd paused
+// it still finds the node protected, where the full check finds the store
+// and datastore unanswered, which is no verdict on the node (issue 32).
+func TestCheckLocalAsksNoOne(t *testing.T) {
+	n := newNode(t)
+	n.install(t, install.TakeoverMode{})
+	n.etcd.Pause()
+	defer func() { must(t, n.etcd.Resume()) }()
+	r, err := CheckLocal(context.Background(), cninode.Dirs(n.Node))
+	must(t, err)
+	if !r.Protected || r.Unanswered() || len(r.Networks) != 1 || r.Networks[0].Store != nil || r.Networks[0].Calico != nil {
+		t.Errorf("local check with etcd paused: %+v; want protected, nothing asked", r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	r, err = Check(ctx, cninode.Dirs(n.Node), nil)
+	must(t, err)
+	if r.Protected || !r.Unanswered() {
+		t.Errorf("full check with etcd paused: %+v; want not protected, unanswered", r)
+	}
+}

@@ -17,7 +17,7 @@ import (
 )
 
 const usage = `Usage: safe-ipam gc --conf FILE [%s]
-                    [--dead-nodes] [--apply] [--every DURATION]
+                    [--dead-nodes [--dead-node-grace DURATION]] [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
 declares CNI 1.0.0 at most; containerd never sends GC). With a liveness
@@ -31,8 +31,13 @@ has records, releases nothing.
 With --dead-nodes it also releases the records (and their quarantines) of
 every other node that Calico's datastore, as calico-ipam reaches it from
 FILE, answers it does not know: kube-controllers frees a deleted node's
-addresses, and its records would fence them for ever. A datastore that does
-not answer releases nothing. Records are cluster-wide only in the etcd store.
+addresses, and its records would fence them for ever. As kube-controllers
+does, a node's records go only once two sweeps found it gone, the later at
+least --dead-node-grace after the first (the sweeps note it in the store).
+A datastore that does not answer releases nothing. Records are cluster-wide
+only in the etcd store. With --every, the gc of one node per cluster
+sweeps: the nodes elect it in the store (etcd's election, under the
+store's prefix); the others only ask who leads.
 
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
@@ -93,7 +98,8 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	r.cmd = admin.NewCommand("gc", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, &r.metricsAddr, conf, live, r.out, r.apply)
 	fs := r.cmd.Flags()
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
-	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know")
+	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know (with --every, on the one node elected to)")
+	fs.DurationVar(&r.deadGrace, "dead-node-grace", DefaultDeadNodeGrace, "release a gone node's records on a sweep at least `DURATION` after the sweep that first found it gone")
 	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	return r
 }
@@ -106,6 +112,7 @@ type runner struct {
 	out            *admin.Output
 	apply          *admin.Apply
 	deadNodes      bool
+	deadGrace      time.Duration
 	every          time.Duration
 	stdout, stderr io.Writer
 	metricsAddr    admin.MetricsAddr
@@ -113,6 +120,8 @@ type runner struct {
 	tally tally
 	// observe, when metrics are served, is told of each round.
 	observe func(code int, t tally)
+	// sweeper is the store the --every loop campaigns through to sweep.
+	sweeper sweeper
 }
 
 // tally counts a round's records: released, and found to release but not
@@ -142,6 +151,7 @@ func (r *runner) round(ctx context.Context) int {
 // cannot read it only waits for the next.
 func (r *runner) loop(ctx context.Context) int {
 	indexed := !r.apply.On // a dry run writes nothing
+	defer r.sweeper.close()
 	for {
 		if err := r.readConf(); err != nil {
 			code := r.cmd.Fail(err)
@@ -196,8 +206,19 @@ func (r *runner) collectNode(ctx context.Context) int {
 }
 
 // collectDeadNodes is --dead-nodes: the records of other nodes that
-// Calico's datastore answers it does not know.
+// Calico's datastore answers it does not know. In a --every loop, only
+// on the node elected to sweep.
 func (r *runner) collectDeadNodes(ctx context.Context) int {
+	if r.every > 0 {
+		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every)
+		if err != nil {
+			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
+		}
+		if leader != r.conf.Node {
+			fmt.Fprintf(r.stdout, "gc --dead-nodes: %s sweeps the records of network %s; not this node\n", leader, r.conf.File.Network)
+			return admin.ExitOK
+		}
+	}
 	return r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
 		cfg := r.conf.File.SafeIPAM
 		ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.conf.Conf))
@@ -205,7 +226,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 			return nil, nil, 0, err
 		}
 		defer closeDS()
-		plan, report, err := node.PlanDeadNodes(ctx, ds)
+		plan, report, err := node.PlanDeadNodes(ctx, ds, r.deadGrace)
 		if errors.Is(err, ErrNodeLocalStore) {
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
 			return nil, nil, 0, nil

@@ -22,7 +22,7 @@ func TestDeadNodesSkipsADamagedRecord(t *testing.T) {
 	w.calicoNode(t, "node2")
 	w.calicoNode(t, "node3")
 	att := record.Attachment{Network: "k8s-pod-network", ContainerID: "c9", IfName: "eth0"}
-	if _, err := w.etcd.Client().Put(context.Background(), etcdstore.RecordKey(config.DefaultEtcdPrefix, "node3", att), "{torn"); err != nil {
+	if _, err := w.etcd.Client().Put(context.Background(), etcdstore.RecordKey(config.DefaultEtcdPrefix, "node1", att), "{torn"); err != nil {
 		t.Fatal(err)
 	}
 	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)

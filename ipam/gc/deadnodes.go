@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -18,11 +19,25 @@ import (
 // again, and every ADD given one fails. gc --dead-nodes releases the
 // records, and their quarantines, of every node Calico's datastore answers
 // it does not know: the evidence kube-controllers acts on. A datastore that
-// does not answer is no evidence: nothing is released.
+// does not answer is no evidence: nothing is released. As kube-controllers
+// does, a node's records go only once two sweeps found it gone, at least a
+// grace period apart: a node missing from one listing (re-registering, a
+// datastore restored from an older backup) loses nothing. The sweeps note
+// what they found in the store (store.Sweeps), so a new leader, or a run
+// by hand, goes on from the last sweep.
+//
+// A sweep reads, per cluster: the record keys of the network (keys alone),
+// Calico's Nodes in one listing, the notes, and the records of the nodes
+// found gone alone: nothing per known node.
 
 // ErrNodeLocalStore means the records are in a file store, which holds
 // one node's records: a dead node's went with it.
 var ErrNodeLocalStore = errors.New("the file store holds this node's records only: a dead node's records went with it")
+
+// DefaultDeadNodeGrace is how long after the sweep that first found a node
+// gone a later sweep may release its records: a little less than the
+// DaemonSet's period (5 minutes), so that its next sweep does.
+const DefaultDeadNodeGrace = 4 * time.Minute
 
 // DeadPlan is what gc --dead-nodes would release.
 type DeadPlan struct {
@@ -41,51 +56,124 @@ func (p *DeadPlan) Len() int {
 	return n
 }
 
-// PlanDeadNodes lists every node's records of the network and asks ds of
-// each other node whether Calico knows it. Every read error is an error,
+// sweep is one PlanDeadNodes: what it read, and the plan and report it
+// builds.
+type sweep struct {
+	node    *Node
+	cluster store.Cluster
+	known   map[string]bool
+	gone    map[string]time.Time
+	now     time.Time
+	grace   time.Duration
+	plan    *DeadPlan
+	report  *Report
+}
+
+// PlanDeadNodes counts every node's records of the network and lists
+// Calico's Nodes once; the records of a node Calico does not know are
+// released when an earlier sweep, at least grace before, found it gone
+// too. It notes each node it finds gone, and forgets the notes of nodes
+// that came back or have no records left. Every read error is an error,
 // and the plan is then empty.
-func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore) (*DeadPlan, *Report, error) {
+func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace time.Duration) (*DeadPlan, *Report, error) {
 	cluster, ok := n.store.(store.Cluster)
 	if !ok {
 		return nil, nil, ErrNodeLocalStore
 	}
-	recs, err := cluster.ListEveryNode(ctx, n.Network)
+	counts, err := cluster.RecordCounts(ctx, n.Network)
 	if err != nil {
 		return nil, nil, err
 	}
-	r := &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")", Records: len(recs)}
-	byNode := map[string][]*record.Record{}
-	for _, rec := range recs {
-		switch {
-		case rec.Node == "":
-			// A record that does not decode names no node: asking Calico
-			// for node "" would plan it as a gone node's, or fail the round.
-			r.Kept = append(r.Kept, entry(rec, "damaged (it does not decode), so it names no node and no node's death is evidence against it: skipped; its own node's DEL or GC releases it"))
-		case rec.Node != n.Name:
-			byNode[rec.Node] = append(byNode[rec.Node], rec)
-		}
+	names, err := ds.Nodes(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("which nodes are gone? %w; nothing is released", err)
+	}
+	gone, err := cluster.GoneSince(ctx, n.Network)
+	if err != nil {
+		return nil, nil, err
 	}
 	never := func(string, string) bool { return false }
-	p := &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false), cluster: cluster}
-	for _, node := range sortedKeys(byNode) {
-		known, err := ds.NodeExists(ctx, node)
-		if err != nil {
-			return nil, nil, fmt.Errorf("is node %s gone? %w; nothing is released", node, err)
+	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, gone: gone, now: time.Now(), grace: grace,
+		plan:   &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false), cluster: cluster},
+		report: &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}
+	for _, name := range names {
+		sw.known[name] = true
+	}
+	for _, node := range sortedKeys(counts) {
+		sw.report.Records += counts[node]
+		if err := sw.judge(ctx, node, counts[node]); err != nil {
+			return nil, nil, err
 		}
-		for _, rec := range byNode[node] {
-			why := p.rules.Why(rec)
-			switch {
-			case known:
-				r.Kept = append(r.Kept, entry(rec, "node "+node+" is known to Calico"))
-			case why != "":
-				r.Kept = append(r.Kept, entry(rec, why))
-			default:
-				p.Release[node] = append(p.Release[node], rec)
-				r.Release = append(r.Release, entry(rec, "node "+node+" is gone: Calico has no Node "+node))
+	}
+	return sw.plan, sw.report, sw.forgetRest(ctx, counts)
+}
+
+// judge decides about the records of node, count of them.
+func (sw *sweep) judge(ctx context.Context, node string, count int) error {
+	since, noted := sw.gone[node]
+	switch {
+	case node == sw.node.Name:
+		return nil // this node's own records are the liveness source's
+	case sw.known[node]:
+		sw.report.KeptUnread += count
+		if noted {
+			return sw.cluster.SetGone(ctx, sw.node.Network, node, time.Time{})
+		}
+		return nil
+	case !noted:
+		return sw.keep(ctx, node, "node "+node+" is gone, found so first now: a sweep "+sw.grace.String()+" or more later releases its records", true)
+	case sw.now.Sub(since) < sw.grace:
+		return sw.keep(ctx, node, "node "+node+" is gone since "+since.Format(time.RFC3339)+": a sweep "+sw.grace.String()+" or more after that releases its records", false)
+	}
+	recs, err := sw.cluster.ForNode(node).List(ctx, sw.node.Network)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		if rec.Node == "" {
+			// A record that does not decode names no node: no node's death
+			// is evidence against it.
+			sw.report.Kept = append(sw.report.Kept, entry(rec, "damaged (it does not decode), so it names no node and no node's death is evidence against it: skipped; its own node's DEL or GC releases it"))
+			continue
+		}
+		if why := sw.plan.rules.Why(rec); why != "" {
+			sw.report.Kept = append(sw.report.Kept, entry(rec, why))
+			continue
+		}
+		sw.plan.Release[node] = append(sw.plan.Release[node], rec)
+		sw.report.Release = append(sw.report.Release, entry(rec, "node "+node+" is gone: Calico has no Node "+node))
+	}
+	return nil
+}
+
+// keep lists node's records as kept for why, noting the node gone first.
+func (sw *sweep) keep(ctx context.Context, node, why string, note bool) error {
+	if note {
+		if err := sw.cluster.SetGone(ctx, sw.node.Network, node, sw.now); err != nil {
+			return err
+		}
+	}
+	recs, err := sw.cluster.ForNode(node).List(ctx, sw.node.Network)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		sw.report.Kept = append(sw.report.Kept, entry(rec, why))
+	}
+	return nil
+}
+
+// forgetRest forgets the notes of nodes without records: released, or
+// forgotten by uninstall.
+func (sw *sweep) forgetRest(ctx context.Context, counts map[string]int) error {
+	for node := range sw.gone {
+		if counts[node] == 0 {
+			if err := sw.cluster.SetGone(ctx, sw.node.Network, node, time.Time{}); err != nil {
+				return err
 			}
 		}
 	}
-	return p, r, nil
+	return nil
 }
 
 // ApplyDeadNodes releases the plan's records as the GC verb does, each
@@ -109,7 +197,7 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 	return err
 }
 
-func sortedKeys(m map[string][]*record.Record) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

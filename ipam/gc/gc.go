@@ -32,6 +32,9 @@ type Report struct {
 	Records  int     `json:"records"`
 	Release  []Entry `json:"release"`
 	Kept     []Entry `json:"kept"`
+	// KeptUnread counts the records kept without being read: those of
+	// the nodes Calico knows, which a sweep of dead nodes only counts.
+	KeptUnread int `json:"keptUnread,omitempty"`
 	// Applied is nil on a dry run, else whether every release succeeded.
 	Applied *bool  `json:"applied,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -133,7 +136,7 @@ func (r *Report) WriteText(w io.Writer) error {
 // list every running pod every few minutes.
 func (r *Report) WriteSummary(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "gc: %d records of network %s on node %s; %d to release, %d kept; %s; liveness: %s\n",
-		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept), r.outcome(), r.Liveness)
+		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept)+r.KeptUnread, r.outcome(), r.Liveness)
 	return err
 }
 

@@ -351,6 +351,11 @@ func newDeadNodesWorld(t *testing.T) *deadNodesWorld {
 			t.Fatal(err)
 		}
 	}
+	// A sweep an hour ago found node1 gone (when Calico forgot it): its
+	// records go on this sweep. TestDeadNodesTwoSweeps starts before it.
+	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
@@ -547,6 +552,44 @@ func TestDeadNodesWithALivenessSource(t *testing.T) {
 	}
 	if got := calls(t, w.bin); !slices.Equal(got, []string{"DEL c1", "DEL c4"}) {
 		t.Errorf("delegate calls %v", got)
+	}
+}
+
+// As kube-controllers does, a node's records go only once two sweeps
+// found it gone, the later at least the grace after the first: a node
+// missing from one listing loses nothing, and one that comes back is
+// forgotten (issue 32).
+func TestDeadNodesTwoSweeps(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
+	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	w.calicoNode(t, "node2")
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	all := []string{"node1/c1", "node2/c2", "node3/c3"}
+	for i, step := range []struct {
+		args   []string
+		known  string // a node Calico knows again before the sweep
+		want   []string
+		output string
+	}{
+		{[]string{"--apply"}, "", all, "found so first now"},
+		{[]string{"--apply"}, "", all, "a sweep 4m0s or more after that"},
+		{[]string{"--apply", "--dead-node-grace=0s"}, "node3", []string{"node2/c2", "node3/c3"}, "1 to release, 1 kept"},
+		{[]string{"--apply", "--dead-node-grace=0s"}, "", []string{"node2/c2", "node3/c3"}, "0 to release, 1 kept"},
+	} {
+		if step.known != "" {
+			w.calicoNode(t, step.known)
+		}
+		code, out := w.gc(t, conf, step.args...)
+		if got := w.records(t); code != admin.ExitOK || !slices.Equal(got, step.want) || !strings.Contains(out, step.output) {
+			t.Fatalf("sweep %d: exit %d, records %v (want %v)\n%s", i+1, code, got, step.want, out)
+		}
+	}
+	gone, err := st.GoneSince(context.Background(), "k8s-pod-network")
+	if err != nil || len(gone) != 0 {
+		t.Errorf("notes after node1's records went and node3 came back: %v, %v; want none", gone, err)
 	}
 }
 

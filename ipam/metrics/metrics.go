@@ -92,19 +92,23 @@ func NewGC(reg prometheus.Registerer) *GC {
 // a probe later) and serves reg at /metrics and alive at /healthz (200,
 // or 503 with alive's error) until ctx ends.
 func Listen(ctx context.Context, addr string, reg *prometheus.Registry, alive func() error) (net.Addr, error) {
+	return ListenProbes(ctx, addr, reg, alive, nil)
+}
+
+// ListenProbes is Listen serving ready at /readyz too, unless it is nil:
+// a verdict kept in memory, which the readiness probe reads without the
+// process asking anything of anyone.
+func ListenProbes(ctx context.Context, addr string, reg *prometheus.Registry, alive, ready func() error) (net.Addr, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := alive(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
+	mux.HandleFunc("/healthz", probe(alive, "ok"))
+	if ready != nil {
+		mux.HandleFunc("/readyz", probe(ready, "ready"))
+	}
 	// Every timeout and a header cap: the endpoint answers scrapes and
 	// probes, and nobody else may keep it busy.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
@@ -122,6 +126,17 @@ func Listen(ctx context.Context, addr string, reg *prometheus.Registry, alive fu
 		}
 	}()
 	return ln.Addr(), nil
+}
+
+// probe answers 200 and ok while check passes, else 503 and its error.
+func probe(check func() error, ok string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		if err := check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, ok)
+	}
 }
 
 // Heartbeat is a liveness check: alive while Beat was called within

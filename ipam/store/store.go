@@ -94,6 +94,29 @@ type Cluster interface {
 	// ListEveryNode returns the records of a network on every node, as
 	// List does one node's, read at one point.
 	ListEveryNode(ctx context.Context, network string) ([]*record.Record, error)
+	Sweeps
+}
+
+// Sweeps is what the sweeps of every node's records (gc --dead-nodes)
+// keep in a Cluster store: which process sweeps, elected so that one does
+// per cluster however many nodes run gc, and which nodes earlier sweeps
+// found gone, so that a node's records go only once two sweeps found it
+// gone, whichever processes swept.
+type Sweeps interface {
+	// Lead campaigns to sweep network's records, with a lease of ttl kept
+	// alive while the store stays open, unless a live process leads; it
+	// returns the leader's name, this store's node when it leads now.
+	// Closing the store gives the lead up.
+	Lead(ctx context.Context, network string, ttl time.Duration) (string, error)
+	// RecordCounts is how many records of network each node has, read at
+	// one point from the keys alone, without the records.
+	RecordCounts(ctx context.Context, network string) (map[string]int, error)
+	// GoneSince is, for each node an earlier sweep of network found gone,
+	// when a sweep first found it gone.
+	GoneSince(ctx context.Context, network string) (map[string]time.Time, error)
+	// SetGone notes that a sweep found node gone at since, or with a zero
+	// since forgets the note (the node is back, or its records are gone).
+	SetGone(ctx context.Context, network, node string, since time.Time) error
 }
 
 // Without is qs less those in drop.

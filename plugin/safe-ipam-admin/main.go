@@ -68,17 +68,24 @@ func dispatch(args []string) int {
 	return 2
 }
 
-// checkNode is doctor's answer for the watch's metrics.
-func checkNode(ctx context.Context, n install.Node) (bool, []install.StoreCount, error) {
-	r, err := doctor.Check(ctx, cninode.Dirs(n), nil)
-	if err != nil {
-		return false, nil, err
+// checkNode is doctor's answer for the watch: CheckLocal often, Check
+// now and then (remote).
+func checkNode(ctx context.Context, n install.Node, remote bool) (install.Verdict, error) {
+	var r *doctor.Report
+	var err error
+	if remote {
+		r, err = doctor.Check(ctx, cninode.Dirs(n), nil)
+	} else {
+		r, err = doctor.CheckLocal(ctx, cninode.Dirs(n))
 	}
-	var stores []install.StoreCount
+	if err != nil {
+		return install.Verdict{}, err
+	}
+	v := install.Verdict{Protected: r.Protected, Unanswered: r.Unanswered(), Problems: r.Problems}
 	for _, net := range r.Networks {
 		if net.Store != nil && net.Store.Answers {
-			stores = append(stores, install.StoreCount{Network: net.Network, Records: net.Store.Records, Quarantines: net.Store.Quarantines})
+			v.Stores = append(v.Stores, install.StoreCount{Network: net.Network, Records: net.Store.Records, Quarantines: net.Store.Quarantines})
 		}
 	}
-	return r.Protected, stores, nil
+	return v, nil
 }

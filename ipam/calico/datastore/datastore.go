@@ -56,6 +56,11 @@ type Datastore interface {
 	// on when it frees a deleted node's addresses; any failure to read is
 	// an error, never "absent".
 	NodeExists(ctx context.Context, name string) (bool, error)
+	// Nodes lists every Node Calico knows, by name, in one listing (paged,
+	// at one revision or resourceVersion): what a sweep of every node's
+	// records compares them with, instead of one read per node. A listing
+	// that does not complete is an error, never a shorter list.
+	Nodes(ctx context.Context) ([]string, error)
 	Close() error
 }
 

@@ -254,3 +254,33 @@ func etcdChange(c Change) ([]clientv3.Cmp, []clientv3.Op, error) {
 func (e *EtcdStore) NodeExists(ctx context.Context, name string) (bool, error) {
 	return calico.NodeKnown(ctx, e.Client, name)
 }
+
+// Nodes implements Datastore: the Node resources' keys alone, page by
+// page at the first page's revision.
+func (e *EtcdStore) Nodes(ctx context.Context) ([]string, error) {
+	var names []string
+	from, end, rev := calico.NodePrefix, clientv3.GetPrefixRangeEnd(calico.NodePrefix), int64(0)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(nodePage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := e.Client.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("listing Calico's Nodes: %w", err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			if name, err := calico.ParseNodeKey(string(kv.Key)); err == nil {
+				names = append(names, name)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return names, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// nodePage bounds one page of Node keys: some 100 bytes each.
+const nodePage = 5000

@@ -312,3 +312,17 @@ func (k *KubeStore) NodeExists(ctx context.Context, name string) (bool, error) {
 	}
 	return false, k.explain("reading Node "+name, gvrNodes, err)
 }
+
+// Nodes implements Datastore: the Kubernetes Nodes, listed page by page
+// at one resourceVersion.
+func (k *KubeStore) Nodes(ctx context.Context) ([]string, error) {
+	var names []string
+	_, err := k.list(ctx, gvrNodes, "", func(obj *unstructured.Unstructured) error {
+		names = append(names, obj.GetName())
+		return nil
+	}, Visitor{Undecodable: func(string, error) {}})
+	if err != nil {
+		return nil, err
+	}
+	return names, nil
+}

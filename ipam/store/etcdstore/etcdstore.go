@@ -36,6 +36,7 @@ type Store struct {
 	prefix  string
 	node    string
 	timeout time.Duration
+	leads   *leads
 }
 
 var _ store.Cluster = (*Store)(nil)
@@ -49,13 +50,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	return &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout}, nil
+	return &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout, leads: &leads{}}, nil
 }
 
 // NewWithClient wraps an existing client, for tests. Node "" gives a
 // store that lists every node's records and writes none.
 func NewWithClient(client *clientv3.Client, prefix, node string, timeout time.Duration) *Store {
-	return &Store{client: client, prefix: prefix, node: node, timeout: timeout}
+	return &Store{client: client, prefix: prefix, node: node, timeout: timeout, leads: &leads{}}
 }
 
 // The Txns follow an ADD (Swap writes the pending record, Commit claims
@@ -405,4 +406,7 @@ func (s *Store) Ping(ctx context.Context) error {
 }
 
 // Close implements store.Store.
-func (s *Store) Close() error { return s.client.Close() }
+func (s *Store) Close() error {
+	s.resign()
+	return s.client.Close()
+}

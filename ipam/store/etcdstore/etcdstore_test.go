@@ -139,3 +139,34 @@ func openStore(t *testing.T, server *etcdtest.Server) *Store {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// One process per network leads the sweeps of every node's records: the
+// first candidate; the others name it, until it closes its store (its
+// lease is revoked) and the next candidate takes over.
+func TestOneProcessLeadsTheSweeps(t *testing.T) {
+	server := etcdtest.Start(t)
+	open := func(node string) *Store {
+		s, err := Open(context.Background(), Config{Endpoints: []string{server.Endpoint()}, Prefix: "/lead", Node: node, DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open("node-a"), open("node-b")
+	for _, tc := range []struct {
+		s    *Store
+		want string
+	}{{a, "node-a"}, {b, "node-a"}, {a, "node-a"}, {b, "node-a"}} {
+		if got, err := tc.s.Lead(context.Background(), "net1", time.Minute); err != nil || got != tc.want {
+			t.Fatalf("Lead of %s = %q, %v; want %q", tc.s.node, got, err, tc.want)
+		}
+	}
+	if got, err := b.Lead(context.Background(), "net2", time.Minute); err != nil || got != "node-b" {
+		t.Fatalf("Lead of another network = %q, %v; want node-b", got, err)
+	}
+	a.Close()
+	if got, err := b.Lead(context.Background(), "net1", time.Minute); err != nil || got != "node-b" {
+		t.Fatalf("Lead once the leader closed = %q, %v; want node-b", got, err)
+	}
+}

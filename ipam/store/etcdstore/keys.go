@@ -14,6 +14,8 @@ import (
 //	<prefix>/addresses/<network>/<address>                  -> key of the record holding the address
 //	<prefix>/quarantine/<network>/holder/<node>/<cid>/<ifname>/<node>/<cid>/<ifname> -> the Quarantine
 //	<prefix>/quarantine/<network>/attachment/<node>/<cid>/<ifname>                 -> key of the holder's record
+//	<prefix>/sweeps/<network>/leader/<lease>                -> the node leading the sweeps (etcd's election)
+//	<prefix>/sweeps/<network>/gone/<node>                   -> when a sweep first found node gone (RFC 3339)
 //
 // The node in a record's key lets a node list only its own records:
 // every node of a cluster shares the store when it is Calico's etcd. The
@@ -112,12 +114,16 @@ func listPrefix(prefix, network, node string) string {
 	return from
 }
 
-// tiedPrefix holds the holder-side keys of network's quarantines; for
-// every network ("") it holds both sides, which parseTiedKey tells apart.
-func tiedPrefix(prefix, network string) string {
+// tiedPrefix holds the holder-side keys of network's quarantines (of
+// node's holders only, unless node is ""); for every network ("") it
+// holds both sides, which parseTiedKey tells apart.
+func tiedPrefix(prefix, network, node string) string {
 	from := QuarantinePrefix(prefix, network)
 	if network != "" {
 		from += "holder/"
+		if node != "" {
+			from += node + "/"
+		}
 	}
 	return from
 }
@@ -165,3 +171,12 @@ func namedAttachment(key, network string) record.Attachment {
 func namesQuarantine(key string, q record.Quarantine) bool {
 	return strings.HasSuffix(key, "/"+attachmentPath(q.Node, q.Attachment))
 }
+
+// sweepsPrefix holds what the sweeps of network's records keep.
+func sweepsPrefix(prefix, network string) string { return prefix + "/sweeps/" + network + "/" }
+
+// leaderPrefix is the election of the process that sweeps network.
+func leaderPrefix(prefix, network string) string { return sweepsPrefix(prefix, network) + "leader/" }
+
+// gonePrefix holds the nodes sweeps of network found gone.
+func gonePrefix(prefix, network string) string { return sweepsPrefix(prefix, network) + "gone/" }

@@ -36,7 +36,7 @@ func (s *Store) listOf(ctx context.Context, network, node string) ([]*record.Rec
 // ForNode implements store.Cluster: another node's records on the same
 // client.
 func (s *Store) ForNode(node string) store.Store {
-	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout}
+	return &Store{client: s.client, prefix: s.prefix, node: node, timeout: s.timeout, leads: s.leads}
 }
 
 // ListAt lists the records of network ("" for every network) of every
@@ -68,16 +68,15 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 	var out []*record.Record
 	byPath := map[string]*record.Record{} // <network>/<node>/<cid>/<ifname>
 	end := clientv3.GetPrefixRangeEnd(from)
+	// The first page and the quarantines in one round trip, at one
+	// revision: a node's list is then one request, as gc and doctor make
+	// it on every node.
+	tied, err := l.firstPage(ctx, from, end, network, node, rev)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, rev := tied.page, tied.rev
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := l.client.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
-		}
-		rev = resp.Header.Revision
 		for _, kv := range resp.Kvs {
 			path, of := recordPath(l.prefix, string(kv.Key))
 			rec, err := l.decode(string(kv.Key), of, kv.Value, kv.ModRevision)
@@ -88,10 +87,39 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 			byPath[path] = rec
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return out, rev, l.listQuarantines(ctx, network, byPath, rev)
+			l.attachQuarantines(tied.quarantines, byPath)
+			return out, rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		if resp, err = l.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev)); err != nil {
+			return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
+		}
 	}
+}
+
+// first is a listing's first page of records and the quarantines, read
+// together.
+type first struct {
+	page        *clientv3.GetResponse
+	quarantines []*mvccpb.KeyValue
+	rev         int64
+}
+
+func (l lister) firstPage(ctx context.Context, from, end, network, node string, rev int64) (first, error) {
+	pageOpts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+	tiedOpts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev != 0 {
+		pageOpts, tiedOpts = append(pageOpts, clientv3.WithRev(rev)), append(tiedOpts, clientv3.WithRev(rev))
+	}
+	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(from, pageOpts...), clientv3.OpGet(tiedPrefix(l.prefix, network, node), tiedOpts...)).Commit()
+	if err != nil {
+		return first{}, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
+	}
+	page := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
+	if rev == 0 {
+		rev = resp.Header.Revision
+	}
+	return first{page: page, quarantines: resp.Responses[1].GetResponseRange().GetKvs(), rev: rev}, nil
 }
 
 func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
@@ -105,14 +133,11 @@ func (l lister) decode(key, network string, value []byte, rev int64) (*record.Re
 	return rec, nil
 }
 
-// listQuarantines attaches the quarantines to their holders, read at the
-// revision of the listing.
-func (l lister) listQuarantines(ctx context.Context, network string, byPath map[string]*record.Record, rev int64) error {
-	resp, err := l.client.Get(ctx, tiedPrefix(l.prefix, network), clientv3.WithPrefix(), clientv3.WithRev(rev))
-	if err != nil {
-		return fmt.Errorf("%w: listing quarantines of %s: %v", store.ErrUnavailable, orAll(network), err)
-	}
-	for _, kv := range resp.Kvs {
+// attachQuarantines attaches the quarantines, read with the listing (those
+// of node's holders alone when the listing is of one node, so a node's gc
+// reads nothing of other nodes), to their holders.
+func (l lister) attachQuarantines(kvs []*mvccpb.KeyValue, byPath map[string]*record.Record) {
+	for _, kv := range kvs {
 		of, holderPath, ok := parseTiedKey(l.prefix, string(kv.Key))
 		if !ok { // the attachment-side key of a quarantine
 			continue
@@ -121,7 +146,6 @@ func (l lister) listQuarantines(ctx context.Context, network string, byPath map[
 			rec.Quarantined = append(rec.Quarantined, decodeQuarantines(of, []*mvccpb.KeyValue{kv})...)
 		}
 	}
-	return nil
 }
 
 func orAll(network string) string {

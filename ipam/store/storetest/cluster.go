@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -16,6 +17,7 @@ func RunCluster(t *testing.T, open func(t *testing.T) store.Cluster) {
 	runChecks(t, open, []check[store.Cluster]{
 		{"a node lists its own records, every node's are listed together", everyNode},
 		{"a quarantine of another node's attachment is listed with its holder", crossNodeQuarantine},
+		{"sweeps: records counted by node, notes of gone nodes, and a lead", sweeps},
 	})
 }
 
@@ -84,5 +86,38 @@ func crossNodeQuarantine(t *testing.T, s store.Cluster) {
 	}
 	if _, err := node2.Swap(ctx, p.Attachment, nil, pending(p.Attachment)); !errors.Is(err, store.ErrQuarantined) {
 		t.Fatalf("node2 creating a record of its quarantined attachment: %v; want ErrQuarantined", err)
+	}
+}
+
+func sweeps(t *testing.T, s store.Cluster) {
+	createOn(t, s, "node1", attachment("a"))
+	createOn(t, s.ForNode("node2"), "node2", attachment("b"))
+	createOn(t, s.ForNode("node2"), "node2", attachment("c"))
+	createOn(t, s.ForNode("node3"), "node3", record.Attachment{Network: "net2", ContainerID: "d", IfName: "eth0"})
+	counts, err := s.RecordCounts(ctx, "net1")
+	if err != nil || len(counts) != 2 || counts["node1"] != 1 || counts["node2"] != 2 {
+		t.Errorf("RecordCounts(net1) = %v, %v; want node1 1, node2 2", counts, err)
+	}
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := s.SetGone(ctx, "net1", "node2", since); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetGone(ctx, "net1", "node4", since); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetGone(ctx, "net1", "node4", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := s.GoneSince(ctx, "net1")
+	if err != nil || len(gone) != 1 || !gone["node2"].Equal(since) {
+		t.Errorf("GoneSince(net1) = %v, %v; want node2 since %v alone", gone, err, since)
+	}
+	if other, err := s.GoneSince(ctx, "net2"); err != nil || len(other) != 0 {
+		t.Errorf("GoneSince(net2) = %v, %v; want none", other, err)
+	}
+	for range 2 {
+		if leader, err := s.Lead(ctx, "net1", time.Minute); err != nil || leader != "node1" {
+			t.Errorf("Lead(net1) of the only candidate = %q, %v; want node1", leader, err)
+		}
 	}
 }

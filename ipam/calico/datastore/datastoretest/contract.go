@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +51,7 @@ func Run(t *testing.T, fresh func(t *testing.T) *Backend) {
 		{"a handle write deletes when it counts nothing", handleDelete},
 		{"a rewrite keeps an attribute's unknown keys", attributeKeysKept},
 		{"a node is known once registered, absent before", nodeExists},
+		{"one listing names every registered node", nodesListed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, fresh(t)) })
@@ -356,5 +358,22 @@ func nodeExists(t *testing.T, b *Backend) {
 	b.Node(t, "node-here")
 	if ok, err := b.Store.NodeExists(ctx(t), "node-here"); err != nil || !ok {
 		t.Fatalf("NodeExists of a registered node: %v, %v; want true", ok, err)
+	}
+}
+
+func nodesListed(t *testing.T, b *Backend) {
+	before, err := b.Store.Nodes(ctx(t))
+	if err != nil {
+		t.Fatalf("Nodes: %v", err)
+	}
+	for _, n := range []string{"node-listed-1", "node-listed-2"} {
+		if slices.Contains(before, n) {
+			t.Fatalf("Nodes before %s registered: %v", n, before)
+		}
+		b.Node(t, n)
+	}
+	after, err := b.Store.Nodes(ctx(t))
+	if err != nil || len(after) != len(before)+2 || !slices.Contains(after, "node-listed-1") || !slices.Contains(after, "node-listed-2") || slices.Contains(after, "node-gone") {
+		t.Fatalf("Nodes after two registered: %v, %v; want %v and both", after, err, before)
 	}
 }

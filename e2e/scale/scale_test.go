@@ -1,0 +1,51 @@
+package scale_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
+	"github.com/safe-ipam/safe-ipam/e2e/scale"
+)
+
+var bin string
+
+func TestMain(m *testing.M) {
+	gobuild.Main(m, &bin, "github.com/safe-ipam/safe-ipam/plugin/safe-ipam", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
+		"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam")
+}
+
+// make scale's small configuration: several nodes run the DaemonSet's gc
+// and watch as deploy/safe-ipam.yaml writes them, against one etcd. Only
+// one gc lists other nodes' records in a period; a node Calico forgot
+// loses its records within two periods, also after the leader stopped;
+// the readiness probe makes no request (issue 32).
+func TestScaleSmall(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	const every = 3 * time.Second
+	res, err := scale.Run(context.Background(), scale.Options{Nodes: 24, Pods: 8, Simulated: 3, Every: every, Periods: 2,
+		Bin: bin, Manifest: filepath.Join("..", "..", "deploy", "safe-ipam.yaml"), Dir: dir, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var table strings.Builder
+	res.WriteTable(&table)
+	t.Log(table.String())
+	if len(res.Listers) != 1 {
+		t.Errorf("nodes that listed other nodes' records (at least %d bytes of their keys) while every gc ran: %v; want one", res.OtherKeyBytes, res.Listers)
+	}
+	if res.Probe.Requests != 0 || res.Probes == 0 {
+		t.Errorf("%d readiness probes made %v requests to etcd; want none", res.Probes, res.Probe.Requests)
+	}
+	limit := 3 * every // two periods, and one for processes on a busy machine
+	if res.Released > limit || res.ReleasedAfterFailover > limit {
+		t.Errorf("a forgotten node's records went after %s, after the leader stopped %s; want within two periods (%s)", res.Released, res.ReleasedAfterFailover, limit)
+	}
+	if res.Follower.Requests >= res.Leader.Requests {
+		t.Errorf("a follower's round (%v) costs as much as the leader's (%v)", res.Follower, res.Leader)
+	}
+}

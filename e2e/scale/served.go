@@ -1,0 +1,127 @@
+package scale
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Served is what etcd served, by its own counters: the gRPC messages it
+// received from clients (a unary request is one; each lease keepalive or
+// watch request on a stream is one too) and the bytes it sent them.
+type Served struct {
+	Requests float64
+	Bytes    float64
+}
+
+// Sub is s less t.
+func (s Served) Sub(t Served) Served { return Served{s.Requests - t.Requests, s.Bytes - t.Bytes} }
+
+// Div is s divided by n.
+func (s Served) Div(n float64) Served { return Served{s.Requests / n, s.Bytes / n} }
+
+// served reads the counters of the etcd embedded in this process
+// (etcdtest), as its /metrics endpoint serves them.
+func served(g prometheus.Gatherer) (Served, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return Served{}, fmt.Errorf("etcd's metrics: %w", err)
+	}
+	var s Served
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "grpc_server_msg_received_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "grpc_service" && strings.HasPrefix(l.GetValue(), "etcdserverpb.") {
+						s.Requests += m.GetCounter().GetValue()
+					}
+				}
+			case "etcd_network_client_grpc_sent_bytes_total":
+				s.Bytes += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return s, nil
+}
+
+// proxy forwards one node's connections to etcd and counts the bytes
+// etcd sent that node: whoever lists other nodes' records receives at
+// least their keys.
+type proxy struct {
+	ln       net.Listener
+	target   string
+	received atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
+}
+
+func startProxy(target string) (*proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &proxy{ln: ln, target: target}
+	go p.serve()
+	return p, nil
+}
+
+func (p *proxy) endpoint() string { return "http://" + p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.forward(in)
+	}
+}
+
+// forward joins one connection of the node to etcd, counting what etcd
+// sends back.
+func (p *proxy) forward(in net.Conn) {
+	out, err := net.Dial("tcp", p.target)
+	if err != nil {
+		in.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns = append(p.conns, in, out)
+	p.mu.Unlock()
+	go p.pipe(out, in, nil)
+	p.pipe(in, out, &p.received)
+}
+
+func (p *proxy) pipe(dst, src net.Conn, count *atomic.Int64) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if count != nil {
+				count.Add(int64(n))
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	dst.Close()
+	src.Close()
+}
+
+func (p *proxy) close() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}

@@ -1,0 +1,66 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+)
+
+// Every node's gc container runs --dead-nodes, and a sweep reads every
+// node's record keys and Calico's Nodes: run on every node, that is the
+// square of the nodes per period. So the --every loops elect one of them
+// per cluster (as kube-controllers is one instance), through the record
+// store every node shares; the others ask who leads, one small read a
+// round. A run by hand (no --every) sweeps without an election.
+
+// sweepTTL is the leader's lease in periods: a leader that dies is
+// replaced within that many periods (one that stops revokes its lease).
+const sweepTTL = 3
+
+// sweeper is the store the loop campaigns through, kept open across
+// rounds, as its lease lives only as long as its client; opened again when
+// the store the node's config names changes.
+type sweeper struct {
+	st    store.Store
+	where string
+}
+
+// lead says which node sweeps the network of conf, campaigning for this
+// one, conf.Node, when none does. A file store holds one node's records:
+// there is nothing to elect, this node sweeps, and finds nothing to do.
+func (s *sweeper) lead(ctx context.Context, conf *admin.NodeConf, ttl time.Duration) (string, error) {
+	if conf.NodeErr != nil {
+		return "", conf.NodeErr
+	}
+	cfg := conf.File.SafeIPAM
+	if cfg.Store.Type != config.StoreEtcd {
+		return conf.Node, nil
+	}
+	where := fmt.Sprint(cfg.Store, conf.Node)
+	if s.st == nil || s.where != where {
+		s.close()
+		st, err := opener.Open(ctx, cfg, conf.Node, opener.Options{In: conf.Conf})
+		if err != nil {
+			return "", err
+		}
+		s.st, s.where = st, where
+	}
+	cluster, ok := s.st.(store.Cluster)
+	if !ok {
+		return conf.Node, nil
+	}
+	return cluster.Lead(ctx, cfg.Network, ttl)
+}
+
+// close gives the lead up, if this node had it.
+func (s *sweeper) close() {
+	if s.st != nil {
+		s.st.Close()
+		s.st = nil
+	}
+}

@@ -1,0 +1,168 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/safe-ipam/safe-ipam/ipam/metrics"
+)
+
+// The watch keeps the node's verdict, which the readiness probe reads at
+// its /readyz (safe-ipam doctor --ready-from) without asking anyone: a
+// probe on every node every few seconds that read Calico's datastore was
+// the heaviest load safe-ipam put on it, and a slow datastore turned
+// every node NotReady at once.
+//
+// Ready means: the node's own files protect it (safe-ipam in front of
+// calico-ipam, a config safe-ipam and Calico read alike, a delegate that
+// answers), checked every CheckEvery with no request to anyone; and the
+// last full check that the record store and Calico's datastore answered
+// found no problem (Calico knows the node, the handle mode fits, gc keeps
+// up). A store or datastore that does not answer is no verdict on this
+// node: the last one stands, and the watch asks again later, backing off.
+// The full check runs at once on start, then every RemoteCheckEvery,
+// each node at its own jittered time.
+
+// CheckEvery is how often the watch checks the node's own files.
+const CheckEvery = 30 * time.Second
+
+// RemoteCheckEvery is how often, on average, the watch runs the full
+// check, which reads the record store and Calico's datastore.
+const RemoteCheckEvery = 10 * time.Minute
+
+// remoteJitter spreads the nodes' full checks over ±20% of the period.
+const remoteJitter = 0.2
+
+// maxRemoteBackoff bounds the wait after full checks found the store or
+// datastore not answering: each such check doubles the wait up to it.
+const maxRemoteBackoff = 40 * time.Minute
+
+// checkTimeout bounds one check: a store or datastore that does not
+// answer makes doctor wait for its own timeouts.
+const checkTimeout = 30 * time.Second
+
+// readiness is the verdict the probe reads: the last local check's, and
+// the last answered full check's.
+type readiness struct {
+	mu            sync.Mutex
+	local, remote error
+}
+
+// Ready is nil when the node is ready, else why not.
+func (r *readiness) Ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.local != nil {
+		return r.local
+	}
+	return r.remote
+}
+
+func (r *readiness) set(remote bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if remote {
+		r.remote = err
+	} else {
+		r.local = err
+	}
+}
+
+// watchMetrics serves the watch's metrics and probes at addr until ctx
+// ends, keeping the verdict in the background; each re-assertion is
+// counted through the returned func. /healthz fails once the checks stop
+// coming round (a wedged process); /readyz is the verdict.
+func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, log *slog.Logger) (func(Reassertion), error) {
+	reg := prometheus.NewRegistry()
+	m := metrics.NewWatch(reg)
+	beat := metrics.NewHeartbeat(3*CheckEvery + 2*checkTimeout)
+	ready := &readiness{local: errors.New("not checked yet")}
+	bound, err := metrics.ListenProbes(ctx, addr, reg, beat.Alive, ready.Ready)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("serving metrics", "addr", bound.String())
+	k := &keeper{node: node, check: check, m: m, ready: ready, log: log}
+	go func() {
+		next, backoff := time.Now(), RemoteCheckEvery
+		for {
+			k.run(ctx, false)
+			if !time.Now().Before(next) {
+				if k.run(ctx, true) {
+					next, backoff = time.Now().Add(jittered(RemoteCheckEvery)), RemoteCheckEvery
+				} else {
+					backoff = min(2*backoff, maxRemoteBackoff)
+					next = time.Now().Add(jittered(backoff))
+				}
+			}
+			beat.Beat()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(CheckEvery):
+			}
+		}
+	}()
+	return func(r Reassertion) {
+		m.Reinstalls.Inc()
+		m.Unprotected.Observe(r.Window().Seconds())
+	}, nil
+}
+
+// jittered is d, more or less remoteJitter of it at random.
+func jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 - remoteJitter + 2*remoteJitter*rand.Float64()))
+}
+
+// keeper runs the checks and keeps their verdict and gauges.
+type keeper struct {
+	node  Node
+	check NodeCheck
+	m     *metrics.Watch
+	ready *readiness
+	log   *slog.Logger
+}
+
+// run checks the node, locally or fully, and says whether the check got
+// its answers (a local one always does).
+func (k *keeper) run(ctx context.Context, remote bool) bool {
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	v, err := Verdict{}, errors.New("no check wired in")
+	if k.check != nil {
+		v, err = k.check(ctx, k.node, remote)
+	}
+	answered := err == nil && !v.Unanswered
+	switch {
+	case err != nil:
+		k.ready.set(false, err)
+	case v.Unanswered:
+		k.log.Warn("the record store or Calico's datastore did not answer: the last verdict stands", "problems", v.Problems)
+	case v.Protected:
+		k.ready.set(remote, nil)
+	default:
+		k.ready.set(remote, errors.New("not protected: "+strings.Join(v.Problems, "; ")))
+	}
+	if remote && answered {
+		k.m.Records.Reset()
+		k.m.Quarantines.Reset()
+		for _, s := range v.Stores {
+			k.m.Records.WithLabelValues(s.Network).Add(float64(s.Records))
+			k.m.Quarantines.WithLabelValues(s.Network).Add(float64(s.Quarantines))
+		}
+	}
+	if k.ready.Ready() == nil {
+		k.m.Protected.Set(1)
+	} else {
+		k.m.Protected.Set(0)
+	}
+	k.m.LastCheck.SetToCurrentTime()
+	return answered
+}
