@@ -36,6 +36,11 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	}
 	for _, c := range confs {
 		if !needsRoute(c) {
+			// Routed by an earlier install, maybe by an older safe-ipam
+			// that kept the original without its SHA-256.
+			if err := recordMissingSum(p, c.Path); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		routed, err := routeThroughSafeIPAM(c)

@@ -91,7 +91,7 @@ func installBinary(p *Plan, path, self string) error {
 		return refuse("comparing %s with %s: %v", path, self, err)
 	}
 	if same {
-		return nil
+		return recordMissingSum(p, path)
 	}
 	ours, err := cninode.IsSafeIPAM(path)
 	if err != nil {
@@ -102,6 +102,9 @@ func installBinary(p *Plan, path, self string) error {
 	case ours && (exists(backupPath(path)) || exists(absentPath(path))):
 		// Another build of safe-ipam that an earlier install put there:
 		// the original it kept stays the one to restore.
+		if err := recordMissingSum(p, path); err != nil {
+			return err
+		}
 	case statErr == nil:
 		// Whatever is there now (a newer Calico, after its installer ran)
 		// is what uninstall must bring back.
@@ -133,12 +136,8 @@ func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, e
 	if orig {
 		// Before judging by it (a conflist is ours when it is what install
 		// made of the original) and before restoring it.
-		why, note := checkOriginal(path)
-		if why != "" {
+		if why := checkOriginal(path); why != "" {
 			return nil, fmt.Errorf("%s is left as it is, and so is %s: %s; put the original back by hand (reinstalling Calico's CNI does), then remove %s", path, backupPath(path), why, backupPath(path))
-		}
-		if note != "" {
-			notes = append(notes, note)
 		}
 	}
 	mine, err := ours()

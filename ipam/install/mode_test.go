@@ -287,9 +287,8 @@ func readOnlyMount(t *testing.T, dir string) func() {
 
 // Issue 20, finding 6: uninstall restores only the file install kept, by
 // the SHA-256 install recorded. A backup that was replaced is left where
-// it is, with what stands in Calico's place, and uninstall says so; a
-// backup from an install that recorded no sum is restored as a regular
-// file, and said.
+// it is, with what stands in Calico's place, and uninstall says so, as
+// it does for a backup whose recorded sum is gone.
 func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -306,9 +305,11 @@ func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
 			must(t, os.Remove(backup))
 			writeFile(t, backup, "#!/bin/sh\necho not calico\n", 0o755)
 		}, true, "SHA-256"},
-		{"kept by an install that recorded no sum", func(t *testing.T, _, sum string) {
+		// Issue 33, finding 8: every install records the sum (and adds one
+		// an older safe-ipam did not), so a missing one was removed.
+		{"its recorded sum removed", func(t *testing.T, _, sum string) {
 			must(t, os.Remove(sum))
-		}, false, "unverified"},
+		}, true, "no SHA-256"},
 	}
 	for _, mc := range modes {
 		for _, tt := range tests {
@@ -376,6 +377,36 @@ func TestInstallWritesNodeSettingsUninstallRemovesThem(t *testing.T) {
 			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("node settings left after uninstall: %v", err)
 			}
+		})
+	}
+}
+
+// Issue 33, finding 8: a backup an older safe-ipam kept without its
+// SHA-256 gets one at the next install (every DaemonSet start), so that
+// uninstall can check it and restores it.
+func TestInstallRecordsTheSumAnOlderInstallDidNot(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			before := f.snapshot(t)
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			path := f.node.bin(CalicoIPAM)
+			if mc.mode.Name() == ModeConflist {
+				path = f.node.conf("10-calico.conflist")
+			}
+			must(t, os.Remove(sumPath(path))) // as an older safe-ipam left it
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatalf("install over an older one: %v", err)
+			}
+			if _, err := os.Stat(sumPath(path)); err != nil {
+				t.Fatalf("install recorded no sum of the kept original: %v", err)
+			}
+			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
+				t.Fatalf("uninstall: %v", err)
+			}
+			assertSame(t, "after uninstall", f.snapshot(t), before)
 		})
 	}
 }

@@ -268,24 +268,41 @@ func fileSum(path string) (string, error) {
 
 // checkOriginal says why the backup of path is not the file install
 // kept, or "" when it is: a regular file (not a symlink) whose SHA-256
-// is the one install recorded. A backup from an install that recorded
-// none (before safe-ipam recorded sums) is accepted as a regular file,
-// and said.
-func checkOriginal(path string) (why, note string) {
+// is the one install recorded. A backup with no recorded SHA-256 is
+// refused: every install since sums were recorded writes one (and adds
+// one for a backup an older safe-ipam kept), so a missing sum means it
+// was removed, and nothing vouches for the file any more.
+func checkOriginal(path string) string {
 	sum, err := fileSum(backupPath(path))
 	if err != nil {
-		return err.Error(), ""
+		return err.Error()
 	}
 	recorded, err := os.ReadFile(sumPath(path))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return "", fmt.Sprintf("%s: install recorded no SHA-256 of it (an older safe-ipam); restored as a regular file, unverified", backupPath(path))
+		return fmt.Sprintf("no SHA-256 of %s is recorded in %s, so nothing shows it is the file install kept; if it is Calico's (compare it with Calico's release), record its sum (sha256sum %s | cut -d' ' -f1 > %s) and run uninstall again",
+			backupPath(path), sumPath(path), backupPath(path), sumPath(path))
 	case err != nil:
-		return fmt.Sprintf("reading %s: %v", sumPath(path), err), ""
+		return fmt.Sprintf("reading %s: %v", sumPath(path), err)
 	case strings.TrimSpace(string(recorded)) != sum:
-		return fmt.Sprintf("%s is not the file install kept (its SHA-256 differs from %s)", backupPath(path), sumPath(path)), ""
+		return fmt.Sprintf("%s is not the file install kept (its SHA-256 differs from %s)", backupPath(path), sumPath(path))
 	}
-	return "", ""
+	return ""
+}
+
+// recordMissingSum plans recording the SHA-256 of a backup an older
+// safe-ipam kept without one, at install (every DaemonSet start), so that
+// uninstall can check it.
+func recordMissingSum(p *Plan, path string) error {
+	if !exists(backupPath(path)) || exists(sumPath(path)) {
+		return nil
+	}
+	sum, err := fileSum(backupPath(path))
+	if err != nil {
+		return refuse("%v", err)
+	}
+	p.add(Step{Path: sumPath(path), Action: "record the SHA-256 of the original an older safe-ipam kept", data: []byte(sum + "\n"), perm: 0o600})
+	return nil
 }
 
 // absentStep records that path did not exist, for uninstall.
