@@ -407,6 +407,23 @@ func TestDaemonSetServesMetricsAndLiveness(t *testing.T) {
 	}
 }
 
+// Issue 33, finding 1: the metrics and health endpoints listen on the
+// node's loopback only (hostNetwork puts any other address within every
+// pod's reach), and the probes ask them there.
+func TestDaemonSetServesMetricsOnLoopback(t *testing.T) {
+	spec := daemonSet(t).Spec.Template.Spec
+	for _, name := range []string{"watch", "gc"} {
+		c := container(t, spec, name)
+		host, _, err := net.SplitHostPort(flagValue(c.Command, "metrics-addr"))
+		if err != nil || host != "127.0.0.1" {
+			t.Errorf("%s serves metrics at %q; want the node's loopback, 127.0.0.1", name, flagValue(c.Command, "metrics-addr"))
+		}
+		if lp := c.LivenessProbe; lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Host != "127.0.0.1" {
+			t.Errorf("%s's liveness probe %+v; want it to ask 127.0.0.1", name, lp)
+		}
+	}
+}
+
 // Issue 30, item 1: the revert of the conflist patch is Calico's own
 // cni_network_config, byte for byte, so that calico-node renders a config
 // naming calico-ipam again before safe-ipam is uninstalled.
