@@ -203,8 +203,9 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 	// kubeconfig token, its etcd keys) and nodename are only read.
 	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: false, "/var/lib/calico": false}
 	// gc's DELs through calico-ipam take its host-wide lock, as the
-	// runtime's do (a file in /var/run/calico).
-	collects := map[string]bool{install.DefaultBinDir: false, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/run/containerd": false, "/var/run/calico": true}
+	// runtime's do: the lock file alone (issue 33, finding 6: the
+	// directory holds calico-node's BIRD control sockets too).
+	collects := map[string]bool{install.DefaultBinDir: false, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/run/containerd": false, "/var/run/calico/ipam.lock": true}
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
 		need := installs
 		if c.Name == "gc" {
@@ -357,7 +358,7 @@ func TestUninstallManifest(t *testing.T) {
 	for _, v := range spec.Volumes {
 		hostPaths[v.Name] = v.HostPath.Path
 	}
-	writable := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/var/run/calico": true}
+	writable := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/var/run/calico/ipam.lock": true}
 	for _, m := range un0.VolumeMounts {
 		if hostPaths[m.Name] != m.MountPath {
 			t.Errorf("uninstall mounts host %s at %s", hostPaths[m.Name], m.MountPath)

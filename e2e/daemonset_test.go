@@ -35,8 +35,17 @@ func TestDaemonSetIndexesOldRecordsWithItsMounts(t *testing.T) {
 	ds := daemonSetManifest(t)
 	node := &dsNode{root: t.TempDir(), safeIPAM: prepared.bin.Path(testbed.SafeIPAM)}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
-		if err := os.MkdirAll(node.host(v.HostPath.Path), 0o755); err != nil {
+		path := node.host(v.HostPath.Path)
+		if kind := v.HostPath.Type; kind != nil && *kind == corev1.HostPathFileOrCreate {
+			path = filepath.Dir(path) // the file is made below, as the kubelet makes it
+		}
+		if err := os.MkdirAll(path, 0o755); err != nil {
 			t.Fatal(err)
+		}
+		if path != node.host(v.HostPath.Path) {
+			if err := os.WriteFile(node.host(v.HostPath.Path), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if err := os.MkdirAll(node.host("/var/log"), 0o755); err != nil {

@@ -161,7 +161,7 @@ func (n *Node) startHolder(ctx context.Context) error {
 			"lowerdir=" + path + ",upperdir=" + upper + ",workdir=" + work, path})
 	}
 	cmds = append(cmds,
-		[]string{"mkdir", "-p", "/etc/cni/net.d", "/opt/cni/bin", "/run/containerd", "/var/lib/calico"},
+		[]string{"mkdir", "-p", "/etc/cni/net.d", "/opt/cni/bin", "/run/containerd", "/var/lib/calico", "/run/calico"},
 		[]string{"ip", "addr", "add", NodeIP + "/32", "dev", "lo"},
 	)
 	for _, args := range cmds {
