@@ -66,6 +66,25 @@ func Build(o Options, out string) error {
 	})
 }
 
+// Digest is the digest of the image in the docker-archive at out, tagged
+// tag: what a registry serves it under once pushed as it is (crane push
+// keeps the manifest), for pinning.
+func Digest(out, tag string) (string, error) {
+	ref, err := name.NewTag(tag)
+	if err != nil {
+		return "", fmt.Errorf("image tag %q: %w", tag, err)
+	}
+	img, err := tarball.ImageFromPath(out, &ref)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", out, err)
+	}
+	h, err := img.Digest()
+	if err != nil {
+		return "", fmt.Errorf("the digest of %s: %w", out, err)
+	}
+	return h.String(), nil
+}
+
 // File is one regular file of an image.
 type File struct {
 	Data []byte

@@ -85,3 +85,35 @@ func TestBuild(t *testing.T) {
 		t.Fatalf("Build without the admin binary: %v; want an error naming it", err)
 	}
 }
+
+// Issue 33, finding 6: the image is named by its full reference (a short
+// name is resolved by each node's runtime configuration), and make image
+// gives the digest to pin: the same binaries make the same digest,
+// other binaries another.
+func TestFullReferenceAndDigest(t *testing.T) {
+	if _, err := name.NewTag(about.Image, name.StrictValidation); err != nil {
+		t.Errorf("about.Image %q is not a full reference (registry and tag explicit): %v", about.Image, err)
+	}
+	digestOf := func(cni string) string {
+		t.Helper()
+		bin := t.TempDir()
+		for name, data := range map[string]string{about.CNIBinary: cni, about.AdminBinary: "admin build"} {
+			if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		out := filepath.Join(t.TempDir(), "image.tar")
+		if err := Build(Options{BinDir: bin, Revision: "abc123", Arch: "amd64"}, out); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Digest(out, about.Image)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first, again, other := digestOf("cni build"), digestOf("cni build"), digestOf("another cni build")
+	if !strings.HasPrefix(first, "sha256:") || len(first) != len("sha256:")+64 || first != again || first == other {
+		t.Errorf("digests %s, %s (same binaries), %s (other binaries); want one sha256 digest per build", first, again, other)
+	}
+}

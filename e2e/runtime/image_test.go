@@ -29,7 +29,7 @@ func TestImageImportsIntoContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ctr images ls: %v: %s", err, list)
 	}
-	if want := "docker.io/library/" + about.Image; !strings.Contains(string(list), want) {
+	if want := about.Image; !strings.Contains(string(list), want) {
 		t.Fatalf("containerd lists %q; want %s", list, want)
 	}
 }

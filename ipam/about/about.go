@@ -22,8 +22,10 @@ const (
 // (git describe) in their version line.
 const Release = "0.3.0"
 
-// Image is the image deploy/ runs, pinned to Release.
-const Image = "safe-ipam:" + Release
+// Image is the image deploy/ runs, pinned to Release, by its full
+// reference: a short name is resolved by each node's runtime
+// configuration, which may send it to another registry.
+const Image = "ghcr.io/safe-ipam/safe-ipam:" + Release
 
 // CNIVersions are the CNI spec versions the CNI binary speaks.
 var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}

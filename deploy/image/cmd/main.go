@@ -24,5 +24,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("%s: %s\n", *out, o.Tag)
+	digest, err := image.Digest(*out, o.Tag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s: %s\ndigest: %s (pin it as image: REGISTRY/safe-ipam@%s)\n", *out, o.Tag, digest, digest)
 }
