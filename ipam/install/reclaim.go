@@ -12,6 +12,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -44,7 +45,6 @@ type Reclaimer struct {
 
 	ds        datastore.Datastore
 	closeDS   func()
-	openErr   error
 	Reclaimed int
 	// Kept are the holders whose quarantine stays under the fenced
 	// sandbox's handle, and why.
@@ -63,23 +63,40 @@ func (r *Reclaimer) Close() {
 	}
 }
 
-// errConflicting: Calico's data kept changing under the re-claim; the
-// quarantine stays and uninstall is run again.
-var errConflicting = errors.New("Calico's data kept changing while re-claiming")
+// FateOf is the fate of the quarantines of rec at uninstall: a holder
+// whose DEL or GC had begun does not run, and its quarantines are
+// released as that DEL would have (nil: guard.Forget releases); any other
+// holder is taken to run (fail closed), and its quarantined addresses are
+// re-claimed for it.
+func (r *Reclaimer) FateOf(rec *record.Record) guard.QuarantineFate {
+	if rec.State == record.Releasing {
+		return nil
+	}
+	return r.Fate
+}
 
-// Fate re-claims q's addresses for holder; where it cannot, it keeps the
-// allocation and notes the holder. Only a datastore that keeps changing
-// fails it (the quarantine stays for the next run).
+// keepIt is why an allocation cannot be re-claimed and is kept: nothing
+// to move it under, or nothing left to move. Any other failure (Calico's
+// datastore does not answer, keeps changing) fails the forget, which
+// keeps the quarantine for the next run.
+type keepIt struct{ why string }
+
+func (k *keepIt) Error() string { return k.why }
+
+// Fate re-claims q's addresses for holder; where there is nothing to
+// re-claim under or nothing left to move, it keeps the allocation and
+// notes the holder.
 func (r *Reclaimer) Fate(ctx context.Context, holder *record.Record, q record.Quarantine) error {
-	why := r.reclaim(ctx, holder, q)
+	err := r.reclaim(ctx, holder, q)
+	var keep *keepIt
 	switch {
-	case why == nil:
+	case err == nil:
 		r.Reclaimed++
 		return nil
-	case errors.Is(why, errConflicting):
-		return fmt.Errorf("re-claiming the quarantine of %s for %s: %w", q.Attachment, holder.Attachment, why)
+	case !errors.As(err, &keep):
+		return fmt.Errorf("re-claiming the quarantine of %s for %s in Calico's datastore (or run with --release-quarantines): %w", q.Attachment, holder.Attachment, err)
 	}
-	r.Kept = append(r.Kept, fmt.Sprintf("%s (%s: %v)", podOf(holder), strings.Join(q.IPs, ","), why))
+	r.Kept = append(r.Kept, fmt.Sprintf("%s (%s: %v)", podOf(holder), strings.Join(q.IPs, ","), err))
 	return nil
 }
 
@@ -93,18 +110,19 @@ func podOf(rec *record.Record) string {
 
 func (r *Reclaimer) reclaim(ctx context.Context, holder *record.Record, q record.Quarantine) error {
 	if holder.Handle == "" {
-		return errors.New("its record names no handle")
+		return &keepIt{"its record names no handle"}
 	}
-	if r.ds == nil && r.openErr == nil {
-		r.ds, r.closeDS, r.openErr = datastore.OpenCalico(ctx, r.Calico)
-	}
-	if r.openErr != nil {
-		return r.openErr
+	if r.ds == nil {
+		ds, closeDS, err := datastore.OpenCalico(ctx, r.Calico)
+		if err != nil {
+			return err
+		}
+		r.ds, r.closeDS = ds, closeDS
 	}
 	for _, ip := range q.IPs {
 		addr, ok := record.ParseAddr(ip)
 		if !ok {
-			return fmt.Errorf("%q is no address", ip)
+			return &keepIt{fmt.Sprintf("%q is no address", ip)}
 		}
 		if err := r.move(ctx, holder, q, addr); err != nil {
 			return err
@@ -122,7 +140,7 @@ func (r *Reclaimer) move(ctx context.Context, holder *record.Record, q record.Qu
 			return err
 		}
 	}
-	return errConflicting
+	return errors.New("Calico's data kept changing while re-claiming")
 }
 
 func (r *Reclaimer) moveOnce(ctx context.Context, holder *record.Record, q record.Quarantine, addr netip.Addr) error {
@@ -175,7 +193,7 @@ func (r *Reclaimer) heldUnder(ctx context.Context, holder *record.Record, q reco
 	if _, b, err := r.blockHolding(ctx, holder.Handle, addr); err != nil || b != nil {
 		return nil, nil, err
 	}
-	return nil, nil, fmt.Errorf("Calico holds %s under no handle of the fenced sandbox", addr)
+	return nil, nil, &keepIt{fmt.Sprintf("Calico holds %s under no handle of the fenced sandbox", addr)}
 }
 
 // blockHolding reads handle id and the block in which it holds addr; a

@@ -192,10 +192,10 @@ type quarantineFates struct {
 // addresses are re-claimed for it, released only when release says so.
 func (q *quarantineFates) fate(rec *record.Record, release bool) guard.QuarantineFate {
 	q.count(rec, release)
-	if rec.State == record.Releasing || release {
+	if release {
 		return nil
 	}
-	return q.reclaimer.Fate
+	return q.reclaimer.FateOf(rec)
 }
 
 func (q *quarantineFates) count(rec *record.Record, release bool) {
