@@ -502,7 +502,8 @@ func UninstallScript(store StoreKind) *Script {
 // drop the quarantine's holder side and keep its mark: once safe-ipam is
 // installed again, web-4's DEL would answer from the mark and never
 // release the address. The forget conflicts; uninstall, run again,
-// releases the quarantine.
+// re-claims the quarantined address for web-0 (its record is committed:
+// taken to run), which the retried DEL of web-0 then frees.
 func QuarantineRacesForgetScript(store StoreKind) *Script {
 	s := &Script{
 		Name:  fmt.Sprintf("uninstall/quarantine-races-forget/%s", store),
