@@ -16,6 +16,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
@@ -302,33 +303,11 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 
 	// X is freed behind p's back, and a new pod is fenced from it: a
 	// quarantine, which only safe-ipam would ever release.
-	if err := calicoAlone(t, c, "node1").Del(ctx, calicoNetwork, p); err != nil {
-		t.Fatal(err)
-	}
-	var others []testbed.Sandbox
-	for i := 0; ; i++ {
-		if i > 2*testbed.BlockAddrs {
-			t.Fatalf("Calico never handed out %s while p ran", x)
-		}
-		sb := sandbox(fmt.Sprintf("f%d", i))
-		_, err := n.runner.Add(ctx, calicoNetwork, sb)
-		var cmdErr *testbed.CommandError
-		if errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()) {
-			if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil { // the kubelet's DEL of the failed sandbox
-				t.Fatal(err)
-			}
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		others = append(others, sb)
-	}
-	if !calicoHolds(t, ctx, c, x) {
-		t.Fatalf("the fenced %s is not quarantined", x)
-	}
+	others := fenceFrom(t, ctx, c, n, p, x)
 
-	out := n.admin(t, 0, "uninstall")
+	// Released on request (the default re-claims it for p, which runs:
+	// TestUninstallReclaimsForRunningHolder).
+	out := n.admin(t, 0, "uninstall", "--release-quarantines")
 	if want := fmt.Sprintf("forgot %d record(s)", 1+len(others)); !strings.Contains(out, want) || !strings.Contains(out, "released 1 quarantined allocation(s)") {
 		t.Errorf("uninstall does not say it %s and released the quarantine:\n%s", want, out)
 	}
@@ -364,6 +343,102 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 		t.Errorf("after every DEL: %v, %v", left, err)
 	}
 	n.admin(t, 0, "uninstall")
+}
+
+// fenceFrom frees x behind p's back through Calico alone and starts pods
+// until one is handed x and fenced: its allocation is quarantined with
+// p's record. It returns the pods started meanwhile.
+func fenceFrom(t *testing.T, ctx context.Context, c *testbed.Cluster, n *calicoNode, p testbed.Sandbox, x netip.Addr) []testbed.Sandbox {
+	t.Helper()
+	if err := calicoAlone(t, c, "node1").Del(ctx, calicoNetwork, p); err != nil {
+		t.Fatal(err)
+	}
+	var others []testbed.Sandbox
+	for i := 0; ; i++ {
+		if i > 2*testbed.BlockAddrs {
+			t.Fatalf("Calico never handed out %s while p ran", x)
+		}
+		sb := podSandbox(t, ctx, c, fmt.Sprintf("f%d", i))
+		_, err := n.runner.Add(ctx, calicoNetwork, sb)
+		var cmdErr *testbed.CommandError
+		if errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()) {
+			if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil { // the kubelet's DEL of the failed sandbox
+				t.Fatal(err)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, sb)
+	}
+	if !calicoHolds(t, ctx, c, x) {
+		t.Fatalf("the fenced %s is not quarantined", x)
+	}
+	return others
+}
+
+// Issue 31, items 2 and 4: p runs with X, which Calico freed behind its
+// back and handed to a sandbox that was fenced. Uninstall must not free X
+// while p runs: it puts X back under p's own handle in Calico. Its first
+// run, with etcd down, restores Calico's files and cannot forget the
+// records: doctor says the node is half uninstalled, and the next run
+// finishes. Records in Calico's etcd, or in a file store.
+func TestUninstallReclaimsForRunningHolder(t *testing.T) {
+	for _, fileStore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("file store %v", fileStore), func(t *testing.T) {
+			ctx := testContext(t)
+			c, srv := newClusterServer(t, "ur"+map[bool]string{false: "e", true: "f"}[fileStore])
+			dumpOnFailure(t, c)
+			if err := c.Seed(ctx, "node1"); err != nil {
+				t.Fatal(err)
+			}
+			n := newCalicoNode(t, c)
+			store := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
+			if fileStore {
+				store = testbed.FileStore(filepath.Join(c.Dir, "records"))
+				n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
+			}
+			n.admin(t, 0, "install", "--mode="+install.ModeTakeover)
+			p := podSandbox(t, ctx, c, "p")
+			x := n.add(t, ctx, p)
+			others := fenceFrom(t, ctx, c, n, p, x)
+
+			srv.Pause()
+			out := n.admin(t, install.ExitError, "uninstall")
+			if !strings.Contains(out, "half uninstalled") {
+				t.Errorf("uninstall with etcd down does not say the node is half uninstalled:\n%s", out)
+			}
+			if err := srv.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if code, out := n.doctor(); code == doctor.ExitProtected || !strings.Contains(out, "half uninstalled") {
+				t.Errorf("doctor after an uninstall cut short: exit %d, and must say half uninstalled:\n%s", code, out)
+			}
+			// A file store answered the first run, which forgot the records
+			// it met before p's; the rest are forgotten now.
+			out = n.admin(t, 0, "uninstall")
+			if !strings.Contains(out, "forgot ") || !strings.Contains(out, "re-claimed 1 quarantined allocation(s)") {
+				t.Errorf("uninstall run again does not say it forgot the records and re-claimed the quarantine:\n%s", out)
+			}
+			if _, out := n.doctor(); strings.Contains(out, "half uninstalled") {
+				t.Errorf("doctor after uninstall finished still says half uninstalled:\n%s", out)
+			}
+			attr, held, err := calico.AllocationAttribute(ctx, c.Etcd, x)
+			if want := calicoNetwork + "." + p.ContainerID(); err != nil || !held || attr.Handle() != want {
+				t.Fatalf("after uninstall Calico holds %s: %v under %q (%v); it must be under p's handle %s: p runs with it", x, held, attr.Handle(), err, want)
+			}
+			for _, sb := range append(others, p) { // Calico alone now
+				if err := n.runner.Del(ctx, calicoNetwork, sb); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: store})
+			if err != nil || len(left) > 0 {
+				t.Errorf("after every DEL: %v, %v", left, err)
+			}
+		})
+	}
 }
 
 // setIPAM sets key in the ipam section of Calico's network config (as in

@@ -78,6 +78,14 @@ func run(m *testing.M) int {
 // cluster whose netns are all removed when the test ends, failed or not.
 func newCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
+	c, _ := newClusterServer(t, tag)
+	return c
+}
+
+// newClusterServer is newCluster with its etcd server, for a test that
+// stops it.
+func newClusterServer(t *testing.T, tag string) (*testbed.Cluster, *etcdtest.Server) {
+	t.Helper()
 	testbed.RequireHost(t, prepared.unsuitable)
 	srv := etcdtest.Start(t)
 	set := testbed.NewNetnsSet(netnsPrefix + tag + "-")
@@ -88,7 +96,7 @@ func newCluster(t *testing.T, tag string) *testbed.Cluster {
 			t.Errorf("cleaning up netns: %v", err)
 		}
 	})
-	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Client(), EtcdEndpoint: srv.Endpoint(), Dir: t.TempDir(), Netns: set}
+	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Client(), EtcdEndpoint: srv.Endpoint(), Dir: t.TempDir(), Netns: set}, srv
 }
 
 // newKubeCluster is newCluster with Calico's data in the Kubernetes

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -19,8 +20,10 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -374,13 +377,56 @@ func (c *Cluster) kill(ctx context.Context, node string) error {
 	return nil
 }
 
-// uninstall forgets node's records, releasing their quarantines, as
-// `safe-ipam uninstall` does once the files are back (guard.Forget), and
-// sends the node's calls to calico-ipam alone from then on. The delegate
-// runs in the harness's environment: Calico 3.x handles (histories
-// uninstall only there) and calico-ipam's default host lock.
-func (c *Cluster) uninstall(ctx context.Context, node string) error {
-	c.uninstalled[node] = true
+// uninstall is `safe-ipam uninstall` on node once Calico's files are
+// back, and sends the node's calls to calico-ipam alone from then on. The
+// delegate runs in the harness's environment: Calico 3.x handles
+// (histories uninstall only there) and calico-ipam's default host lock.
+// After an UninstallRead the forget of the records read then runs here
+// (guard.Forget, with uninstall's fate for their quarantines), so the
+// calls in between race it; otherwise safe-ipam-admin runs, from the
+// build under test.
+func (c *Cluster) uninstall(ctx context.Context, call Call) (Outcome, error) {
+	c.uninstalled[call.Node] = true
+	if recs, read := c.read[call.Node]; read {
+		delete(c.read, call.Node)
+		return Outcome{}, c.forgetRead(ctx, call.Node, recs)
+	}
+	bin, conf := filepath.Join(c.work, call.Node, "uninstall", "bin"), filepath.Join(c.work, call.Node, "uninstall", "conf")
+	for _, dir := range []string{bin, conf} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if err := os.Symlink(c.binaries().Path(CalicoIPAM), filepath.Join(bin, CalicoIPAM)); err != nil && !errors.Is(err, fs.ErrExist) {
+		return Outcome{}, err
+	}
+	if err := c.leaveToForget(call.Node, bin, conf); err != nil {
+		return Outcome{}, err
+	}
+	return c.runAdmin(ctx, call, "uninstall", "--cni-bin-dir", bin, "--cni-conf-dir", conf)
+}
+
+// leaveToForget is what uninstall leaves in bin before it restores
+// Calico's files (cninode.PendingForgetFile): the node's config, which no
+// file names once they are restored. A run cut short left it already.
+func (c *Cluster) leaveToForget(node, bin, conf string) error {
+	path := filepath.Join(bin, cninode.PendingForgetFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	plugin, err := json.Marshal(c.netConf(node, normalTimeout))
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(cninode.PendingForget{Networks: []cninode.PendingNetwork{{Path: filepath.Join(conf, "10-calico.conf"), Network: Network, Plugin: plugin}}})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o600)
+}
+
+// forgetRead forgets recs, read by an UninstallRead of node.
+func (c *Cluster) forgetRead(ctx context.Context, node string, recs []*record.Record) error {
 	data, err := json.Marshal(c.netConf(node, normalTimeout))
 	if err != nil {
 		return err
@@ -394,29 +440,26 @@ func (c *Cluster) uninstall(ctx context.Context, node string) error {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}
 	defer o.Close()
-	recs, read := c.read[node]
-	delete(c.read, node)
+	reclaimer := install.NewReclaimer(cfg, "")
+	defer reclaimer.Close()
 	for round := 1; ; round++ {
-		if !read {
-			if recs, err = o.Store.List(ctx, Network); err != nil {
-				return fmt.Errorf("uninstall on %s: %w", node, err)
-			}
-		}
-		err := c.forget(ctx, o, recs)
+		err := c.forget(ctx, o, recs, reclaimer)
 		if !errors.Is(err, store.ErrConflict) || round == 3 {
 			return err
 		}
 		// A record changed since uninstall read it (an ADD quarantined
 		// with it): uninstall stops and says to run it again, and the
 		// operator does.
-		read = false
+		if recs, err = o.Store.List(ctx, Network); err != nil {
+			return fmt.Errorf("uninstall on %s: %w", node, err)
+		}
 	}
 }
 
 // forget is uninstall's forget of recs, read from node's store.
-func (c *Cluster) forget(ctx context.Context, o *invocation.Opened, recs []*record.Record) error {
+func (c *Cluster) forget(ctx context.Context, o *invocation.Opened, recs []*record.Record, reclaimer *install.Reclaimer) error {
 	for _, rec := range recs {
-		if err := o.Guard.Forget(ctx, rec, c.binaries().Dir); err != nil {
+		if err := o.Guard.Forget(ctx, rec, c.binaries().Dir, reclaimer.FateOf(rec)); err != nil {
 			return fmt.Errorf("uninstall on %s: %w", rec.Node, err)
 		}
 	}
@@ -539,22 +582,30 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 	if err := os.WriteFile(path, conf, 0o600); err != nil {
 		return Outcome{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, hangLimit)
-	defer cancel()
 	// Two sweeps, as the DaemonSet's loop makes: the first finds a dead
 	// node gone, the second releases its records (no grace here: the
 	// periods are the script's steps).
-	var out bytes.Buffer
+	var out Outcome
 	for range 2 {
-		cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--apply")
-		env := c.env(call)
-		cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
-		out.Reset()
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err = cmd.Run(); err != nil {
+		out, err = c.runAdmin(ctx, call, "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--apply")
+		if err != nil || !out.OK() {
 			break
 		}
 	}
+	return out, err
+}
+
+// runAdmin runs an admin command of safe-ipam (which hands it to
+// safe-ipam-admin) for call: its exit code is the outcome's.
+func (c *Cluster) runAdmin(ctx context.Context, call Call, args ...string) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(ctx, hangLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), args...)
+	env := c.env(call)
+	cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
 	if ctx.Err() != nil {
 		return Outcome{}, fmt.Errorf("%s hung for %s: %s", call, hangLimit, out.String())
 	}

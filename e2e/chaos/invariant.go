@@ -278,10 +278,11 @@ func (c *checker) onlyNamedReleased(prev *Observation, named map[*Attachment]boo
 	}
 	for ip, before := range heldAddresses(prev) {
 		after, still := c.held[ip]
-		if still && after.Handle == before.Handle {
-			continue
+		a := owner[ip]
+		if still && (after.Handle == before.Handle || a != nil && after.Handle == c.m.Handle(a)) {
+			continue // unchanged, or moved under its live owner's own handle (uninstall's re-claim)
 		}
-		if a := owner[ip]; a != nil && c.heldFor(prev, a, before.Handle) {
+		if a != nil && c.heldFor(prev, a, before.Handle) {
 			c.report(InvOwnRelease, Duplicated, a.String(), ip, "released by a call for another container while %s was live", a)
 		}
 	}

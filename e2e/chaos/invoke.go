@@ -160,7 +160,7 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 	case call.Verb == UninstallRead:
 		return Outcome{}, c.readForUninstall(ctx, call.Node)
 	case call.Verb == Uninstall:
-		return Outcome{}, c.uninstall(ctx, call.Node)
+		return c.uninstall(ctx, call)
 	case call.Verb == Reinstall:
 		c.uninstalled[call.Node] = false
 		return Outcome{}, c.reindex(ctx, call.Node)

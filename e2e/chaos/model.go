@@ -208,8 +208,13 @@ func (m *Model) Apply(call Call, out Outcome) {
 				// it runs unrecorded until adopt or a new sandbox.
 				a.Unrecorded = true
 			}
-			if a.QuarantinedBy != nil && a.QuarantinedBy.Node == call.Node {
-				a.QuarantinedBy = nil // released by uninstall
+			if out.OK() && a.QuarantinedBy != nil && a.QuarantinedBy.Node == call.Node {
+				// Re-claimed for its holder, which runs (Calico holds the
+				// address under the holder's own handle again), or released
+				// with a holder whose DEL had begun: no longer this
+				// attachment's. An uninstall cut short keeps it, and the
+				// next run finishes.
+				a.QuarantinedBy = nil
 			}
 		}
 	case Reinstall:

@@ -138,6 +138,18 @@ func Mutants() []Mutant {
 				return ScriptJobs(func() *Script { return QuarantineRacesForgetScript(EtcdStore) })
 			},
 		},
+		{
+			Name:   "uninstall-releases-held-quarantines",
+			Breaks: "uninstall releases the allocations quarantined with running holders, so Calico hands a running pod's address out again",
+			File:   "ipam/install/records.go",
+			Old:    "return q.reclaimer.FateOf(rec)",
+			New:    "return nil",
+			Catchers: func() []Job {
+				return ScriptJobs(
+					func() *Script { return UninstallQuarantineScript(FileStore, false) },
+					func() *Script { return UninstallQuarantineScript(EtcdStore, true) })
+			},
+		},
 	}
 }
 

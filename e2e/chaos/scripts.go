@@ -502,7 +502,8 @@ func UninstallScript(store StoreKind) *Script {
 // drop the quarantine's holder side and keep its mark: once safe-ipam is
 // installed again, web-4's DEL would answer from the mark and never
 // release the address. The forget conflicts; uninstall, run again,
-// releases the quarantine.
+// re-claims the quarantined address for web-0 (its record is committed:
+// taken to run), which the retried DEL of web-0 then frees.
 func QuarantineRacesForgetScript(store StoreKind) *Script {
 	s := &Script{
 		Name:  fmt.Sprintf("uninstall/quarantine-races-forget/%s", store),
@@ -519,6 +520,41 @@ func QuarantineRacesForgetScript(store StoreKind) *Script {
 	return s.then(func(*Model) Step { return LifeStep(Reinstall, node1) })
 }
 
+// UninstallQuarantineScript (issue 31, items 2 and 4): web-0's address
+// is freed behind its back and handed to web-4, whose ADD is fenced: the
+// allocation is quarantined with web-0's record, and web-0 runs. Uninstall
+// must not free the address web-0 uses (invariant 3): it re-claims it
+// for web-0 in Calico. interrupted: the first uninstall runs while etcd is
+// down, restores Calico's files and cannot forget every record; the next
+// finishes from what it left. web-5 then starts through calico-ipam
+// alone and finds the pool full (web-0's address is web-0's), and
+// safe-ipam is installed again.
+func UninstallQuarantineScript(store StoreKind, interrupted bool) *Script {
+	name := "uninstall/quarantine-held/%s"
+	if interrupted {
+		name = "uninstall/interrupted/%s"
+	}
+	s := &Script{
+		Name:  fmt.Sprintf(name, store),
+		Setup: Setup{Generation: Modern, Store: store, Nodes: 1, Pool: SinglePool, HostLock: true},
+	}
+	s.start("web-0", node1, "", Succeeds).outside(0, OutsideIPAMRelease)
+	for _, pod := range []string{"web-1", "web-2", "web-3"} {
+		s.start(pod, node1, "", Succeeds)
+	}
+	s.start("web-4", node1, "", TryAgain)
+	if interrupted {
+		s.then(func(*Model) Step {
+			step := Step{Outage: Between, Note: "uninstall on node1 while etcd is down: Calico's files are back, the records cannot all be forgotten"}
+			step.add(Call{Verb: Uninstall, Node: node1, Outage: true}, Fails)
+			return step
+		})
+	}
+	s.then(func(*Model) Step { return LifeStep(Uninstall, node1) })
+	s.start("web-5", node1, "", Fails)
+	return s.then(func(*Model) Step { return LifeStep(Reinstall, node1) })
+}
+
 // LifecycleScripts are the scripts of a cluster's life beyond its pods:
 // node death, uninstall and re-install, an upgrade over index-less
 // records.
@@ -528,6 +564,10 @@ func LifecycleScripts() []func() *Script {
 		func() *Script { return UninstallScript(EtcdStore) },
 		func() *Script { return QuarantineRacesForgetScript(FileStore) },
 		func() *Script { return QuarantineRacesForgetScript(EtcdStore) },
+		func() *Script { return UninstallQuarantineScript(FileStore, false) },
+		func() *Script { return UninstallQuarantineScript(EtcdStore, false) },
+		func() *Script { return UninstallQuarantineScript(FileStore, true) },
+		func() *Script { return UninstallQuarantineScript(EtcdStore, true) },
 		func() *Script { return UpgradeScript(FileStore) },
 		func() *Script { return UpgradeScript(EtcdStore) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },

@@ -16,6 +16,9 @@ type File struct {
 	Calico  config.Calico
 	// SafeIPAM is nil when the file's IPAM is not safe-ipam's.
 	SafeIPAM *config.Config
+	// Plugin is the config of the plugin with the ipam section, as the
+	// runtime hands it over.
+	Plugin []byte
 }
 
 // ReadFile reads a .conflist, or a single plugin's .conf, and picks the
@@ -60,7 +63,7 @@ func fileFromPlugin(path, network string, stdin []byte, takenOver bool, binDir s
 	if err := json.Unmarshal(stdin, &top); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)
 	}
-	f := &File{Path: path, Network: network}
+	f := &File{Path: path, Network: network, Plugin: stdin}
 	var err error
 	if f.Calico, err = config.ReadCalico(top); err != nil {
 		return nil, fmt.Errorf("CNI config %s: %w", path, err)

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,10 @@ type Report struct {
 	// Installed says that some Calico network's IPAM goes through
 	// safe-ipam: a node that is not protected is then broken, not bare.
 	Installed bool `json:"installed"`
+	// HalfUninstalled lists the networks whose records an uninstall
+	// could not finish forgetting (cninode.PendingForgetFile): the next
+	// uninstall finishes it.
+	HalfUninstalled []string `json:"halfUninstalled,omitempty"`
 	// Problems says why the node is not protected.
 	Problems []string `json:"problems,omitempty"`
 }
@@ -171,11 +176,30 @@ func check(ctx context.Context, n cninode.Dirs, live liveness.Source, local bool
 	if len(r.Networks) == 0 {
 		r.problem("no network config in %s uses calico-ipam", n.ConfDir)
 	}
+	r.checkUninstall(n)
 	r.Protected = len(r.Problems) == 0
 	for _, net := range r.Networks {
 		r.Installed = r.Installed || net.Installed
 	}
 	return r, nil
+}
+
+// checkUninstall reports an uninstall that could not forget every record:
+// they fence their addresses if safe-ipam is installed again.
+func (r *Report) checkUninstall(n cninode.Dirs) {
+	left, err := cninode.ReadPendingForget(n.BinDir)
+	if err != nil {
+		r.problem("half uninstalled: %v; run safe-ipam uninstall again", err)
+		return
+	}
+	if left == nil {
+		return
+	}
+	for _, p := range left.Networks {
+		r.HalfUninstalled = append(r.HalfUninstalled, p.Network)
+	}
+	r.problem("half uninstalled: an uninstall could not forget every record of network(s) %s (%s is left): run safe-ipam uninstall again, and it finishes",
+		strings.Join(r.HalfUninstalled, ", "), filepath.Join(n.BinDir, cninode.PendingForgetFile))
 }
 
 func binaryKind(path string) string {

@@ -250,10 +250,14 @@ func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env de
 
 // Forget drops rec, with its address index entries, for uninstall: its
 // own addresses stay allocated (its pod runs; Calico's DEL frees them
-// once safe-ipam is gone), but the allocations quarantined with it are
-// released first, since no DEL of safe-ipam will come to release them.
-func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string) error {
-	rec, err := g.releaseQuarantines(ctx, rec, delegate.Env{Path: cniPath})
+// once safe-ipam is gone). Each allocation quarantined with it is first
+// given fate (nil: released through the delegate, as the holder's DEL
+// would), since no DEL of safe-ipam will come for it.
+func (g *Guard) Forget(ctx context.Context, rec *record.Record, cniPath string, fate QuarantineFate) error {
+	if fate == nil {
+		fate = g.releaseQuarantine(delegate.Env{Path: cniPath})
+	}
+	rec, err := g.settleQuarantines(ctx, rec, fate)
 	if err != nil {
 		return err
 	}

@@ -71,16 +71,38 @@ func quarantineOf(committed *record.Record) record.Quarantine {
 // holder with any number of quarantines is released in the end. It
 // returns the holder as stored now.
 func (g *Guard) releaseQuarantines(ctx context.Context, rec *record.Record, env delegate.Env) (*record.Record, error) {
+	return g.settleQuarantines(ctx, rec, g.releaseQuarantine(env))
+}
+
+// QuarantineFate settles one allocation quarantined with holder before
+// the quarantine is forgotten: Forget's caller decides (uninstall
+// re-claims it for a holder that runs). An error keeps the quarantine.
+type QuarantineFate func(ctx context.Context, holder *record.Record, q record.Quarantine) error
+
+// releaseQuarantine is the fate of a quarantine whose holder is released:
+// its allocation is freed through the delegate.
+func (g *Guard) releaseQuarantine(env delegate.Env) QuarantineFate {
+	return func(ctx context.Context, holder *record.Record, q record.Quarantine) error {
+		if err := g.release(ctx, q.Attachment, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
+			return fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, holder.Attachment, err)
+		}
+		g.releaseQuarantinedVM(ctx, q, env)
+		g.log.Info("released a quarantine with its holder", "holder", holder.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
+		return nil
+	}
+}
+
+// settleQuarantines gives each quarantine of rec its fate and forgets
+// it, a batch at a time.
+func (g *Guard) settleQuarantines(ctx context.Context, rec *record.Record, fate QuarantineFate) (*record.Record, error) {
 	if rec == nil {
 		return nil, nil
 	}
 	for batch := range slices.Chunk(slices.Clone(rec.Quarantined), quarantineBatch) {
 		for _, q := range batch {
-			if err := g.release(ctx, q.Attachment, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
-				return nil, fmt.Errorf("releasing the quarantine of %s held for %s: %w", q.Attachment, rec.Attachment, err)
+			if err := fate(ctx, rec, q); err != nil {
+				return nil, err
 			}
-			g.releaseQuarantinedVM(ctx, q, env)
-			g.log.Info("released a quarantine with its holder", "holder", rec.Attachment.String(), "quarantined", q.Attachment.String(), "ips", q.IPs)
 		}
 		next, err := g.store.Unquarantine(ctx, rec, batch)
 		if err != nil {

@@ -31,9 +31,12 @@ type cliFlags struct {
 	node          Node
 	mode          string
 	dryRun, watch bool
-	out           *admin.Output
-	settle        time.Duration
-	metrics       admin.MetricsAddr
+	// releaseQuarantines: uninstall releases the quarantines of running
+	// holders instead of re-claiming them.
+	releaseQuarantines bool
+	out                *admin.Output
+	settle             time.Duration
+	metrics            admin.MetricsAddr
 	// handles, store and logFile are node settings; "" leaves them.
 	handles, store, logFile string
 }
@@ -88,6 +91,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
+		fs.BoolVar(&f.releaseQuarantines, "release-quarantines", false, "release the allocations quarantined with running holders through calico-ipam instead of re-claiming them for the holders: their addresses become free in Calico while the holders use them (the output names the holders to restart)")
 	}
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return nil, code, true
@@ -127,12 +131,18 @@ Example: safe-ipam install --mode=takeover --delegate-handles=pod --dry-run
 Takes safe-ipam off this node, restoring byte for byte what install
 replaced, unless it changed since, then forgets this node's records (with
 their address index entries and quarantines; Calico's allocations stay):
-no DEL or GC of safe-ipam comes for them any more. It refuses while a
-watch (install --watch) keeps safe-ipam on the node, and while a network
-config it has no original of names safe-ipam (calico-node renders it from
-the calico-config patch: revert that first, as the message says). Exit
-codes as install's; 2 when the record store does not answer (run it
-again).
+no DEL or GC of safe-ipam comes for them any more. An allocation
+quarantined with a record whose pod runs holds that pod's address: it is
+re-claimed for the pod in Calico's datastore (the address goes back under
+the pod's own handle), or, where that cannot be written, kept and the pod
+named to restart; --release-quarantines releases them instead. It refuses
+while a watch (install --watch) keeps safe-ipam on the node, and while a
+network config it has no original of names safe-ipam (calico-node renders
+it from the calico-config patch: revert that first, as the message says).
+A run that cannot forget every record (the store does not answer) leaves
+<cni-bin-dir>/.safe-ipam-uninstall.json, doctor reports the node half
+uninstalled, and the next run finishes the forget. Exit codes as
+install's; 2 when the record store does not answer (run it again).
 
 Example: safe-ipam uninstall --dry-run
 
@@ -188,6 +198,16 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 		names = []string{f.mode}
 	}
 	records := recordsOf(f.node)
+	if err := records.resume(); err != nil {
+		fmt.Fprintln(stderr, "safe-ipam uninstall:", err)
+		return ExitError
+	}
+	if !f.dryRun {
+		if err := records.keep(); err != nil {
+			fmt.Fprintln(stderr, "safe-ipam uninstall: keeping the records to forget:", err)
+			return ExitError
+		}
+	}
 	for _, name := range names {
 		mode, err := ModeNamed(name)
 		if err != nil {
@@ -198,9 +218,17 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 		code = max(code, report("uninstall", f, r, err, stdout, stderr))
 	}
 	if code != ExitOK {
-		return code // refused or failed: safe-ipam may still run, so its records stay
+		if !f.dryRun && !records.resumed {
+			_ = records.done() // safe-ipam may still run, so its records stay, and nothing is half done
+		}
+		return code
 	}
-	notes, err := records.forget(context.Background(), f.dryRun)
+	return forgetRecords(f, records, stdout, stderr)
+}
+
+// forgetRecords is uninstall's second half, once Calico's files are back.
+func forgetRecords(f *cliFlags, records *nodeRecords, stdout, stderr io.Writer) int {
+	notes, err := records.forget(context.Background(), f.dryRun, f.releaseQuarantines)
 	w := stdout
 	if f.out.JSON {
 		w = stderr // stdout is the JSON report
@@ -209,10 +237,16 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(w, "uninstall: "+note)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "safe-ipam uninstall: %v; run uninstall again once the store answers\n", err)
+		fmt.Fprintf(stderr, "safe-ipam uninstall: %v; the node is half uninstalled (safe-ipam doctor says so): run uninstall again once the store answers, and it finishes forgetting\n", err)
 		return ExitError
 	}
-	return code
+	if !f.dryRun {
+		if err := records.done(); err != nil {
+			fmt.Fprintln(stderr, "safe-ipam uninstall: every record is forgotten, but:", err)
+			return ExitError
+		}
+	}
+	return ExitOK
 }
 
 func report(cmd string, f *cliFlags, r *Result, err error, stdout, stderr io.Writer) int {

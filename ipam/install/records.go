@@ -2,15 +2,25 @@ package install
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
@@ -20,18 +30,24 @@ import (
 // addresses for ever if safe-ipam is installed again. Uninstall therefore
 // forgets this node's records, with their address index entries and
 // quarantines, and leaves the records' own allocations as they are: their
-// pods run, and Calico's DEL frees them. A quarantined allocation is
-// safe-ipam's alone (its sandbox's DEL released nothing), so nothing else
-// would ever free it: uninstall releases it through the delegate, which
-// leaves its address as Calico alone would have, free.
+// pods run, and Calico's DEL frees them. A quarantined allocation holds
+// the address of a holder that runs (its record is committed: nothing
+// here proves the pod gone, so it is taken to run): uninstall re-claims
+// it for the holder in Calico (Reclaimer), or keeps it and names the
+// holder; only --release-quarantines releases it. The quarantines of a
+// holder whose DEL or GC had begun (a releasing record) are released, as
+// that DEL would have.
 
 // nodeRecords are the record stores the node's configs route through
 // safe-ipam, read before uninstall changes any config (afterwards no
-// config names safe-ipam).
+// config names safe-ipam), and those an earlier run left to forget
+// (cninode.PendingForgetFile).
 type nodeRecords struct {
 	configs []*config.Config
-	paths   []string
+	pending []cninode.PendingNetwork
 	binDir  string
+	// resumed says an earlier run left its file.
+	resumed bool
 }
 
 // recordsOf finds every network config of the node whose IPAM goes
@@ -42,65 +58,182 @@ func recordsOf(n Node) *nodeRecords {
 	if err != nil {
 		return r // no configs, no records of ours: install and uninstall say why themselves
 	}
+	settings, _ := nodefile.Read(n.settingsPath(), nodefile.Small)
 	for _, path := range files {
 		f, err := cninode.ReadFile(path, n.BinDir)
 		if err != nil || f.SafeIPAM == nil {
 			continue // not safe-ipam's: nothing of ours to forget
 		}
-		r.configs, r.paths = append(r.configs, f.SafeIPAM), append(r.paths, path)
+		r.add(f.SafeIPAM, cninode.PendingNetwork{Path: path, Network: f.SafeIPAM.Network, Plugin: f.Plugin, NodeSettings: settings})
 	}
 	return r
 }
 
+func (r *nodeRecords) add(cfg *config.Config, p cninode.PendingNetwork) {
+	r.configs, r.pending = append(r.configs, cfg), append(r.pending, p)
+}
+
+// resume adds the configs an earlier run could not finish forgetting.
+func (r *nodeRecords) resume() error {
+	left, err := cninode.ReadPendingForget(r.binDir)
+	if err != nil || left == nil {
+		return err
+	}
+	r.resumed = true
+	for _, p := range left.Networks {
+		if slices.ContainsFunc(r.pending, func(q cninode.PendingNetwork) bool { return q.Path == p.Path }) {
+			continue // still routed through safe-ipam: read afresh
+		}
+		cfg, err := config.ParseWithNodeSettings(p.Plugin, p.NodeSettings, filepath.Join(r.binDir, config.NodeSettingsFile))
+		if err != nil {
+			return fmt.Errorf("%s, left by an earlier uninstall, for %s: %w", cninode.PendingForgetFile, p.Path, err)
+		}
+		r.add(cfg, p)
+	}
+	return nil
+}
+
+func (r *nodeRecords) pendingPath() string { return filepath.Join(r.binDir, cninode.PendingForgetFile) }
+
+// keep writes the configs whose records are still to be forgotten, before
+// uninstall restores Calico's files.
+func (r *nodeRecords) keep() error {
+	if len(r.pending) == 0 {
+		return nil
+	}
+	data, err := json.MarshalIndent(cninode.PendingForget{Networks: r.pending}, "", "  ")
+	if err != nil {
+		return err
+	}
+	p := &Plan{}
+	p.add(writeStep("keep the records to forget in", r.pendingPath(), append(data, '\n'), 0o600))
+	return p.Apply()
+}
+
+// done removes the file once every record is forgotten (or when nothing
+// was uninstalled and no earlier run left it).
+func (r *nodeRecords) done() error {
+	if err := os.Remove(r.pendingPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // forget removes the node's records of every config (dry run: counts
 // them) and says what it did; a store it cannot reach is an error that
-// names it, and uninstall can be run again.
-func (r *nodeRecords) forget(ctx context.Context, dryRun bool) ([]string, error) {
+// names it, and uninstall can be run again: it finishes from the file
+// keep wrote. release releases the quarantines of running holders too.
+func (r *nodeRecords) forget(ctx context.Context, dryRun, release bool) ([]string, error) {
 	var notes []string
 	for i, cfg := range r.configs {
-		n, q, err := forgetNetwork(ctx, cfg, r.paths[i], r.binDir, dryRun)
+		path := r.pending[i].Path
+		n, q, err := forgetNetwork(ctx, cfg, path, r.binDir, dryRun, release)
+		notes = append(notes, q.notes(cfg.Network, dryRun)...)
 		if err != nil {
-			return notes, fmt.Errorf("forgetting the records of %s: %w", r.paths[i], err)
+			return notes, fmt.Errorf("forgetting the records of %s: %w", path, err)
 		}
-		verb, released := "forgot", "released"
+		verb := "forgot"
 		if dryRun {
-			verb, released = "would forget", "would release"
+			verb = "would forget"
 		}
 		notes = append(notes, fmt.Sprintf("%s %d record(s) of network %q on this node, with their address index entries (%s); their pods' allocations are left to Calico",
 			verb, n, cfg.Network, cfg.Store.Type))
-		if q > 0 {
-			notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q, which nothing else would free; their addresses are free in Calico again while the pods that were fenced from them run: restart those pods (safe-ipam audit lists them before uninstall, kind quarantine)",
-				released, q, cfg.Network))
-		}
 	}
 	return notes, nil
 }
 
-// forgetNetwork forgets the node's records of cfg's network and releases
-// their quarantines; it returns how many of each.
-func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun bool) (recs, quarantines int, err error) {
+// forgetNetwork forgets the node's records of cfg's network, settling
+// their quarantines; it returns how many records, and what became of the
+// quarantines.
+func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun, release bool) (int, *quarantineFates, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "uninstall")
 	defer closeLog()
+	q := &quarantineFates{reclaimer: NewReclaimer(cfg, path)}
+	defer q.reclaimer.Close()
 	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: binDir}, Config: cfg, In: path, Log: log})
 	if err != nil {
-		return 0, 0, err
+		return 0, q, err
 	}
 	defer o.Close()
 	list, err := o.Store.List(ctx, cfg.Network)
 	if err != nil {
-		return 0, 0, err
+		return 0, q, err
 	}
-	for _, rec := range list {
-		if !dryRun {
-			if err := o.Guard.Forget(ctx, rec, binDir); err != nil {
-				return recs, quarantines, err
-			}
+	for i, rec := range list {
+		if dryRun {
+			q.count(rec, release)
+			continue
 		}
-		recs, quarantines = recs+1, quarantines+len(rec.Quarantined)
+		if err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release)); err != nil {
+			return i, q, err
+		}
 	}
-	return recs, quarantines, nil
+	return len(list), q, nil
+}
+
+// quarantineFates counts what uninstall did with the quarantines of one
+// network.
+type quarantineFates struct {
+	reclaimer *Reclaimer
+	// wouldReclaim counts a dry run's quarantines of running holders.
+	wouldReclaim int
+	// released are quarantines released through the delegate: of holders
+	// being deleted, or of running ones with --release-quarantines
+	// (atRisk names those).
+	released int
+	atRisk   []string
+}
+
+// fate is what becomes of rec's quarantines: a holder whose DEL or GC had
+// begun is not running, and its quarantines are released as that DEL
+// would have; any other holder runs (fail closed), and its quarantined
+// addresses are re-claimed for it, released only when release says so.
+func (q *quarantineFates) fate(rec *record.Record, release bool) guard.QuarantineFate {
+	q.count(rec, release)
+	if release {
+		return nil
+	}
+	return q.reclaimer.FateOf(rec)
+}
+
+func (q *quarantineFates) count(rec *record.Record, release bool) {
+	switch {
+	case len(rec.Quarantined) == 0:
+	case rec.State == record.Releasing:
+		q.released += len(rec.Quarantined)
+	case release:
+		q.released += len(rec.Quarantined)
+		q.atRisk = append(q.atRisk, podOf(rec))
+	default:
+		q.wouldReclaim += len(rec.Quarantined)
+	}
+}
+
+func (q *quarantineFates) notes(network string, dryRun bool) []string {
+	var notes []string
+	re, rel := "re-claimed", "released"
+	if dryRun {
+		re, rel = "would re-claim", "would release"
+		if q.wouldReclaim > 0 {
+			notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q for their holders, which run, in Calico (else keep them and name the holders)", re, q.wouldReclaim, network))
+		}
+	}
+	if n := q.reclaimer.Reclaimed; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q for their holders: Calico keeps each address under its running holder's own handle again, so Calico alone never hands it out while the holder runs; the fenced pods already run on other addresses", re, n, network))
+	}
+	if len(q.reclaimer.Kept) > 0 {
+		notes = append(notes, fmt.Sprintf("kept %d quarantined allocation(s) of network %q under the fenced sandboxes' handles (could not re-claim them for their holders); kube-controllers frees each once its fenced pod is gone, and the address is then free while its holder uses it: restart the holders at risk first: %s",
+			len(q.reclaimer.Kept), network, strings.Join(q.reclaimer.Kept, "; ")))
+	}
+	if q.released > 0 {
+		notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q through calico-ipam", rel, q.released, network))
+	}
+	if len(q.atRisk) > 0 {
+		notes = append(notes, fmt.Sprintf("--release-quarantines: their addresses are free in Calico while these holders use them; restart the holders at risk now: %s", strings.Join(q.atRisk, "; ")))
+	}
+	return notes
 }
 
 // reindex gives the records of every config of the node that goes
@@ -113,9 +246,9 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 func reindex(n Node, out, errOut io.Writer) {
 	r := recordsOf(n)
 	for i, cfg := range r.configs {
-		indexed, held, err := ReindexNetwork(context.Background(), cfg, r.paths[i])
+		indexed, held, err := ReindexNetwork(context.Background(), cfg, r.pending[i].Path)
 		if err != nil {
-			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; gc --apply --every (the DaemonSet's gc container, which mounts the file store writable) does it at its start, as the next install does\n", r.paths[i], err)
+			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; gc --apply --every (the DaemonSet's gc container, which mounts the file store writable) does it at its start, as the next install does\n", r.pending[i].Path, err)
 			continue
 		}
 		fmt.Fprintf(out, "install: indexed the addresses of %d record(s) of network %q on this node\n", indexed, cfg.Network)
