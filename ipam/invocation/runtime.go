@@ -2,8 +2,10 @@ package invocation
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -72,7 +74,7 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	ctx := logging.WithTrace(context.Background(), r.Trace)
 	defer r.Trace.Write()
 	env := delegate.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
-	cfg, err := config.ParseOnNode(args.StdinData, ownDir())
+	cfg, err := within(config.DefaultVerbTimeout, func() (*config.Config, error) { return config.ParseOnNode(args.StdinData, ownDir()) })
 	if err != nil {
 		return err
 	}
@@ -96,6 +98,29 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 		log.Error("stopped at the deadline", "error", err)
 	}
 	return err
+}
+
+// within runs parse under a deadline of its own: the config names files
+// (the node settings, nodename_file) that are read before the config's
+// own ipam.verbTimeout is known. Each is opened without blocking and must
+// be a regular file (package nodefile), so only a hung filesystem can
+// hold it; then the call fails with 11 rather than hang the runtime.
+func within(d time.Duration, parse func() (*config.Config, error)) (*config.Config, error) {
+	type parsed struct {
+		cfg *config.Config
+		err error
+	}
+	done := make(chan parsed, 1)
+	go func() {
+		cfg, err := parse()
+		done <- parsed{cfg, err}
+	}()
+	select {
+	case p := <-done:
+		return p.cfg, p.err
+	case <-time.After(d):
+		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("reading the network config and the files it names did not finish within %s", d), "")
+	}
 }
 
 // ownDir is the directory the binary runs from, where install keeps the
