@@ -182,10 +182,14 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 	var errs []error
 	for _, node := range sortedKeys(p.Release) {
 		g := n.guard.ForNode(node, p.cluster.ForNode(node))
+		failed := len(errs)
 		for _, rec := range p.Release[node] {
 			if err := g.Collect(ctx, rec, n.CNIPath, p.rules); err != nil {
 				errs = append(errs, err)
 			}
+		}
+		if len(errs) == failed {
+			errs = append(errs, n.forgetGoneNote(ctx, p.cluster, node)...)
 		}
 	}
 	err := joinErrors(errs)
@@ -195,6 +199,19 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 		r.Error = err.Error()
 	}
 	return err
+}
+
+// forgetGoneNote drops the sweep's note that node is gone once none of its
+// records is left: state safe-ipam wrote goes with what it was for.
+func (n *Node) forgetGoneNote(ctx context.Context, cluster store.Cluster, node string) []error {
+	left, err := cluster.ForNode(node).List(ctx, n.Network)
+	if err != nil || len(left) > 0 {
+		return nil // the next sweep forgets it (forgetRest)
+	}
+	if err := cluster.SetGone(ctx, n.Network, node, time.Time{}); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {
