@@ -127,7 +127,7 @@ func (n *dsNode) layOutCalico(t *testing.T, ds *appsv1.DaemonSet) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installer := testbed.CalicoInstaller{Binary: prepared.bin.Path(testbed.CalicoIPAM), BinDir: n.host("/opt/cni/bin"), ConfDir: n.host("/etc/cni/net.d"), Network: conf}
+	installer := testbed.CalicoInstaller{Binary: prepared.bin.Path(testbed.CalicoIPAM), Main: prepared.bin.MainPlugin(), BinDir: n.host("/opt/cni/bin"), ConfDir: n.host("/etc/cni/net.d"), Network: conf}
 	if err := installer.Run(); err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func newCalicoNode(t *testing.T, c *testbed.Cluster) *calicoNode {
 			t.Fatal(err)
 		}
 	}
-	n.installer = testbed.CalicoInstaller{Binary: c.Bin.Path(testbed.CalicoIPAM), BinDir: n.BinDir, ConfDir: n.ConfDir, Network: calicoConfig(t, c, root)}
+	n.installer = testbed.CalicoInstaller{Binary: c.Bin.Path(testbed.CalicoIPAM), Main: c.Bin.MainPlugin(), BinDir: n.BinDir, ConfDir: n.ConfDir, Network: calicoConfig(t, c, root)}
 	if err := n.installer.Run(); err != nil {
 		t.Fatal(err)
 	}

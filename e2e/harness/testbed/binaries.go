@@ -23,6 +23,9 @@ const (
 	SafeIPAM         = about.CNIBinary
 	SafeIPAMAdmin    = about.AdminBinary
 	CalicoIPAM       = "calico-ipam"
+	// CalicoSim is the simulator, built beside a real calico-ipam to play
+	// Calico's main plugin (see MainPlugin).
+	CalicoSim = "calico-sim"
 )
 
 // Programs lists every program a testbed CNI_PATH must hold.
@@ -52,6 +55,20 @@ type Binaries struct {
 // Path returns the full path of a program.
 func (b Binaries) Path(program string) string { return filepath.Join(b.Dir, program) }
 
+// MainPlugin is the binary a test node installs as Calico's main plugin,
+// calico: the multi-call simulator, as calico-ipam is. With a real
+// calico-ipam it stays the simulator, since Calico's own main plugin
+// needs what calico-node and a Kubernetes API give it (the nodename file,
+// ClusterInformation, the pod), which only e2e/cluster sets up; the
+// simulator's main plugin execs calico-ipam from CNI_PATH, so the real one
+// still does every IPAM call.
+func (b Binaries) MainPlugin() string {
+	if b.RealCalico {
+		return b.Path(CalicoSim)
+	}
+	return b.Path(CalicoIPAM)
+}
+
 // Build compiles every program into dir. With calicoIPAM set, that binary
 // is linked in as calico-ipam instead of building the simulator. It must
 // run inside the safe-ipam module (go test and go run do).
@@ -64,6 +81,9 @@ func Build(ctx context.Context, dir, calicoIPAM string) (Binaries, error) {
 		switch {
 		case prog == CalicoIPAM && b.RealCalico:
 			if err := linkCalico(calicoIPAM, b.Path(CalicoIPAM)); err != nil {
+				return Binaries{}, err
+			}
+			if err := (gobuild.Build{Out: b.Path(CalicoSim), Pkgs: []string{packages[CalicoIPAM]}}).Run(ctx); err != nil {
 				return Binaries{}, err
 			}
 		case filepath.Base(packages[prog]) == prog:

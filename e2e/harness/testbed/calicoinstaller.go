@@ -89,7 +89,10 @@ func CalicoDefaults(etcdEndpoints string) map[string]string {
 // in place with os.WriteFile, mode 0600.
 type CalicoInstaller struct {
 	// Binary is Calico's binary (in tests, the multi-call simulator).
-	Binary  string
+	Binary string
+	// Main, when set, is installed as calico instead of Binary (see
+	// Binaries.MainPlugin).
+	Main    string
 	BinDir  string
 	ConfDir string
 	// ConfName is CNI_CONF_NAME, 10-calico.conflist by default.
@@ -100,8 +103,12 @@ type CalicoInstaller struct {
 
 // Run installs Calico once, as one calico-node start does.
 func (c CalicoInstaller) Run() error {
-	for _, name := range []string{"calico", "calico-ipam"} {
-		if err := copyBinary(c.Binary, filepath.Join(c.BinDir, name)); err != nil {
+	main := c.Main
+	if main == "" {
+		main = c.Binary
+	}
+	for name, bin := range map[string]string{"calico": main, "calico-ipam": c.Binary} {
+		if err := copyBinary(bin, filepath.Join(c.BinDir, name)); err != nil {
 			return err
 		}
 	}
