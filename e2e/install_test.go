@@ -381,7 +381,16 @@ func (w *watchProcess) assertMetrics(t *testing.T, restarts int) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
+	// The verdict follows the watch's checks: a full one at its start
+	// (retried a local period later when a source was slow to answer, as
+	// on a loaded machine) and a local one after each re-install. Wait
+	// for it, as a scrape a little later would see it.
 	body := get("/metrics")
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end) &&
+		!(strings.Contains(body, "safe_ipam_protected 1") && strings.Contains(body, `safe_ipam_records{network="k8s-pod-network"}`)); {
+		time.Sleep(time.Second)
+		body = get("/metrics")
+	}
 	value := func(name string) float64 {
 		for _, line := range strings.Split(body, "\n") {
 			if v, ok := strings.CutPrefix(line, name+" "); ok {

@@ -27,7 +27,7 @@ func TestScaleSmall(t *testing.T) {
 	dir := t.TempDir()
 	var log strings.Builder
 	const every = 3 * time.Second
-	res, err := scale.Run(context.Background(), scale.Options{Nodes: 24, Pods: 8, Simulated: 3, Every: every, Periods: 2,
+	res, err := scale.Run(context.Background(), scale.Options{Nodes: 64, Pods: 8, Simulated: 3, Every: every, Periods: 2,
 		Bin: bin, Manifest: filepath.Join("..", "..", "deploy", "safe-ipam.yaml"), Dir: dir, Log: &log})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())

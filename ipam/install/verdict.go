@@ -90,29 +90,43 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 	}
 	log.Info("serving metrics", "addr", bound.String())
 	k := &keeper{node: node, check: check, m: m, ready: ready, log: log}
+	// A re-install checks again at once: the verdict then says what the
+	// watch just put back, not what calico-node's installer had undone.
+	recheck := make(chan struct{}, 1)
 	go func() {
-		next, backoff := time.Now(), RemoteCheckEvery
+		// The wait after an unanswered full check starts at one local
+		// period and doubles: one slow answer at the start must not leave
+		// the node without a full check for twice RemoteCheckEvery.
+		next, backoff := time.Now(), CheckEvery
 		for {
 			k.run(ctx, false)
 			if !time.Now().Before(next) {
-				if k.run(ctx, true) {
-					next, backoff = time.Now().Add(jittered(RemoteCheckEvery)), RemoteCheckEvery
-				} else {
-					backoff = min(2*backoff, maxRemoteBackoff)
+				switch k.run(ctx, true) {
+				case checkAnswered:
+					next, backoff = time.Now().Add(jittered(RemoteCheckEvery)), CheckEvery
+				case checkUnanswered:
 					next = time.Now().Add(jittered(backoff))
+					backoff = min(2*backoff, maxRemoteBackoff)
 				}
+				// A check that could not run (the node's config read in the
+				// middle of a rewrite) asks no one: it runs again next round.
 			}
 			beat.Beat()
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(CheckEvery):
+			case <-recheck:
 			}
 		}
 	}()
 	return func(r Reassertion) {
 		m.Reinstalls.Inc()
 		m.Unprotected.Observe(r.Window().Seconds())
+		select {
+		case recheck <- struct{}{}:
+		default: // one is pending already
+		}
 	}, nil
 }
 
@@ -130,9 +144,18 @@ type keeper struct {
 	log   *slog.Logger
 }
 
-// run checks the node, locally or fully, and says whether the check got
-// its answers (a local one always does).
-func (k *keeper) run(ctx context.Context, remote bool) bool {
+// checkOutcome is how a check went, for the watch's schedule.
+type checkOutcome int
+
+const (
+	checkAnswered   checkOutcome = iota // a verdict, every source answered
+	checkUnanswered                     // the store or Calico's datastore did not answer: back off
+	checkFailed                         // the check could not run: try again next round
+)
+
+// run checks the node, locally or fully, and says how it went (a local
+// one is always answered, or failed).
+func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	v, err := Verdict{}, errors.New("no check wired in")
@@ -142,6 +165,7 @@ func (k *keeper) run(ctx context.Context, remote bool) bool {
 	answered := err == nil && !v.Unanswered
 	switch {
 	case err != nil:
+		k.log.Warn("checking the node failed", "full", remote, "error", err)
 		k.ready.set(false, err)
 	case v.Unanswered:
 		k.log.Warn("the record store or Calico's datastore did not answer: the last verdict stands", "problems", v.Problems)
@@ -164,5 +188,11 @@ func (k *keeper) run(ctx context.Context, remote bool) bool {
 		k.m.Protected.Set(0)
 	}
 	k.m.LastCheck.SetToCurrentTime()
-	return answered
+	switch {
+	case err != nil:
+		return checkFailed
+	case !answered:
+		return checkUnanswered
+	}
+	return checkAnswered
 }
