@@ -387,7 +387,7 @@ func podHandle(pod string) string { return Namespace + "." + pod }
 func (m *Model) byHandle() map[string][]*Attachment {
 	out := map[string][]*Attachment{}
 	for _, a := range m.Atts {
-		if a.Alone && !a.live() {
+		if a.Alone && !a.live() && m.Setup.Generation == Legacy {
 			continue // a pod-name handle outlives its sandbox for the pod's next one
 		}
 		h := m.Handle(a)
