@@ -1,0 +1,270 @@
+package releaser
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+)
+
+var shared kubetest.Shared
+
+func TestMain(m *testing.M) { shared.Main(m) }
+
+const (
+	grace = 6 * time.Second
+	// nodeBound is how long a deleted node's addresses, affinity and
+	// Calico Node may take to go.
+	nodeBound = 20 * time.Second
+	// leakBound is how long past the grace period a leak may stay.
+	leakBound = 2*grace + 10*time.Second
+	poll      = 100 * time.Millisecond
+)
+
+// TestContract holds the simulator and, when CALICO_KUBE_CONTROLLERS is
+// set, Calico's real kube-controllers to the same contract. The real case
+// is a sub-test that runs only then, and says so otherwise.
+func TestContract(t *testing.T) {
+	t.Run("simulator", func(t *testing.T) { contract(t, "sim", "") })
+	bin := os.Getenv(Env)
+	if bin == "" {
+		t.Logf("%s is unset: the contract ran on the simulator only", Env)
+		return
+	}
+	t.Run("kube-controllers", func(t *testing.T) { contract(t, "kc", bin) })
+}
+
+// cluster is one sub-test's nodes, pods and Calico data, kept apart from
+// the other's by the name prefix.
+type cluster struct {
+	t   *testing.T
+	srv *kubetest.Server
+	cli *clientv3.Client
+	ns  string
+	p   string
+}
+
+func (c *cluster) node(n string) string { return c.p + "-" + n }
+
+// allocate assigns an address to pod on calicoNode as calico-ipam does
+// for a Calico 3.x pod.
+func (c *cluster) allocate(calicoNode, pod string) calicosim.Assignment {
+	c.t.Helper()
+	pool := calico.NewIPPool("default-ipv4-ippool", netip.MustParsePrefix("10.244.0.0/16"), 26)
+	a := &calicosim.Allocator{Client: c.cli, Node: calicoNode}
+	attrs := map[string]string{"namespace": c.ns, "node": calicoNode, "pod": pod,
+		"timestamp": time.Now().UTC().Format("2006-01-02 15:04:05.999999999 -0700 MST")}
+	asg, err := a.Assign(context.Background(), []calico.IPPool{pool}, "k8s-pod-network."+c.p+pod, attrs)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return asg
+}
+
+// held says whether asg is still allocated to its handle, with its handle
+// document counting it.
+func (c *cluster) held(asg calicosim.Assignment) bool {
+	c.t.Helper()
+	b := c.block(asg.Block)
+	if b == nil {
+		return false
+	}
+	h, ok, err := b.AttributeOf(asg.IP)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return ok && h.Handle() == asg.Handle && c.exists(calico.HandleKey(asg.Handle))
+}
+
+func (c *cluster) block(cidr netip.Prefix) *calico.Block {
+	c.t.Helper()
+	var b calico.Block
+	rev, err := calico.ReadJSON(context.Background(), c.cli, calico.BlockKey(cidr), &b)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if rev == 0 {
+		return nil
+	}
+	return &b
+}
+
+func (c *cluster) exists(key string) bool {
+	c.t.Helper()
+	resp, err := c.cli.Get(context.Background(), key, clientv3.WithCountOnly())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.Count > 0
+}
+
+func setup(t *testing.T, prefix string) *cluster {
+	srv := shared.Get(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Etcd().Endpoint()}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ctx := context.Background()
+	if _, err := cli.Delete(ctx, "/calico/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	if err := calicosim.SeedIPPool(ctx, cli, "default-ipv4-ippool", "10.244.0.0/16", 26); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, srv: srv, cli: cli, ns: "releaser-" + prefix, p: prefix}
+	for _, n := range []string{"a", "b", "c"} {
+		if err := srv.SetNodeReady(c.node(n), true); err != nil {
+			t.Fatal(err)
+		}
+		if err := SeedNode(ctx, cli, c.node(n), c.node(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// contract: (1) a deleted Kubernetes Node's allocations, affinity and
+// Calico Node go within nodeBound; (2) an allocation whose pod does not
+// exist, or is on another node than the allocation names, is released
+// once the grace period has passed and not before; (3) a running pod's
+// allocation on its own node, and one whose pod has no address yet, are
+// never released.
+func contract(t *testing.T, prefix, bin string) {
+	c := setup(t, prefix)
+	a, b, cn := c.node("a"), c.node("b"), c.node("c")
+	live, pending := c.allocate(a, "live"), c.allocate(a, "pending")
+	ghost, moved := c.allocate(a, "ghost"), c.allocate(a, "moved")
+	doomed := c.allocate(cn, "web")
+	c.runPod("live", a, live.IP)
+	c.runPod("pending", a)
+	c.runPod("moved", b, moved.IP) // 12257: the address's allocation names a, its pod runs on b
+	c.runPod("web", cn, doomed.IP)
+	keep := []calicosim.Assignment{live, pending}
+	leaks := []calicosim.Assignment{ghost, moved}
+
+	began := time.Now()
+	r := start(t, Options{Kubeconfig: c.srv.Kubeconfig, Datastore: Etcd, EtcdEndpoints: []string{c.srv.Etcd().Endpoint()},
+		LeakGrace: grace, Dir: t.TempDir()}, bin)
+	t.Logf("%s in sync after %s", r.Name(), time.Since(began).Round(time.Millisecond))
+
+	// The node controller's pod GC deletes a deleted node's pods.
+	deleted := time.Now()
+	if err := c.srv.Client().CoreV1().Nodes().Delete(context.Background(), cn, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.srv.DeletePod(c.ns, "web"); err != nil {
+		t.Fatal(err)
+	}
+	gone := c.nodeGone(cn, doomed)
+	var goneAfter time.Duration
+	for time.Since(began) < grace {
+		for _, asg := range append(keep, leaks...) {
+			if !c.held(asg) {
+				t.Fatalf("%s released %s of %s after %s, within the grace period %s", r.Name(), asg.IP, asg.Handle, time.Since(began), grace)
+			}
+		}
+		if goneAfter == 0 && gone() {
+			goneAfter = time.Since(deleted)
+		}
+		time.Sleep(poll)
+	}
+	for goneAfter == 0 && !gone() {
+		if time.Since(deleted) > nodeBound {
+			t.Fatalf("%s: %s after node %s was deleted, some of its data is still there", r.Name(), nodeBound, cn)
+		}
+		time.Sleep(poll)
+	}
+	if goneAfter == 0 {
+		goneAfter = time.Since(deleted)
+	}
+	t.Logf("%s cleaned up deleted node %s within %s", r.Name(), cn, goneAfter.Round(time.Millisecond))
+	c.waitReleased(r, leaks, began)
+	for end := time.Now().Add(grace); time.Now().Before(end); time.Sleep(poll) {
+		for _, asg := range keep {
+			if !c.held(asg) {
+				t.Fatalf("%s released %s of %s, whose pod holds it on its node", r.Name(), asg.IP, asg.Handle)
+			}
+		}
+	}
+	if !c.exists(calico.NodeKey(a)) || !c.exists(calico.AffinityKey(a, live.Block)) {
+		t.Errorf("%s took Calico Node %s or its affinity", r.Name(), a)
+	}
+}
+
+func (c *cluster) runPod(name, node string, ips ...netip.Addr) {
+	c.t.Helper()
+	var s []string
+	for _, ip := range ips {
+		s = append(s, ip.String())
+	}
+	if _, err := c.srv.RunPod(c.ns, name, node, s...); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// nodeGone says whether node's allocation, block, affinity and Calico
+// Node are all gone.
+func (c *cluster) nodeGone(node string, asg calicosim.Assignment) func() bool {
+	keys := []string{calico.NodeKey(node), calico.AffinityKey(node, asg.Block), calico.BlockKey(asg.Block), calico.HandleKey(asg.Handle)}
+	return func() bool {
+		for _, k := range keys {
+			if c.exists(k) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// waitReleased waits for the leaks to be released as Calico releases them:
+// the ordinal free at the tail of the free list, its sequence number and
+// attribute gone, the handle document deleted.
+func (c *cluster) waitReleased(r Releaser, leaks []calicosim.Assignment, since time.Time) {
+	c.t.Helper()
+	for _, asg := range leaks {
+		for c.held(asg) {
+			if time.Since(since) > grace+leakBound {
+				c.t.Fatalf("%s has not released %s of %s after %s", r.Name(), asg.IP, asg.Handle, time.Since(since))
+			}
+			time.Sleep(poll)
+		}
+		c.t.Logf("%s released %s of %s after %s", r.Name(), asg.IP, asg.Handle, time.Since(since).Round(time.Millisecond))
+		b := c.block(asg.Block)
+		ord, err := b.Ordinal(asg.IP)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if b.Allocations[ord] != nil || !containsTail(b.Unallocated, ord, len(leaks)) {
+			c.t.Errorf("%s: ordinal %d of %s is not free at the tail of %v", r.Name(), ord, asg.Block, b.Unallocated)
+		}
+		if _, ok := b.SequenceNumberForAllocation[strconv.Itoa(ord)]; ok {
+			c.t.Errorf("%s: %s keeps a sequence number for released ordinal %d", r.Name(), asg.Block, ord)
+		}
+		if c.exists(calico.HandleKey(asg.Handle)) {
+			c.t.Errorf("%s: handle %s outlives its only address", r.Name(), asg.Handle)
+		}
+		if b.Affinity == nil || *b.Affinity != fmt.Sprintf("host:%s", c.node("a")) {
+			c.t.Errorf("%s: block %s lost its affinity: %v", r.Name(), asg.Block, b.Affinity)
+		}
+	}
+}
+
+func containsTail(list []int, v, n int) bool {
+	for _, x := range list[max(0, len(list)-n):] {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
