@@ -81,14 +81,14 @@ func (k *kubeControllers) waitInSync() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-k.exited:
-			return fmt.Errorf("kube-controllers exited: %v; log %s", k.cmd.ProcessState, k.log)
+			return fmt.Errorf("kube-controllers exited: %v; log %s ends:\n%s", k.cmd.ProcessState, k.log, tail(k.log))
 		case <-time.After(200 * time.Millisecond):
 		}
 		if data, err := os.ReadFile(k.log); err == nil && bytes.Contains(data, []byte(inSync)) {
 			return nil
 		}
 	}
-	return fmt.Errorf("kube-controllers not in sync after %s; log %s", readyTimeout, k.log)
+	return fmt.Errorf("kube-controllers not in sync after %s; log %s ends:\n%s", readyTimeout, k.log, tail(k.log))
 }
 
 // Stop signals the whole process group (the wrapper and its child).
@@ -152,6 +152,7 @@ func controllersConfig(grace time.Duration) map[string]any {
 					"hostEndpoint":     map[string]any{"autoCreate": "Disabled"},
 					"leakGracePeriod":  grace.String(),
 				},
+				"migration": map[string]any{"policyNameMigrator": "Disabled"},
 			},
 		},
 		"status": map[string]any{},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -75,10 +76,23 @@ func start(t testing.TB, opt Options, bin string) Releaser {
 			t.Errorf("releaser: stopping %s: %v", r.Name(), err)
 		}
 		if t.Failed() {
-			t.Logf("releaser: %s's log is %s", r.Name(), r.logPath())
+			t.Logf("releaser: %s's log is %s; it ends:\n%s", r.Name(), r.logPath(), tail(r.logPath()))
 		}
 	})
 	return r
+}
+
+// tailLines is how much of a log a failure shows.
+const tailLines = 60
+
+// tail is the end of the log at path.
+func tail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-tailLines):], "\n")
 }
 
 func launch(opt Options, bin string) (running, error) {

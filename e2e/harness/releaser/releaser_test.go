@@ -2,10 +2,14 @@ package releaser
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,14 +38,30 @@ const (
 // TestContract holds the simulator and, when CALICO_KUBE_CONTROLLERS is
 // set, Calico's real kube-controllers to the same contract. The real case
 // is a sub-test that runs only then, and says so otherwise.
+// When both run, they must also leave the same data behind.
 func TestContract(t *testing.T) {
-	t.Run("simulator", func(t *testing.T) { contract(t, "sim", "") })
+	var sim, real map[string]string
+	t.Run("simulator", func(t *testing.T) { sim = contract(t, "sim", "") })
 	bin := os.Getenv(Env)
 	if bin == "" {
 		t.Logf("%s is unset: the contract ran on the simulator only", Env)
 		return
 	}
-	t.Run("kube-controllers", func(t *testing.T) { contract(t, "kc", bin) })
+	t.Run("kube-controllers", func(t *testing.T) { real = contract(t, "kc", bin) })
+	if sim == nil || real == nil {
+		return
+	}
+	for _, k := range slices.Sorted(maps.Keys(real)) {
+		if sim[k] != real[k] {
+			t.Errorf("%s differs:\nsimulator:        %s\nkube-controllers: %s", k, sim[k], real[k])
+		}
+	}
+	for k := range sim {
+		if _, ok := real[k]; !ok {
+			t.Errorf("the simulator left %s, kube-controllers did not: %s", k, sim[k])
+		}
+	}
+	t.Logf("the simulator and kube-controllers left the same %d keys of Calico's data", len(real))
 }
 
 // cluster is one sub-test's nodes, pods and Calico data, kept apart from
@@ -140,7 +160,9 @@ func setup(t *testing.T, prefix string) *cluster {
 // once the grace period has passed and not before; (3) a running pod's
 // allocation on its own node, and one whose pod has no address yet, are
 // never released.
-func contract(t *testing.T, prefix, bin string) {
+// It returns what is left of Calico's IPAM data and Nodes, made
+// comparable (see state).
+func contract(t *testing.T, prefix, bin string) map[string]string {
 	c := setup(t, prefix)
 	a, b, cn := c.node("a"), c.node("b"), c.node("c")
 	live, pending := c.allocate(a, "live"), c.allocate(a, "pending")
@@ -150,6 +172,7 @@ func contract(t *testing.T, prefix, bin string) {
 	c.runPod("pending", a)
 	c.runPod("moved", b, moved.IP) // 12257: the address's allocation names a, its pod runs on b
 	c.runPod("web", cn, doomed.IP)
+	seq := c.block(live.Block).SequenceNumber
 	keep := []calicosim.Assignment{live, pending}
 	leaks := []calicosim.Assignment{ghost, moved}
 
@@ -200,6 +223,58 @@ func contract(t *testing.T, prefix, bin string) {
 	if !c.exists(calico.NodeKey(a)) || !c.exists(calico.AffinityKey(a, live.Block)) {
 		t.Errorf("%s took Calico Node %s or its affinity", r.Name(), a)
 	}
+	return c.state(seq)
+}
+
+// state is Calico's IPAM data and Nodes by key, with the sub-test's
+// prefix, times and uids taken out and the block sequence numbers made
+// relative to seq, the number before the releaser started.
+func (c *cluster) state(seq uint64) map[string]string {
+	c.t.Helper()
+	out := map[string]string{}
+	for _, prefix := range []string{calico.IPAMPrefix, calico.NodePrefix} {
+		resp, err := c.cli.Get(context.Background(), prefix, clientv3.WithPrefix())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			key, value := string(kv.Key), string(kv.Value)
+			if strings.HasPrefix(key, calico.BlockPrefix) {
+				value = c.relative(value, seq)
+			} else if strings.HasPrefix(key, calico.NodePrefix) {
+				value = "(a Node)"
+			}
+			out[c.neutral(key)] = c.neutral(value)
+		}
+	}
+	return out
+}
+
+func (c *cluster) neutral(s string) string {
+	return strings.NewReplacer(c.p+"-", "X-", "k8s-pod-network."+c.p, "k8s-pod-network.X", "releaser-"+c.p, "releaser-X").Replace(s)
+}
+
+// relative rewrites a block without its times, its sequence numbers
+// relative to seq.
+func (c *cluster) relative(doc string, seq uint64) string {
+	c.t.Helper()
+	var b calico.Block
+	if err := json.Unmarshal([]byte(doc), &b); err != nil {
+		c.t.Fatal(err)
+	}
+	b.AffinityClaimTime = nil
+	b.SequenceNumber -= seq
+	for k, v := range b.SequenceNumberForAllocation {
+		b.SequenceNumberForAllocation[k] = v - seq
+	}
+	for i := range b.Attributes {
+		delete(b.Attributes[i].Secondary, "timestamp")
+	}
+	data, err := json.Marshal(b)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(data)
 }
 
 func (c *cluster) runPod(name, node string, ips ...netip.Addr) {
