@@ -143,7 +143,7 @@ func (s *simulator) collectLeaks(ctx context.Context, w *world, confirmed []leak
 	for _, o := range opts {
 		s.log.Info("garbage collecting leaked IP address", "ip", o.ip, "handle", o.handle)
 	}
-	if err := s.store.releaseIPs(ctx, opts); err != nil {
+	if err := releaseIPs(ctx, s.store, opts); err != nil {
 		return fmt.Errorf("releasing leaked addresses: %w", err)
 	}
 	return nil
@@ -175,7 +175,7 @@ func (s *simulator) releaseUnusedBlocks(ctx context.Context, w *world) error {
 			continue
 		}
 		s.log.Info("releasing affinity for empty block", "block", cidr, "node", node)
-		if err := s.store.releaseBlockAffinity(ctx, node, cidr, true); err != nil {
+		if err := releaseBlockAffinity(ctx, s.store, node, cidr, true); err != nil {
 			s.log.Warn("unable or unwilling to release affinity for block", "block", cidr, "err", err)
 			continue
 		}

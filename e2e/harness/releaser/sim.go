@@ -56,7 +56,7 @@ func startSimulator(opt Options) (running, error) {
 	}
 	file, err := os.Create(filepath.Join(opt.Dir, "releaser-simulator.log"))
 	if err != nil {
-		store.close()
+		_ = store.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -72,7 +72,7 @@ func (s *simulator) logPath() string { return s.file.Name() }
 func (s *simulator) Stop() error {
 	s.cancel()
 	<-s.done
-	return errors.Join(s.store.close(), s.file.Close())
+	return errors.Join(s.store.Close(), s.file.Close())
 }
 
 func (s *simulator) period() time.Duration {
@@ -125,7 +125,7 @@ func (s *simulator) round(ctx context.Context) error {
 	var errs []error
 	for _, cnode := range release {
 		s.log.Info("cleaning up IPAM affinities for deleted node", "calicoNode", cnode)
-		if err := s.store.releaseHostAffinities(ctx, cnode, true); err != nil {
+		if err := releaseHostAffinities(ctx, s.store, cnode, true); err != nil {
 			errs = append(errs, fmt.Errorf("node %s: %w", cnode, err))
 		}
 	}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"net/netip"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
 
 // datastoreRetries is how often Calico's IPAM client re-reads and retries
@@ -15,7 +18,7 @@ import (
 const datastoreRetries = 100
 
 // errConflict: an object changed since it was read.
-var errConflict = errors.New("changed since it was read")
+var errConflict = datastore.ErrConflict
 
 // errNotEmpty: a block still holds addresses, so its affinity stays.
 var errNotEmpty = errors.New("block is not empty")
@@ -29,25 +32,36 @@ type releaseOpt struct {
 	seq    *uint64
 }
 
+// affinityRef is a host's affinity for a block as read.
+type affinityRef struct {
+	node     string
+	cidr     netip.Prefix
+	affinity calico.Affinity
+	version  datastore.Version
+	// obj is the BlockAffinity object (Kubernetes datastore).
+	obj *unstructured.Unstructured
+}
+
 // calicoStore is Calico's datastore as kube-controllers' calls change it.
+// Blocks and handles are read and rewritten through ipam/calico/datastore,
+// each write guarded by the version read; deletes, affinities and Nodes
+// are the datastore's own.
 type calicoStore interface {
+	datastore.Datastore
 	// calicoNodes reads Calico's Nodes (KDD: the Kubernetes Nodes).
 	calicoNodes(ctx context.Context, k8sNodes map[string]bool) (map[string]calicoNode, error)
 	snapshot(ctx context.Context) (*calicosim.Snapshot, error)
-	// releaseIPs is ReleaseIPs: per block, the block is rewritten (or
-	// deleted when it ends up empty and affine to no node), then each
-	// handle's count goes down (the handle is deleted at zero).
-	releaseIPs(ctx context.Context, opts []releaseOpt) error
-	// releaseHostAffinities is ReleaseHostAffinities: every block affine
-	// to node, IPv4 then IPv6, as releaseBlockAffinity.
-	releaseHostAffinities(ctx context.Context, node string, mustBeEmpty bool) error
-	// releaseBlockAffinity marks the affinity pendingDeletion, deletes
-	// the block when empty or else drops its affinity, then deletes the
-	// affinity; with mustBeEmpty a block in use is errNotEmpty.
-	releaseBlockAffinity(ctx context.Context, node string, cidr netip.Prefix, mustBeEmpty bool) error
-	// deleteNode is the etcd node deleter's Nodes().Delete.
+	// deleteBlock deletes b if it is still at its version.
+	deleteBlock(ctx context.Context, b *datastore.Block) error
+	// affinities lists the blocks node has an affinity for, IPv4 first.
+	affinities(ctx context.Context, node string) ([]netip.Prefix, error)
+	// affinity reads node's affinity for cidr; nil when absent.
+	affinity(ctx context.Context, node string, cidr netip.Prefix) (*affinityRef, error)
+	// putAffinity rewrites a (guarded), and takes its new version.
+	putAffinity(ctx context.Context, a *affinityRef) error
+	deleteAffinity(ctx context.Context, a *affinityRef) error
+	// deleteNode is the node deleter's Nodes().Delete (etcd only).
 	deleteNode(ctx context.Context, name string) error
-	close() error
 }
 
 func openStore(opt Options, cfg *rest.Config) (calicoStore, error) {
