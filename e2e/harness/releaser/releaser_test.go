@@ -3,6 +3,7 @@ package releaser
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -14,11 +15,15 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/backends"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
 
 var shared kubetest.Shared
@@ -41,13 +46,14 @@ const (
 // When both run, they must also leave the same data behind.
 func TestContract(t *testing.T) {
 	var sim, real map[string]string
-	t.Run("simulator", func(t *testing.T) { sim = contract(t, "sim", "") })
+	t.Run("simulator", func(t *testing.T) { sim = contract(t, "sim", Etcd, "") })
+	t.Run("simulator-kdd", func(t *testing.T) { contract(t, "kdd", Kubernetes, "") })
 	bin := os.Getenv(Env)
 	if bin == "" {
 		t.Logf("%s is unset: the contract ran on the simulator only", Env)
 		return
 	}
-	t.Run("kube-controllers", func(t *testing.T) { real = contract(t, "kc", bin) })
+	t.Run("kube-controllers", func(t *testing.T) { real = contract(t, "kc", Etcd, bin) })
 	if sim == nil || real == nil {
 		return
 	}
@@ -67,11 +73,14 @@ func TestContract(t *testing.T) {
 // cluster is one sub-test's nodes, pods and Calico data, kept apart from
 // the other's by the name prefix.
 type cluster struct {
-	t   *testing.T
-	srv *kubetest.Server
-	cli *clientv3.Client
-	ns  string
-	p   string
+	t         *testing.T
+	srv       *kubetest.Server
+	datastore string
+	ds        datastore.Datastore
+	cli       *clientv3.Client  // etcd
+	dyn       dynamic.Interface // Kubernetes datastore
+	ns        string
+	p         string
 }
 
 func (c *cluster) node(n string) string { return c.p + "-" + n }
@@ -81,7 +90,7 @@ func (c *cluster) node(n string) string { return c.p + "-" + n }
 func (c *cluster) allocate(calicoNode, pod string) calicosim.Assignment {
 	c.t.Helper()
 	pool := calico.NewIPPool("default-ipv4-ippool", netip.MustParsePrefix("10.244.0.0/16"), 26)
-	a := &calicosim.Allocator{Client: c.cli, Node: calicoNode}
+	a := &calicosim.Allocator{Client: c.cli, Kube: c.dyn, Node: calicoNode}
 	attrs := map[string]string{"namespace": c.ns, "node": calicoNode, "pod": pod,
 		"timestamp": time.Now().UTC().Format("2006-01-02 15:04:05.999999999 -0700 MST")}
 	asg, err := a.Assign(context.Background(), []calico.IPPool{pool}, "k8s-pod-network."+c.p+pod, attrs)
@@ -103,20 +112,53 @@ func (c *cluster) held(asg calicosim.Assignment) bool {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	return ok && h.Handle() == asg.Handle && c.exists(calico.HandleKey(asg.Handle))
+	return ok && h.Handle() == asg.Handle && c.handleExists(asg.Handle)
 }
 
 func (c *cluster) block(cidr netip.Prefix) *calico.Block {
 	c.t.Helper()
-	var b calico.Block
-	rev, err := calico.ReadJSON(context.Background(), c.cli, calico.BlockKey(cidr), &b)
+	b, err := c.ds.Block(context.Background(), cidr)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if rev == 0 {
+	if b == nil {
 		return nil
 	}
-	return &b
+	return b.Block
+}
+
+func (c *cluster) handleExists(id string) bool {
+	c.t.Helper()
+	h, err := c.ds.Handle(context.Background(), id)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return h != nil
+}
+
+// calicoNodeExists: Calico's Node on etcd, the Kubernetes Node on KDD.
+func (c *cluster) calicoNodeExists(node string) bool {
+	c.t.Helper()
+	if c.datastore == Etcd {
+		return c.exists(calico.NodeKey(node))
+	}
+	_, err := c.srv.Client().CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.t.Fatal(err)
+	}
+	return err == nil
+}
+
+func (c *cluster) affinityExists(node string, cidr netip.Prefix) bool {
+	c.t.Helper()
+	if c.datastore == Etcd {
+		return c.exists(calico.AffinityKey(node, cidr))
+	}
+	_, err := c.dyn.Resource(affinitiesGVR).Get(context.Background(), calico.AffinityName(node, cidr), metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		c.t.Fatal(err)
+	}
+	return err == nil
 }
 
 func (c *cluster) exists(key string) bool {
@@ -128,26 +170,44 @@ func (c *cluster) exists(key string) bool {
 	return resp.Count > 0
 }
 
-func setup(t *testing.T, prefix string) *cluster {
-	srv := shared.Get(t)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Etcd().Endpoint()}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+func setup(t *testing.T, prefix, kind string) *cluster {
+	c := &cluster{t: t, datastore: kind, ns: "releaser-" + prefix, p: prefix}
 	ctx := context.Background()
-	if _, err := cli.Delete(ctx, "/calico/", clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
-	if err := calicosim.SeedIPPool(ctx, cli, "default-ipv4-ippool", "10.244.0.0/16", 26); err != nil {
-		t.Fatal(err)
-	}
-	c := &cluster{t: t, srv: srv, cli: cli, ns: "releaser-" + prefix, p: prefix}
-	for _, n := range []string{"a", "b", "c"} {
-		if err := srv.SetNodeReady(c.node(n), true); err != nil {
+	if kind == Etcd {
+		c.srv = shared.Get(t)
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.srv.Etcd().Endpoint()}, DialTimeout: 10 * time.Second})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := SeedNode(ctx, cli, c.node(n), c.node(n)); err != nil {
+		t.Cleanup(func() { _ = cli.Close() })
+		if _, err := cli.Delete(ctx, "/calico/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		if err := calicosim.SeedIPPool(ctx, cli, "default-ipv4-ippool", "10.244.0.0/16", 26); err != nil {
+			t.Fatal(err)
+		}
+		c.cli, c.ds = cli, datastore.NewEtcd(cli)
+	} else {
+		c.srv = backends.KubeServer(t, &shared)
+		c.ds = backends.Kube(t, c.srv).Store
+		dyn, err := dynamic.NewForConfig(c.srv.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dyn = dyn
+		err = calicosim.SeedKubeIPPool(ctx, c.srv.Config(), "default-ipv4-ippool", "10.244.0.0/16", 26)
+		if err != nil && !apierrors.IsAlreadyExists(errors.Unwrap(err)) {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if err := c.srv.SetNodeReady(c.node(n), true); err != nil {
+			t.Fatal(err)
+		}
+		if kind != Etcd {
+			continue
+		}
+		if err := SeedNode(ctx, c.cli, c.node(n), c.node(n)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,8 +222,8 @@ func setup(t *testing.T, prefix string) *cluster {
 // never released.
 // It returns what is left of Calico's IPAM data and Nodes, made
 // comparable (see state).
-func contract(t *testing.T, prefix, bin string) map[string]string {
-	c := setup(t, prefix)
+func contract(t *testing.T, prefix, kind, bin string) map[string]string {
+	c := setup(t, prefix, kind)
 	a, b, cn := c.node("a"), c.node("b"), c.node("c")
 	live, pending := c.allocate(a, "live"), c.allocate(a, "pending")
 	ghost, moved := c.allocate(a, "ghost"), c.allocate(a, "moved")
@@ -177,7 +237,7 @@ func contract(t *testing.T, prefix, bin string) map[string]string {
 	leaks := []calicosim.Assignment{ghost, moved}
 
 	began := time.Now()
-	r := start(t, Options{Kubeconfig: c.srv.Kubeconfig, Datastore: Etcd, EtcdEndpoints: []string{c.srv.Etcd().Endpoint()},
+	r := start(t, Options{Kubeconfig: c.srv.Kubeconfig, Datastore: kind, EtcdEndpoints: []string{c.srv.Etcd().Endpoint()},
 		LeakGrace: grace, Dir: t.TempDir()}, bin)
 	t.Logf("%s in sync after %s", r.Name(), time.Since(began).Round(time.Millisecond))
 
@@ -220,8 +280,11 @@ func contract(t *testing.T, prefix, bin string) map[string]string {
 			}
 		}
 	}
-	if !c.exists(calico.NodeKey(a)) || !c.exists(calico.AffinityKey(a, live.Block)) {
+	if !c.calicoNodeExists(a) || !c.affinityExists(a, live.Block) {
 		t.Errorf("%s took Calico Node %s or its affinity", r.Name(), a)
+	}
+	if kind != Etcd {
+		return nil
 	}
 	return c.state(seq)
 }
@@ -291,14 +354,8 @@ func (c *cluster) runPod(name, node string, ips ...netip.Addr) {
 // nodeGone says whether node's allocation, block, affinity and Calico
 // Node are all gone.
 func (c *cluster) nodeGone(node string, asg calicosim.Assignment) func() bool {
-	keys := []string{calico.NodeKey(node), calico.AffinityKey(node, asg.Block), calico.BlockKey(asg.Block), calico.HandleKey(asg.Handle)}
 	return func() bool {
-		for _, k := range keys {
-			if c.exists(k) {
-				return false
-			}
-		}
-		return true
+		return !c.calicoNodeExists(node) && !c.affinityExists(node, asg.Block) && c.block(asg.Block) == nil && !c.handleExists(asg.Handle)
 	}
 }
 
@@ -326,7 +383,7 @@ func (c *cluster) waitReleased(r Releaser, leaks []calicosim.Assignment, since t
 		if _, ok := b.SequenceNumberForAllocation[strconv.Itoa(ord)]; ok {
 			c.t.Errorf("%s: %s keeps a sequence number for released ordinal %d", r.Name(), asg.Block, ord)
 		}
-		if c.exists(calico.HandleKey(asg.Handle)) {
+		if c.handleExists(asg.Handle) {
 			c.t.Errorf("%s: handle %s outlives its only address", r.Name(), asg.Handle)
 		}
 		if b.Affinity == nil || *b.Affinity != fmt.Sprintf("host:%s", c.node("a")) {
