@@ -9,12 +9,23 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
 const (
@@ -38,11 +49,12 @@ type kubeControllers struct {
 }
 
 func startKubeControllers(opt Options, bin string) (running, error) {
-	if opt.Datastore != Etcd {
-		return nil, errors.New("kube-controllers: only the etcdv3 datastore is set up here")
+	write := writeEtcdConfig
+	if opt.Datastore == Kubernetes {
+		write = writeKubeConfig
 	}
-	if err := writeEtcdConfig(opt); err != nil {
-		return nil, err
+	if err := write(opt); err != nil {
+		return nil, fmt.Errorf("kube-controllers: writing its configuration: %w", err)
 	}
 	logPath := filepath.Join(opt.Dir, "kube-controllers.log")
 	logFile, err := os.Create(logPath)
@@ -111,36 +123,73 @@ func (k *kubeControllers) Stop() error {
 }
 
 // writeEtcdConfig writes the KubeControllersConfiguration "default" as
-// Calico's etcd backend stores a v3 resource, with the test's leak grace
-// period. It also turns off what the suites do not want from the real
-// controller: label sync (it rewrites Calico's Nodes), automatic host
-// endpoints, and the periodic compaction of the shared etcd.
+// Calico's etcd backend stores a v3 resource (see controllersConfig).
 func writeEtcdConfig(opt Options) error {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: opt.EtcdEndpoints, DialTimeout: 10 * time.Second})
 	if err != nil {
-		return fmt.Errorf("kube-controllers: etcd: %w", err)
+		return err
 	}
 	defer cli.Close()
-	data, err := json.Marshal(controllersConfig(opt.LeakGrace))
+	cfg := controllersConfig(opt.LeakGrace)
+	cfg["apiVersion"] = calico.APIVersion
+	cfg["metadata"] = map[string]any{"name": "default", "uid": string(uuid.NewUUID()), "creationTimestamp": time.Now().UTC().Format(time.RFC3339)}
+	data, err := json.Marshal(cfg)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := cli.Put(ctx, resourcePrefix+"kubecontrollersconfigurations/default", string(data)); err != nil {
-		return fmt.Errorf("kube-controllers: writing its configuration: %w", err)
-	}
-	return nil
+	_, err = cli.Put(ctx, resourcePrefix+"kubecontrollersconfigurations/default", string(data))
+	return err
 }
 
-// controllersConfig is the KubeControllersConfiguration "default" with
-// Calico's defaults but for the leak grace period and the three settings
-// writeEtcdConfig names.
+// writeKubeConfig installs the CRDs kube-controllers needs (calicodata's
+// IPAM ones and this package's crds.yaml; existing ones stay) and writes
+// the KubeControllersConfiguration "default" as a crd.projectcalico.org/v1
+// object, replacing one left by an earlier run.
+func writeKubeConfig(opt Options) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", opt.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, crds := range []string{calicodata.Path(calicodata.CRDs), crdsPath()} {
+		if err := calicosim.InstallKubeCRDs(ctx, cfg, crds); err != nil {
+			return err
+		}
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	obj := &unstructured.Unstructured{Object: controllersConfig(opt.LeakGrace)}
+	obj.SetAPIVersion(calico.KDDAPIVersion)
+	obj.SetName("default")
+	r := dyn.Resource(schema.GroupVersionResource{Group: calico.KDDGroup, Version: calico.KDDVersion, Resource: "kubecontrollersconfigurations"})
+	if err := r.Delete(ctx, "default", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	_, err = r.Create(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+// crdsPath is this package's crds.yaml, in its source directory.
+func crdsPath() string {
+	_, self, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(self), "crds.yaml")
+}
+
+// controllersConfig is the KubeControllersConfiguration "default" (kind,
+// spec and status) with Calico's defaults but for the test's leak grace
+// period, and with what the suites do not want from the real controller
+// turned off: label sync (it rewrites Calico's Nodes), automatic host
+// endpoints, the periodic compaction of the shared etcd, and the policy
+// name migrator (which waits for calico-node's DaemonSet before it reads
+// the data feed, and so holds up the node controller's).
 func controllersConfig(grace time.Duration) map[string]any {
 	return map[string]any{
-		"kind":       "KubeControllersConfiguration",
-		"apiVersion": "projectcalico.org/v3",
-		"metadata":   map[string]any{"name": "default", "uid": string(uuid.NewUUID()), "creationTimestamp": time.Now().UTC().Format(time.RFC3339)},
+		"kind": "KubeControllersConfiguration",
 		"spec": map[string]any{
 			"logSeverityScreen":      "Info",
 			"healthChecks":           "Enabled",
