@@ -25,9 +25,11 @@ type leak struct {
 // Kubernetes, else once it has been a candidate for longer than LeakGrace
 // (never when LeakGrace is 0).
 func (s *simulator) checkAllocations(w *world) (confirmed []leak, release []string) {
+	// Every node with an affine block is checked, with or without
+	// allocations.
 	byNode := map[string][]allocation{}
 	for _, node := range w.affine {
-		byNode[node] = byNode[node][:0:0]
+		byNode[node] = nil
 	}
 	seen := map[string]bool{}
 	for _, a := range w.allocs {
