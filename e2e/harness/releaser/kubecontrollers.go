@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -144,7 +143,7 @@ func writeEtcdConfig(opt Options) error {
 }
 
 // writeKubeConfig installs the CRDs kube-controllers needs (calicodata's
-// IPAM ones and this package's crds.yaml; existing ones stay) and writes
+// IPAM and kube-controllers ones; existing ones stay) and writes
 // the KubeControllersConfiguration "default" as a crd.projectcalico.org/v1
 // object, replacing one left by an earlier run.
 func writeKubeConfig(opt Options) error {
@@ -154,7 +153,7 @@ func writeKubeConfig(opt Options) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for _, crds := range []string{calicodata.Path(calicodata.CRDs), crdsPath()} {
+	for _, crds := range []string{calicodata.Path(calicodata.CRDs), calicodata.Path(calicodata.KubeControllersCRDs)} {
 		if err := calicosim.InstallKubeCRDs(ctx, cfg, crds); err != nil {
 			return err
 		}
@@ -172,12 +171,6 @@ func writeKubeConfig(opt Options) error {
 	}
 	_, err = r.Create(ctx, obj, metav1.CreateOptions{})
 	return err
-}
-
-// crdsPath is this package's crds.yaml, in its source directory.
-func crdsPath() string {
-	_, self, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(self), "crds.yaml")
 }
 
 // controllersConfig is the KubeControllersConfiguration "default" (kind,
