@@ -235,9 +235,23 @@ func contract(t *testing.T, prefix, kind, bin string) map[string]string {
 	c.runPod("pending", a)
 	c.runPod("moved", b, moved.IP) // 12257: the address's allocation names a, its pod runs on b
 	c.runPod("web", cn, doomed.IP)
-	seq := c.block(live.Block).SequenceNumber
 	keep := []calicosim.Assignment{live, pending}
 	leaks := []calicosim.Assignment{ghost, moved}
+	if kind == Etcd {
+		// kube-controllers maps a Calico node to its Kubernetes node by
+		// its orchRefs: this Calico node of another name is a's.
+		m := c.node("m")
+		if err := SeedNode(context.Background(), c.cli, m, a); err != nil {
+			t.Fatal(err)
+		}
+		mapped := c.allocate(m, "mapped")
+		c.runPod("mapped", a, mapped.IP)
+		keep = append(keep, mapped)
+	}
+	seqs := map[netip.Prefix]uint64{}
+	for _, asg := range keep {
+		seqs[asg.Block] = c.block(asg.Block).SequenceNumber
+	}
 
 	began := time.Now()
 	r := start(t, Options{Kubeconfig: c.srv.Kubeconfig, Datastore: kind, EtcdEndpoints: []string{c.srv.Etcd().Endpoint()},
@@ -288,17 +302,17 @@ func contract(t *testing.T, prefix, kind, bin string) map[string]string {
 	if !c.calicoNodeExists(a) || !c.affinityExists(a, live.Block) {
 		t.Errorf("%s took Calico Node %s or its affinity", r.Name(), a)
 	}
-	return c.state(seq)
+	return c.state(seqs)
 }
 
 // state is Calico's IPAM data and Nodes by key (etcd) or by kind and
 // name (Kubernetes datastore), with the sub-test's prefix, times and uids
-// taken out and the block sequence numbers made relative to seq, the
-// number before the releaser started.
-func (c *cluster) state(seq uint64) map[string]string {
+// taken out and the block sequence numbers made relative to seqs, each
+// block's number before the releaser started.
+func (c *cluster) state(seqs map[netip.Prefix]uint64) map[string]string {
 	c.t.Helper()
 	if c.datastore != Etcd {
-		return c.kubeState(seq)
+		return c.kubeState(seqs)
 	}
 	out := map[string]string{}
 	for _, prefix := range []string{calico.IPAMPrefix, calico.NodePrefix} {
@@ -309,7 +323,7 @@ func (c *cluster) state(seq uint64) map[string]string {
 		for _, kv := range resp.Kvs {
 			key, value := string(kv.Key), string(kv.Value)
 			if strings.HasPrefix(key, calico.BlockPrefix) {
-				value = c.relative(value, seq)
+				value = c.relative(value, seqs)
 			} else if strings.HasPrefix(key, calico.NodePrefix) {
 				value = "(a Node)"
 			}
@@ -321,7 +335,7 @@ func (c *cluster) state(seq uint64) map[string]string {
 
 // kubeState is state on the Kubernetes datastore, from the objects'
 // specs as calicosim reads them.
-func (c *cluster) kubeState(seq uint64) map[string]string {
+func (c *cluster) kubeState(seqs map[netip.Prefix]uint64) map[string]string {
 	c.t.Helper()
 	snap, err := calicosim.KubeState(context.Background(), c.srv.Config())
 	if err != nil {
@@ -336,7 +350,7 @@ func (c *cluster) kubeState(seq uint64) map[string]string {
 		out[c.neutral(key)] = c.neutral(string(data))
 	}
 	for _, bs := range snap.Blocks {
-		add("IPAMBlock "+bs.Block.CIDR.String(), json.RawMessage(c.relative(mustJSON(c.t, bs.Block), seq)))
+		add("IPAMBlock "+bs.Block.CIDR.String(), json.RawMessage(c.relative(mustJSON(c.t, bs.Block), seqs)))
 	}
 	for id, h := range snap.Handles {
 		add("IPAMHandle "+id, h)
@@ -366,13 +380,14 @@ func (c *cluster) neutral(s string) string {
 }
 
 // relative rewrites a block without its times, its sequence numbers
-// relative to seq.
-func (c *cluster) relative(doc string, seq uint64) string {
+// relative to its number in seqs.
+func (c *cluster) relative(doc string, seqs map[netip.Prefix]uint64) string {
 	c.t.Helper()
 	var b calico.Block
 	if err := json.Unmarshal([]byte(doc), &b); err != nil {
 		c.t.Fatal(err)
 	}
+	seq := seqs[b.CIDR]
 	b.AffinityClaimTime = nil
 	b.SequenceNumber -= seq
 	for k, v := range b.SequenceNumberForAllocation {
