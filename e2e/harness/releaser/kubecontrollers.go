@@ -102,7 +102,8 @@ func (k *kubeControllers) waitInSync() error {
 	return fmt.Errorf("kube-controllers not in sync after %s; log %s ends:\n%s", readyTimeout, k.log, tail(k.log))
 }
 
-// Stop signals the whole process group (the wrapper and its child).
+// Stop signals the whole process group (the wrapper and its child); once
+// it has exited, Stop does nothing.
 func (k *kubeControllers) Stop() error {
 	pgid := k.cmd.Process.Pid
 	select {

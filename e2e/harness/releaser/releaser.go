@@ -43,7 +43,7 @@ type Options struct {
 type Releaser interface {
 	// Name is "simulator" or "kube-controllers <path>".
 	Name() string
-	// Stop stops it; logs stay in Dir.
+	// Stop stops it; logs stay in Dir. A second Stop does nothing.
 	Stop() error
 }
 

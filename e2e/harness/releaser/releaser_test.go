@@ -302,6 +302,9 @@ func contract(t *testing.T, prefix, kind, bin string) map[string]string {
 	if !c.calicoNodeExists(a) || !c.affinityExists(a, live.Block) {
 		t.Errorf("%s took Calico Node %s or its affinity", r.Name(), a)
 	}
+	if err := r.Stop(); err != nil { // and once more at cleanup
+		t.Errorf("stopping %s: %v", r.Name(), err)
+	}
 	return c.state(seqs)
 }
 

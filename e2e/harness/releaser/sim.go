@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,8 +38,10 @@ type simulator struct {
 	leaks map[string]time.Time
 	empty map[netip.Prefix]time.Time
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped sync.Once
+	stopErr error
 }
 
 func startSimulator(opt Options) (running, error) {
@@ -69,10 +72,15 @@ func startSimulator(opt Options) (running, error) {
 func (s *simulator) Name() string    { return "simulator" }
 func (s *simulator) logPath() string { return s.file.Name() }
 
+// Stop may be called more than once; later calls return the first's
+// result.
 func (s *simulator) Stop() error {
-	s.cancel()
-	<-s.done
-	return errors.Join(s.store.Close(), s.file.Close())
+	s.stopped.Do(func() {
+		s.cancel()
+		<-s.done
+		s.stopErr = errors.Join(s.store.Close(), s.file.Close())
+	})
+	return s.stopErr
 }
 
 func (s *simulator) period() time.Duration {
