@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"time"
@@ -167,7 +168,7 @@ func (e *etcdStore) deleteAffinity(ctx context.Context, a *affinityRef) error {
 // their addresses and lose their affinity), deletes its BGP peers, its
 // node.<name> Felix and BGP configurations and host endpoints, then the
 // Node.
-func (e *etcdStore) deleteNode(ctx context.Context, name string) error {
+func (e *etcdStore) deleteNode(ctx context.Context, name string, log *slog.Logger) error {
 	snap, err := e.snapshot(ctx)
 	if err != nil {
 		return err
@@ -189,7 +190,7 @@ func (e *etcdStore) deleteNode(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if err := releaseIPs(ctx, e, opts); err != nil {
+	if err := releaseIPs(ctx, e, log, opts); err != nil {
 		return err
 	}
 	if err := e.deleteKeys(ctx, doomed); err != nil {

@@ -145,7 +145,7 @@ func (s *simulator) collectLeaks(ctx context.Context, w *world, confirmed []leak
 	for _, o := range opts {
 		s.log.Info("garbage collecting leaked IP address", "ip", o.ip, "handle", o.handle)
 	}
-	if err := releaseIPs(ctx, s.store, opts); err != nil {
+	if err := releaseIPs(ctx, s.store, s.log, opts); err != nil {
 		return fmt.Errorf("releasing leaked addresses: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 
@@ -57,7 +58,7 @@ func (k *kubeStore) snapshot(ctx context.Context) (*calicosim.Snapshot, error) {
 }
 
 // deleteNode is never called: only etcd has a node deleter.
-func (k *kubeStore) deleteNode(context.Context, string) error { return nil }
+func (k *kubeStore) deleteNode(context.Context, string, *slog.Logger) error { return nil }
 
 func (k *kubeStore) deleteBlock(ctx context.Context, b *datastore.Block) error {
 	obj, err := k.dyn.Resource(blocksGVR).Get(ctx, calico.BlockName(b.Block.CIDR), metav1.GetOptions{})

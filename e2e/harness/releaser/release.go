@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 
@@ -14,16 +15,17 @@ import (
 // releaseIPs is Calico's ReleaseIPs: per block, the block is rewritten
 // (or deleted when it ends up empty and affine to no node), then each
 // handle's count goes down, the handle deleted at zero.
-func releaseIPs(ctx context.Context, st calicoStore, opts []releaseOpt) error {
+func releaseIPs(ctx context.Context, st calicoStore, log *slog.Logger, opts []releaseOpt) error {
 	var errs []error
 	for _, cidr := range blocksOf(opts) {
-		errs = append(errs, releaseFromBlock(ctx, st, cidr, inBlock(opts, cidr)))
+		errs = append(errs, releaseFromBlock(ctx, st, log, cidr, inBlock(opts, cidr)))
 	}
 	return errors.Join(errs...)
 }
 
-// releaseFromBlock is releaseIPsFromBlock.
-func releaseFromBlock(ctx context.Context, st calicoStore, cidr netip.Prefix, opts []releaseOpt) error {
+// releaseFromBlock is releaseIPsFromBlock. Once the block is written the
+// addresses are free: a handle that cannot be decremented is only logged.
+func releaseFromBlock(ctx context.Context, st calicoStore, log *slog.Logger, cidr netip.Prefix, opts []releaseOpt) error {
 	for range datastoreRetries {
 		b, err := st.Block(ctx, cidr)
 		if err != nil || b == nil {
@@ -46,7 +48,7 @@ func releaseFromBlock(ctx context.Context, st calicoStore, cidr netip.Prefix, op
 		}
 		for _, h := range sortedKeys(counts) {
 			if err := decrementHandle(ctx, st, h, cidr, counts[h]); err != nil {
-				return err
+				log.Warn("failed to decrement handle", "handle", h, "block", cidr, "err", err)
 			}
 		}
 		return nil

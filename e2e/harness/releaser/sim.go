@@ -187,7 +187,7 @@ func (s *simulator) deleteStaleNodes(ctx context.Context, w *world) (bool, error
 			continue
 		}
 		s.log.Info("deleting Calico Node of deleted Kubernetes node", "calicoNode", cname, "k8sNode", n.k8sName)
-		if err := s.store.deleteNode(ctx, cname); err != nil {
+		if err := s.store.deleteNode(ctx, cname, s.log); err != nil {
 			return deleted, fmt.Errorf("deleting Calico Node %s: %w", cname, err)
 		}
 		deleted = true

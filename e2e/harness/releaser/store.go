@@ -3,6 +3,7 @@ package releaser
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,7 +62,7 @@ type calicoStore interface {
 	putAffinity(ctx context.Context, a *affinityRef) error
 	deleteAffinity(ctx context.Context, a *affinityRef) error
 	// deleteNode is the node deleter's Nodes().Delete (etcd only).
-	deleteNode(ctx context.Context, name string) error
+	deleteNode(ctx context.Context, name string, log *slog.Logger) error
 }
 
 func openStore(opt Options, cfg *rest.Config) (calicoStore, error) {
