@@ -71,10 +71,6 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 			return nil, err
 		}
 	}
-	// An etcd store connects while the rest is checked: the connection is
-	// most of what opening it costs. A refused call closes it.
-	pending := opener.Start(ctx, cfg, opener.Options{In: c.In})
-	defer pending.Abandon()
 	d, err := resolveDelegate(ctx, cfg, c.Env.Path)
 	if err != nil {
 		return nil, err
@@ -88,7 +84,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
 	}
 	warnExposure(cfg.CacheDir, c.Log, "the record store's etcd", storeExposure(cfg, c.In))
-	st, err := pending.Open(node)
+	st, err := opener.Open(ctx, cfg, node, opener.Options{In: c.In})
 	if err != nil {
 		code := types.ErrTryAgainLater
 		if c.Verb == VerbStatus {

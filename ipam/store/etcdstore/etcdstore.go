@@ -46,26 +46,15 @@ var _ store.Cluster = (*Store)(nil)
 // a request on it. Errors wrap store.ErrUnavailable and name the TLS file
 // at fault, if one is.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	client, err := Connect(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return NewWithClient(client, cfg.Prefix, cfg.Node, cfg.DialTimeout), nil
-}
-
-// Connect is Open's connection alone (cfg's Prefix and Node aside), for a
-// caller that connects while it checks the rest of its call and then
-// wraps the client with NewWithClient.
-func Connect(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	client, err := etcdconn.Connect(ctx, etcdconn.Config{Endpoints: cfg.Endpoints, TLS: cfg.TLS, DialTimeout: cfg.DialTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", store.ErrUnavailable, err)
 	}
-	return client, nil
+	return &Store{client: client, prefix: cfg.Prefix, node: cfg.Node, timeout: cfg.DialTimeout, leads: &leads{}}, nil
 }
 
-// NewWithClient wraps an existing client (Connect's, or a test's). Node
-// "" gives a store that lists every node's records and writes none.
+// NewWithClient wraps an existing client, for tests. Node "" gives a
+// store that lists every node's records and writes none.
 func NewWithClient(client *clientv3.Client, prefix, node string, timeout time.Duration) *Store {
 	return &Store{client: client, prefix: prefix, node: node, timeout: timeout, leads: &leads{}}
 }
