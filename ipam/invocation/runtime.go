@@ -93,8 +93,8 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	// kernel closes its connections and files then. Every durable write
 	// is done by that time (etcd has acknowledged it, the file store has
 	// synced it) and the file store's locks last one operation each, so
-	// a close would only spend the runtime's time: the etcd client's is a
-	// graceful gRPC shutdown, about 0.5 ms of every call on that store.
+	// a close would only spend the runtime's time (the etcd client's is a
+	// graceful gRPC shutdown, about 0.1 ms; docs/performance.md).
 	r.Trace.Mark(logging.MarkOpened)
 	o.Guard.At = r.At
 	defer r.Trace.Mark(logging.MarkRan)
