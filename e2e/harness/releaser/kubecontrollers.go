@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,10 +42,11 @@ const (
 // kubeControllers is Calico's real kube-controllers, running only its node
 // controller, in its own process group (it re-executes itself as a child).
 type kubeControllers struct {
-	bin    string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
+	bin     string
+	cmd     *exec.Cmd
+	log     string
+	exited  chan struct{}
+	stopped sync.Once
 }
 
 func startKubeControllers(opt Options, bin string) (running, error) {
@@ -102,23 +104,26 @@ func (k *kubeControllers) waitInSync() error {
 	return fmt.Errorf("kube-controllers not in sync after %s; log %s ends:\n%s", readyTimeout, k.log, tail(k.log))
 }
 
-// Stop signals the whole process group (the wrapper and its child); once
-// it has exited, Stop does nothing.
+// Stop signals the whole process group (the wrapper and its child, which
+// dies with the wrapper): TERM, then KILL after stopTimeout. Only a group
+// whose leader has not been reaped is signalled, so a reused process id
+// is never hit; a second Stop does nothing.
 func (k *kubeControllers) Stop() error {
-	pgid := k.cmd.Process.Pid
-	select {
-	case <-k.exited:
-		return nil
-	default:
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-k.exited:
-	case <-time.After(stopTimeout):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-k.exited
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL) // the child, should it outlive the wrapper
+	k.stopped.Do(func() {
+		pgid := k.cmd.Process.Pid
+		select {
+		case <-k.exited:
+			return
+		default:
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-k.exited:
+		case <-time.After(stopTimeout):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-k.exited
+		}
+	})
 	return nil
 }
 

@@ -38,6 +38,9 @@ const (
 	// leakBound is how long past the grace period a leak may stay.
 	leakBound = 2*grace + 10*time.Second
 	poll      = 100 * time.Millisecond
+	// handleBound is how long a handle may outlive the release of its
+	// last address (Calico writes the block, then the handle).
+	handleBound = 5 * time.Second
 )
 
 // TestContract holds the simulator and, when CALICO_KUBE_CONTROLLERS is
@@ -449,8 +452,12 @@ func (c *cluster) waitReleased(r Releaser, leaks []calicosim.Assignment, since t
 		if _, ok := b.SequenceNumberForAllocation[strconv.Itoa(ord)]; ok {
 			c.t.Errorf("%s: %s keeps a sequence number for released ordinal %d", r.Name(), asg.Block, ord)
 		}
-		if c.handleExists(asg.Handle) {
-			c.t.Errorf("%s: handle %s outlives its only address", r.Name(), asg.Handle)
+		// The handle goes in a write of its own, after the block's.
+		for end := time.Now().Add(handleBound); c.handleExists(asg.Handle); time.Sleep(poll) {
+			if time.Now().After(end) {
+				c.t.Errorf("%s: handle %s outlives its only address by %s", r.Name(), asg.Handle, handleBound)
+				break
+			}
 		}
 		if b.Affinity == nil || *b.Affinity != fmt.Sprintf("host:%s", c.node("a")) {
 			c.t.Errorf("%s: block %s lost its affinity: %v", r.Name(), asg.Block, b.Affinity)
