@@ -1,6 +1,7 @@
 // Command scale is `make scale`: what safe-ipam's periodic work costs
-// Calico's etcd, measured on a real etcd with several simulated nodes and
-// extrapolated to 1,000 and 5,000 nodes. See package scale.
+// Calico's datastore, measured on a real etcd or kube-apiserver with
+// several simulated nodes and extrapolated to 1,000 and 5,000 nodes. See
+// package scale.
 package main
 
 import (
@@ -17,8 +18,10 @@ import (
 
 func main() {
 	o := scale.Options{Log: os.Stderr}
+	flag.StringVar(&o.Datastore, "datastore", "etcdv3", "Calico's datastore: etcdv3 (a real etcd), or kubernetes (a real kube-apiserver with Calico's CRDs)")
 	flag.IntVar(&o.Nodes, "nodes", 500, "nodes planted: Calico's Nodes and safe-ipam's records")
 	flag.IntVar(&o.Pods, "pods", 30, "records per planted node")
+	flag.IntVar(&o.BlockSize, "block-size", 26, "the pool's block size (on the Kubernetes datastore, a non-default one costs a check by hand more GETs)")
 	flag.IntVar(&o.Simulated, "simulated", 5, "nodes that run the DaemonSet's containers")
 	flag.DurationVar(&o.Every, "every", 3*time.Second, "gc's period, scaled down from the manifest's")
 	flag.IntVar(&o.Periods, "periods", 3, "gc periods measured per phase")
