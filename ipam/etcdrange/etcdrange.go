@@ -22,41 +22,80 @@ type Get func(ctx context.Context, from, to string, limit, rev int64) (*clientv3
 // Scan reads [from, end) through get, limit keys a request, and hands each
 // response to each in key order. The first request reads at rev (0: now)
 // over the whole range, so a range of up to limit keys is one request;
-// later ones read at the first's revision, which Scan returns.
+// later ones read at the first's revision, which Scan returns. The next
+// page is read while each takes the last: etcd serves one while the
+// caller decodes the other.
 func Scan(ctx context.Context, get Get, from, end string, limit, rev int64, each func(*clientv3.GetResponse) error) (int64, error) {
-	to, depth := end, len(from)
-	for first := true; from < end || end == ""; first = false {
-		resp, err := get(ctx, from, to, limit, rev)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := windows{from: from, end: end, to: end, depth: len(from), limit: limit, first: true}
+	resp, err := get(ctx, w.from, w.to, limit, rev)
+	for {
 		if err != nil {
 			return 0, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
+		var next chan page
+		if w.advance(resp) {
+			next = make(chan page, 1)
+			go func(from, to string, at int64) {
+				r, err := get(ctx, from, to, limit, at)
+				next <- page{r, err}
+			}(w.from, w.to, rev)
+		}
 		if err := each(resp); err != nil {
 			return 0, err
 		}
-		kvs := resp.Kvs
-		switch {
-		case resp.More && len(kvs) > 0:
-			last := string(kvs[len(kvs)-1].Key)
-			if first || resp.Count > 2*limit {
-				// This window held pages more: the next ends where the
-				// keys of this page part, which held about a page.
-				depth = max(depth+1, commonPrefix(string(kvs[0].Key), last)+1)
-			}
-			from = last + "\x00"
-		case to == end:
+		if next == nil {
 			return rev, nil
-		default: // the window is read
-			if resp.Count < limit/2 && depth > 1 {
-				depth-- // the window held little: widen the next
-			}
-			from = to
 		}
-		to = window(from, end, depth)
+		p := <-next
+		resp, err = p.resp, p.err
 	}
-	return rev, nil
+}
+
+type page struct {
+	resp *clientv3.GetResponse
+	err  error
+}
+
+// windows is where a Scan is: the next window [from, to) of [.., end).
+type windows struct {
+	from, end, to string
+	depth         int
+	limit         int64
+	first         bool
+}
+
+// advance moves past resp, the page of the window it was read from;
+// false when the range is read.
+func (w *windows) advance(resp *clientv3.GetResponse) bool {
+	kvs := resp.Kvs
+	switch {
+	case resp.More && len(kvs) > 0:
+		last := string(kvs[len(kvs)-1].Key)
+		if w.first || resp.Count > 2*w.limit {
+			// This window held pages more: the next ends where the keys
+			// of this page part, which held about a page.
+			w.depth = max(w.depth+1, commonPrefix(string(kvs[0].Key), last)+1)
+		}
+		w.from = last + "\x00"
+	case w.to == w.end:
+		return false
+	default: // the window is read
+		if resp.Count < w.limit/2 && w.depth > 1 {
+			w.depth-- // the window held little: widen the next
+		}
+		w.from = w.to
+	}
+	w.first = false
+	if w.end != "" && w.from >= w.end {
+		return false
+	}
+	w.to = window(w.from, w.end, w.depth)
+	return true
 }
 
 // window is the end of the window from from: past every key that shares
