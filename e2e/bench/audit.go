@@ -38,19 +38,28 @@ func (r *rig) measureAudit(ctx context.Context, res *Results) error {
 	if n == 0 {
 		return nil
 	}
-	if err := seedAudit(ctx, r.etcd.Client(), n); err != nil {
-		return fmt.Errorf("seeding %d allocations: %w", n, err)
+	var err error
+	res.Audit, err = MeasureAudit(ctx, r.etcd.Client(), r.etcd.Endpoint(), r.binDir, r.dir, n)
+	return err
+}
+
+// MeasureAudit plants n allocations with a record each in the etcd at
+// endpoint (cli), then runs the admin binary's `audit --json` in binDir
+// as a process under peakrss (also in binDir), with its files in dir.
+func MeasureAudit(ctx context.Context, cli *clientv3.Client, endpoint, binDir, dir string, n int) (*AuditCost, error) {
+	if err := SeedAudit(ctx, cli, n); err != nil {
+		return nil, fmt.Errorf("seeding %d allocations: %w", n, err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(r.binDir, "safe-ipam"), "audit", "--json", "--etcd-endpoints", r.etcd.Endpoint(),
-		"--cni-cache=", "--network", auditNetwork)
+	rssFile := filepath.Join(dir, "peakrss")
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "peakrss"), "-o", rssFile, filepath.Join(binDir, "safe-ipam"),
+		"audit", "--json", "--etcd-endpoints", endpoint, "--cni-cache=", "--network", auditNetwork)
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-	r.measured(cmd)
 	start := time.Now()
 	err := cmd.Run()
 	elapsed := time.Since(start)
 	if err != nil && cmd.ProcessState.ExitCode() != 1 {
-		return fmt.Errorf("audit: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	var rep struct {
 		Summary struct {
@@ -60,22 +69,21 @@ func (r *rig) measureAudit(ctx context.Context, res *Results) error {
 		Findings []json.RawMessage `json:"findings"`
 	}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
-		return fmt.Errorf("audit output: %w", err)
+		return nil, fmt.Errorf("audit output: %w", err)
 	}
 	if rep.Summary.Allocations < n {
-		return fmt.Errorf("audit saw %d allocations, seeded %d", rep.Summary.Allocations, n)
+		return nil, fmt.Errorf("audit saw %d allocations, seeded %d", rep.Summary.Allocations, n)
 	}
-	rss, err := r.peakRSS()
+	rss, err := readPeakRSS(rssFile)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	res.Audit = &AuditCost{Allocations: rep.Summary.Allocations, Records: rep.Summary.Records, Seconds: elapsed.Seconds(), Findings: len(rep.Findings), PeakRSSKiB: rss}
-	return nil
+	return &AuditCost{Allocations: rep.Summary.Allocations, Records: rep.Summary.Records, Seconds: elapsed.Seconds(), Findings: len(rep.Findings), PeakRSSKiB: rss}, nil
 }
 
-// seedAudit writes blocks of a 10.128.0.0/10 pool full of pods, with
+// SeedAudit writes blocks of a 10.128.0.0/10 pool full of pods, with
 // their handles and records, in transactions of up to 120 operations.
-func seedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
+func SeedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
 	w := &batchWriter{ctx: ctx, cli: cli}
 	base := netip.MustParseAddr("10.128.0.0")
 	now := time.Now().UTC()

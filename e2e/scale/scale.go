@@ -1,12 +1,15 @@
 // Package scale is `make scale`: what safe-ipam's periodic work costs
-// Calico's etcd as the cluster grows. A real etcd holds Calico's Nodes and
-// safe-ipam's records of N nodes x P pods (the etcd store's own layout,
-// written through the store); several simulated nodes run the DaemonSet's
-// command lines as deploy/safe-ipam.yaml writes them (only paths, ports
-// and periods changed): install, the watch and its readiness probe, gc.
-// etcd's own counters say what it served each, and the report
-// extrapolates the steady state to 1,000 and 5,000 nodes with its formula.
-// Its small configuration runs in `make test` (scale_test.go).
+// Calico's datastore as the cluster grows. On etcd, a real etcd holds
+// Calico's Nodes and safe-ipam's records of N nodes x P pods (the etcd
+// store's own layout, written through the store); on the Kubernetes
+// datastore, a real kube-apiserver holds Calico's IPAM CRDs and N Nodes,
+// and each simulated node its P pods' addresses and, in its file store,
+// their records. Several simulated nodes run the DaemonSet's command
+// lines as deploy/safe-ipam.yaml writes them (only paths, ports and
+// periods changed): install, the watch and its readiness probe, gc. The
+// datastore's own counters say what it served each, and the report
+// extrapolates the steady state to 1,000 and 5,000 nodes with its
+// formula. Its small configurations run in `make test` (scale_test.go).
 package scale
 
 import (
@@ -15,34 +18,33 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
-	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // Options size one simulation.
 type Options struct {
+	// Datastore is Calico's: datastore.Etcd (default) or
+	// datastore.Kubernetes.
+	Datastore string
 	// Nodes x Pods are planted: Calico's Nodes and safe-ipam's records.
 	Nodes, Pods int
+	// BlockSize is the pool's block size (Calico's default: 26).
+	BlockSize int
 	// Simulated nodes (the first ones) run the DaemonSet's containers.
 	Simulated int
 	// Every is gc's --every, the manifest's period scaled down; the
-	// grace for dead nodes is scaled with it.
+	// grace for dead nodes and the watch's full checks are scaled with it.
 	Every time.Duration
 	// Periods of gc measured in each phase.
 	Periods int
@@ -57,25 +59,50 @@ type Options struct {
 // Network is the simulated cluster's Calico network.
 const Network = "k8s-pod-network"
 
-// Result is what etcd served.
+// Result is what the datastore served.
 type Result struct {
 	Opts Options
+	// About says what was measured, and by which counters.
+	About string
 	// Leader is one gc round of the elected node (its own records and the
 	// sweep of every node's); Follower one of any other node.
 	Leader, Follower Served
-	// Check is one full check of the watch (safe-ipam doctor) on a node.
-	Check Served
+	// Check is one full check by hand (safe-ipam doctor) on a node: what
+	// the watch's first full check reads. Watch is one of the watch's
+	// later full checks, which remember what cannot change.
+	Check, Watch Served
 	// Probe is every readiness probe run, Probes of them.
 	Probe  Served
 	Probes int
 	// Listers are the simulated nodes that received at least the other
-	// nodes' record keys while every gc ran: the elected one alone.
+	// nodes' record keys while every gc ran: the elected one alone (etcd).
 	Listers []string
-	// OtherKeyBytes is the size of the other nodes' record keys.
+	// OtherKeyBytes is the size of the other nodes' record keys (etcd).
 	OtherKeyBytes int64
 	// Released is how long after Calico forgot a node its records were
-	// gone, with every gc running, and after the leader stopped.
+	// gone, with every gc running, and after the leader stopped (etcd:
+	// on the Kubernetes datastore a node's records live on the node).
 	Released, ReleasedAfterFailover time.Duration
+}
+
+// cluster is Calico's datastore of the simulation.
+type cluster interface {
+	describe() string
+	// plant writes the pool, every node's Node and the records the
+	// datastore's mode keeps; it returns the size of the record keys of
+	// the nodes that are not simulated, where the cluster shares them.
+	plant(ctx context.Context) (int64, error)
+	// conflist is Calico's network config on n (and writes what it names).
+	conflist(n *node) (string, error)
+	// target is the address the nodes' proxies forward to.
+	target() string
+	served(ctx context.Context) (Served, error)
+	// sweeps says that one gc sweeps every node's records (etcd).
+	sweeps() bool
+	// forget deletes node i from Calico's datastore and waits until its
+	// records are gone.
+	forget(ctx context.Context, i int, limit time.Duration) (time.Duration, error)
+	close()
 }
 
 // Run runs one simulation.
@@ -84,12 +111,24 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := etcdtest.New(filepath.Join(o.Dir, "etcd"))
+	if o.BlockSize == 0 {
+		o.BlockSize = 26
+	}
+	var c cluster
+	switch o.Datastore {
+	case "", datastore.Etcd:
+		o.Datastore = datastore.Etcd
+		c, err = newEtcdCluster(o)
+	case datastore.Kubernetes:
+		c, err = newKubeCluster(ctx, o)
+	default:
+		err = fmt.Errorf("datastore %q: want %s or %s", o.Datastore, datastore.Etcd, datastore.Kubernetes)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer etcd.Close()
-	s := &sim{o: o, cmds: cmds, etcd: etcd, cli: etcd.Client(), res: &Result{Opts: o}}
+	defer c.close()
+	s := &sim{o: o, cmds: cmds, c: c, res: &Result{Opts: o, About: c.describe()}}
 	defer s.stop()
 	steps := []struct {
 		what string
@@ -98,6 +137,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		{"planting the cluster", s.plant},
 		{"setting the simulated nodes up", s.setUp},
 		{"the watch and its probe", s.watchAndProbe},
+		{"the watch's later full checks", s.watchChecks},
 		{"gc", s.gc},
 		{"a forgotten node", s.forget},
 	}
@@ -115,14 +155,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 type sim struct {
 	o     Options
 	cmds  Commands
-	etcd  *etcdtest.Server
-	cli   *clientv3.Client
+	c     cluster
 	res   *Result
 	nodes []*node
 }
 
-// node is one simulated node: its dirs, its runtime, its way to etcd
-// and the containers it runs.
+// node is one simulated node: its dirs, its runtime, its way to the
+// datastore and the containers it runs.
 type node struct {
 	name    string
 	dir     string
@@ -137,69 +176,19 @@ func nodeName(i int) string { return fmt.Sprintf("node-%05d", i) }
 
 func containerID(node, pod int) string { return fmt.Sprintf("c%05dp%04d", node, pod) }
 
-// plant writes Calico's Nodes and every node's records, several writers
-// at once, through the etcd store.
-func (s *sim) plant(ctx context.Context) error {
-	if err := calicosim.SeedIPPool(ctx, s.cli, "default-ipv4-ippool", "10.0.0.0/8", 26); err != nil {
-		return err
-	}
-	errs := make(chan error, s.o.Nodes)
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				errs <- s.plantNode(ctx, i)
-			}
-		}()
-	}
-	for i := range s.o.Nodes {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	for i := s.o.Simulated; i < s.o.Nodes; i++ {
-		for p := range s.o.Pods {
-			s.res.OtherKeyBytes += int64(len(etcdstore.RecordKey(config.DefaultEtcdPrefix, nodeName(i), attachment(i, p))))
-		}
-	}
-	return nil
-}
-
 func attachment(node, pod int) record.Attachment {
 	return record.Attachment{Network: Network, ContainerID: containerID(node, pod), IfName: "eth0"}
 }
 
-func (s *sim) plantNode(ctx context.Context, i int) error {
-	name := nodeName(i)
-	if err := calicosim.SeedNode(ctx, s.cli, name); err != nil {
-		return err
-	}
-	st := etcdstore.NewWithClient(s.cli, config.DefaultEtcdPrefix, name, 30*time.Second)
-	old := time.Now().Add(-time.Hour)
-	for p := range s.o.Pods {
-		ip := netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(p + 1)})
-		rec := &record.Record{Attachment: attachment(i, p), Node: name, Handle: Network + "." + containerID(i, p),
-			PodNamespace: "default", PodName: containerID(i, p), State: record.Committed,
-			IPs: []string{ip.String() + "/26"}, Created: old, Updated: old}
-		if _, err := st.Commit(ctx, nil, rec); err != nil {
-			return fmt.Errorf("record %s of %s: %w", rec.Attachment, name, err)
-		}
-	}
-	return nil
+func (s *sim) plant(ctx context.Context) error {
+	var err error
+	s.res.OtherKeyBytes, err = s.c.plant(ctx)
+	return err
 }
 
 // setUp gives each simulated node its CNI dirs with Calico installed, a
-// runtime listing its pods, a proxy to etcd, and runs the install init
-// container.
+// runtime listing its pods, a proxy to the datastore, and runs the
+// install init container.
 func (s *sim) setUp(ctx context.Context) error {
 	calicoIPAM, err := os.ReadFile(filepath.Join(s.o.Bin, "calico-ipam"))
 	if err != nil {
@@ -218,11 +207,13 @@ func (s *sim) setUp(ctx context.Context) error {
 				return err
 			}
 		}
-		if n.proxy, err = startProxy(strings.TrimPrefix(s.etcd.Endpoint(), "http://")); err != nil {
+		if n.proxy, err = startProxy(s.c.target()); err != nil {
 			return err
 		}
-		conflist := `{"name":"` + Network + `","cniVersion":"1.0.0","plugins":[{"type":"calico","datastore_type":"etcdv3",` +
-			`"etcd_endpoints":"` + n.proxy.endpoint() + `","nodename":"` + n.name + `","ipam":{"type":"calico-ipam"}}]}`
+		conflist, err := s.c.conflist(n)
+		if err != nil {
+			return err
+		}
 		if err := os.WriteFile(filepath.Join(n.dir, "net.d", "10-calico.conflist"), []byte(conflist), 0o644); err != nil {
 			return err
 		}
@@ -289,8 +280,8 @@ func (s *sim) command(ctx context.Context, n *node, cmd []string) *exec.Cmd {
 
 // watchAndProbe starts every node's watch, waits until each is ready,
 // then runs every node's readiness probe as the manifest writes it
-// (counting what etcd served meanwhile: nothing), and a full check, the
-// watch's periodic one, by hand on each node.
+// (counting what the datastore served meanwhile: nothing), and a full
+// check, the watch's first, by hand on each node.
 func (s *sim) watchAndProbe(ctx context.Context) error {
 	for _, n := range s.nodes {
 		var err error
@@ -303,10 +294,10 @@ func (s *sim) watchAndProbe(ctx context.Context) error {
 			return fmt.Errorf("the watch of %s never turned ready: %v\n%s", n.name, s.probe(ctx, n), n.watch.output())
 		}
 	}
-	if err := s.quiet(); err != nil {
+	if err := s.quiet(ctx); err != nil {
 		return err
 	}
-	before, err := served(prometheus.DefaultGatherer)
+	before, err := s.c.served(ctx)
 	if err != nil {
 		return err
 	}
@@ -318,7 +309,7 @@ func (s *sim) watchAndProbe(ctx context.Context) error {
 			s.res.Probes++
 		}
 	}
-	after, err := served(prometheus.DefaultGatherer)
+	after, err := s.c.served(ctx)
 	if err != nil {
 		return err
 	}
@@ -327,15 +318,88 @@ func (s *sim) watchAndProbe(ctx context.Context) error {
 		n.watch.stop()
 	}
 	byHand := slicesWithout(s.cmds.Probe, "--ready-from")
-	before, _ = served(prometheus.DefaultGatherer)
+	if before, err = s.c.served(ctx); err != nil {
+		return err
+	}
 	for _, n := range s.nodes {
 		if out, err := s.command(ctx, n, byHand).CombinedOutput(); err != nil {
 			return fmt.Errorf("doctor on %s: %v\n%s", n.name, err, out)
 		}
 	}
-	after, err = served(prometheus.DefaultGatherer)
+	after, err = s.c.served(ctx)
 	s.res.Check = after.Sub(before).Div(float64(len(s.nodes)))
 	return err
+}
+
+// watchChecks runs every node's watch again with its full check at gc's
+// scaled period, and measures what one of its later full checks (each
+// node's second and after: the memo's) costs, by the checks the watches
+// count.
+func (s *sim) watchChecks(ctx context.Context) error {
+	watch := append(slices.Clone(s.cmds.Watch), "--full-check-every="+s.o.Every.String())
+	for _, n := range s.nodes {
+		var err error
+		if n.watch, err = start(s.command(ctx, n, watch), filepath.Join(n.dir, "watch-checks.log")); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for _, n := range s.nodes {
+			n.watch.stop()
+		}
+	}()
+	if err := waitFor(10*s.o.Every+30*time.Second, func() bool { return s.fullChecks(2) >= 0 }); err != nil {
+		return fmt.Errorf("the watches' first two full checks: %v", err)
+	}
+	before, err := s.c.served(ctx)
+	if err != nil {
+		return err
+	}
+	checks := s.fullChecks(0)
+	time.Sleep(time.Duration(s.o.Periods) * s.o.Every)
+	after, err := s.c.served(ctx)
+	if err != nil {
+		return err
+	}
+	if done := s.fullChecks(0) - checks; done > 0 {
+		s.res.Watch = after.Sub(before).Div(float64(done))
+	}
+	return nil
+}
+
+// fullChecks is the full checks every watch counted, or -1 while one
+// of them counted fewer than least.
+func (s *sim) fullChecks(least int) int {
+	total := 0
+	for _, n := range s.nodes {
+		got, err := scrapeCounter("http://"+n.watchAt+"/metrics", "safe_ipam_full_checks_total")
+		if err != nil || got < least {
+			return -1
+		}
+		total += got
+	}
+	return total
+}
+
+// scrapeCounter is the value of counter name at url.
+func scrapeCounter(url, name string) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			var n float64
+			_, err := fmt.Sscan(v, &n)
+			return int(n), err
+		}
+	}
+	return 0, fmt.Errorf("%s: no %s", url, name)
 }
 
 // probe runs node n's readiness probe as the manifest writes it.
@@ -357,16 +421,17 @@ func slicesWithout(cmd []string, flag string) []string {
 	return out
 }
 
-// quiet waits until etcd serves nothing for a while: the watches'
-// start-up (the first full check, the address index migration) is over.
-func (s *sim) quiet() error {
-	last, err := served(prometheus.DefaultGatherer)
+// quiet waits until the datastore serves nothing for a while: the
+// watches' start-up (the first full check, the address index migration)
+// is over.
+func (s *sim) quiet(ctx context.Context) error {
+	last, err := s.c.served(ctx)
 	if err != nil {
 		return err
 	}
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(time.Second)
-		now, err := served(prometheus.DefaultGatherer)
+		now, err := s.c.served(ctx)
 		if err != nil {
 			return err
 		}
@@ -375,7 +440,7 @@ func (s *sim) quiet() error {
 		}
 		last = now
 	}
-	return errors.New("etcd never went quiet")
+	return errors.New("the datastore never went quiet")
 }
 
 // gc runs the gc container of the first node alone for some periods (it
@@ -386,7 +451,7 @@ func (s *sim) gc(ctx context.Context) error {
 	if leader.gc, err = start(s.command(ctx, leader, s.cmds.GC), filepath.Join(leader.dir, "gc.log")); err != nil {
 		return err
 	}
-	alone, err := s.measure(s.o.Periods)
+	alone, err := s.measure(ctx, s.o.Periods)
 	if err != nil {
 		return err
 	}
@@ -400,7 +465,7 @@ func (s *sim) gc(ctx context.Context) error {
 	for _, n := range s.nodes {
 		received[n] = n.proxy.received.Load()
 	}
-	all, err := s.measure(s.o.Periods)
+	all, err := s.measure(ctx, s.o.Periods)
 	if err != nil {
 		return err
 	}
@@ -408,30 +473,35 @@ func (s *sim) gc(ctx context.Context) error {
 		s.res.Follower = all.Sub(alone).Div(float64(len(s.nodes) - 1))
 	}
 	for _, n := range s.nodes {
-		if n.proxy.received.Load()-received[n] >= s.res.OtherKeyBytes {
+		if s.c.sweeps() && n.proxy.received.Load()-received[n] >= s.res.OtherKeyBytes {
 			s.res.Listers = append(s.res.Listers, n.name)
 		}
 	}
 	return nil
 }
 
-// measure is what etcd served per period over the next periods, starting
-// half a period on (a round of each running gc falls in each period).
-func (s *sim) measure(periods int) (Served, error) {
+// measure is what the datastore served per period over the next
+// periods, starting half a period on (a round of each running gc falls in
+// each period).
+func (s *sim) measure(ctx context.Context, periods int) (Served, error) {
 	time.Sleep(s.o.Every / 2)
-	before, err := served(prometheus.DefaultGatherer)
+	before, err := s.c.served(ctx)
 	if err != nil {
 		return Served{}, err
 	}
 	time.Sleep(time.Duration(periods) * s.o.Every)
-	after, err := served(prometheus.DefaultGatherer)
+	after, err := s.c.served(ctx)
 	return after.Sub(before).Div(float64(periods)), err
 }
 
 // forget deletes the Calico Node of the last planted node and times the
 // release of its records; then stops the leader's gc (its lease is
-// revoked) and does the same with another node.
+// revoked) and does the same with another node. Only where one gc sweeps
+// every node's records (etcd).
 func (s *sim) forget(ctx context.Context) error {
+	if !s.c.sweeps() {
+		return nil
+	}
 	var err error
 	if s.res.Released, err = s.forgetNode(ctx, s.o.Nodes-1); err != nil {
 		return err
@@ -445,20 +515,11 @@ func (s *sim) forget(ctx context.Context) error {
 }
 
 func (s *sim) forgetNode(ctx context.Context, i int) (time.Duration, error) {
-	name := nodeName(i)
-	if _, err := s.cli.Delete(ctx, calico.NodeKey(name)); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	st := etcdstore.NewWithClient(s.cli, config.DefaultEtcdPrefix, "", 30*time.Second)
-	err := waitFor(5*s.o.Every+30*time.Second, func() bool {
-		counts, err := st.RecordCounts(ctx, Network)
-		return err == nil && counts[name] == 0
-	})
+	took, err := s.c.forget(ctx, i, 5*s.o.Every+30*time.Second)
 	if err != nil {
-		return 0, fmt.Errorf("the records of %s, which Calico forgot, were not released: %v\n%s", name, err, s.nodes[len(s.nodes)-1].gc.output())
+		return 0, fmt.Errorf("the records of %s, which Calico forgot, were not released: %v\n%s", nodeName(i), err, s.nodes[len(s.nodes)-1].gc.output())
 	}
-	return time.Since(start), nil
+	return took, nil
 }
 
 func (s *sim) stop() {

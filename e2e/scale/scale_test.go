@@ -45,7 +45,38 @@ func TestScaleSmall(t *testing.T) {
 	if res.Released > limit || res.ReleasedAfterFailover > limit {
 		t.Errorf("a forgotten node's records went after %s, after the leader stopped %s; want within two periods (%s)", res.Released, res.ReleasedAfterFailover, limit)
 	}
+	if res.Watch.Requests == 0 || res.Watch.Requests > res.Check.Requests {
+		t.Errorf("a later full check of the watch made %v requests, the first %v; want some, no more than the first", res.Watch.Requests, res.Check.Requests)
+	}
 	if res.Follower.Requests >= res.Leader.Requests {
 		t.Errorf("a follower's round (%v) costs as much as the leader's (%v)", res.Follower, res.Leader)
+	}
+}
+
+// make scale's small configuration on the Kubernetes datastore: a real
+// kube-apiserver with Calico's CRDs, the records in each node's file
+// store. gc asks the API server nothing (each node's records are its
+// own), the readiness probe asks nothing, and the watch's later full
+// checks read the Node and one block, where the first walks the block
+// sizes up to the pool's non-default /28 (issue 32).
+func TestScaleSmallKubernetes(t *testing.T) {
+	dir := t.TempDir()
+	var log strings.Builder
+	res, err := scale.Run(context.Background(), scale.Options{Datastore: "kubernetes", Nodes: 64, Pods: 8, BlockSize: 28, Simulated: 3,
+		Every: 3 * time.Second, Periods: 2, Bin: bin, Manifest: filepath.Join("..", "..", "deploy", "safe-ipam.yaml"), Dir: dir, Log: &log})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var table strings.Builder
+	res.WriteTable(&table)
+	t.Log(table.String())
+	if res.Leader.Requests != 0 || res.Follower.Requests != 0 || len(res.Listers) != 0 {
+		t.Errorf("gc rounds asked the API server %v (the first node's) and %v (any other's), listers %v; want nothing", res.Leader, res.Follower, res.Listers)
+	}
+	if res.Probe.Requests != 0 || res.Probes == 0 {
+		t.Errorf("%d readiness probes made %v requests to the API server; want none", res.Probes, res.Probe.Requests)
+	}
+	if res.Watch.Requests == 0 || res.Watch.Requests > 2 || res.Check.Requests <= res.Watch.Requests {
+		t.Errorf("a later full check of the watch made %v requests, the first %v; want the Node and one block (2), fewer than the first", res.Watch.Requests, res.Check.Requests)
 	}
 }

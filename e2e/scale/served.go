@@ -10,9 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Served is what etcd served, by its own counters: the gRPC messages it
-// received from clients (a unary request is one; each lease keepalive or
-// watch request on a stream is one too) and the bytes it sent them.
+// Served is what the datastore served, by its own counters. etcd: the
+// gRPC messages it received from clients (a unary request is one; each
+// lease keepalive or watch request on a stream is one too) and the bytes
+// it sent them. The API server: its requests and response bytes.
 type Served struct {
 	Requests float64
 	Bytes    float64
@@ -24,9 +25,9 @@ func (s Served) Sub(t Served) Served { return Served{s.Requests - t.Requests, s.
 // Div is s divided by n.
 func (s Served) Div(n float64) Served { return Served{s.Requests / n, s.Bytes / n} }
 
-// served reads the counters of the etcd embedded in this process
+// servedByEtcd reads the counters of the etcd embedded in this process
 // (etcdtest), as its /metrics endpoint serves them.
-func served(g prometheus.Gatherer) (Served, error) {
+func servedByEtcd(g prometheus.Gatherer) (Served, error) {
 	mfs, err := g.Gather()
 	if err != nil {
 		return Served{}, fmt.Errorf("etcd's metrics: %w", err)
@@ -49,8 +50,8 @@ func served(g prometheus.Gatherer) (Served, error) {
 	return s, nil
 }
 
-// proxy forwards one node's connections to etcd and counts the bytes
-// etcd sent that node: whoever lists other nodes' records receives at
+// proxy forwards one node's connections to the datastore and counts the
+// bytes it sent that node: whoever lists other nodes' records receives at
 // least their keys.
 type proxy struct {
 	ln       net.Listener
@@ -70,7 +71,9 @@ func startProxy(target string) (*proxy, error) {
 	return p, nil
 }
 
-func (p *proxy) endpoint() string { return "http://" + p.ln.Addr().String() }
+func (p *proxy) endpoint() string { return "http://" + p.addr() }
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
 
 func (p *proxy) serve() {
 	for {

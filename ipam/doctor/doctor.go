@@ -147,23 +147,22 @@ func (r *Report) Unanswered() bool {
 // stale. Its error means the check itself could not run (the conf dir
 // cannot be read); anything wrong with the node is in the report.
 func Check(ctx context.Context, n cninode.Dirs, live liveness.Source) (*Report, error) {
-	return check(ctx, n, live, false)
+	return check(ctx, n, live, judge{})
 }
 
 // CheckLocal looks at what the node's own files say (the install, the
 // configs, the delegate) and asks no store or datastore: what the watch
 // checks often, beside a full Check now and then.
 func CheckLocal(ctx context.Context, n cninode.Dirs) (*Report, error) {
-	return check(ctx, n, nil, true)
+	return check(ctx, n, nil, judge{local: true})
 }
 
-func check(ctx context.Context, n cninode.Dirs, live liveness.Source, local bool) (*Report, error) {
+func check(ctx context.Context, n cninode.Dirs, live liveness.Source, j judge) (*Report, error) {
 	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
 		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
 	}
 	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(n.Bin(cninode.CalicoIPAM))}
-	j := judge{local: local}
 	if live != nil {
 		j.view, j.err = live.Read(ctx)
 		if j.err == nil {
@@ -280,7 +279,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		var recs []*record.Record
 		net.Store, recs = checkStore(ctx, cfg, c.Network, net.Node, j)
 		if net.Node != "" {
-			net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs)
+			net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs, j.memo)
 		}
 	}
 	switch {
@@ -366,6 +365,9 @@ type judge struct {
 	err  error
 	// local: ask no store or datastore (CheckLocal).
 	local bool
+	// memo, in the watch, keeps what a later full check need not read
+	// again (Memo).
+	memo *Memo
 }
 
 // stale counts the records gc would release, by gc's rules, with the
@@ -417,7 +419,7 @@ func firstNonEmpty(s ...string) string {
 // reaches it, for this node and for its IPAM data: a datastore that does
 // not answer, a node Calico does not know, or (on the Kubernetes
 // datastore) no IPAM resources, and calico-ipam fails every ADD.
-func checkCalico(ctx context.Context, cfg *config.Config, path, node string, recs []*record.Record) *CalicoReport {
+func checkCalico(ctx context.Context, cfg *config.Config, path, node string, recs []*record.Record, memo *Memo) *CalicoReport {
 	out := &CalicoReport{}
 	out.Transport, out.Exposure = calicoExposure(cfg.Calico)
 	ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, path))
@@ -439,7 +441,7 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 			break
 		}
 		out.Answers = true
-		out.Error = handleModeProblem(ctx, ds, cfg, recs)
+		out.Error = handleModeProblem(ctx, ds, cfg, recs, memo)
 	}
 	return out
 }
@@ -467,7 +469,7 @@ const modeSample = 1
 // Calico 2.x does), or "": every DEL then releases nothing, and every
 // address leaks. (Pod mode in front of Calico 3.x protects as well, and
 // from the records alone looks the same as the right pod mode: no alarm.)
-func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.Config, recs []*record.Record) string {
+func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.Config, recs []*record.Record, memo *Memo) string {
 	if cfg.DelegateHandles != config.HandlesContainer {
 		return ""
 	}
@@ -482,7 +484,15 @@ func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.
 		if !ok {
 			continue
 		}
-		if h, err := allocationHandle(ctx, ds, addr); err == nil && h == rec.PodNamespace+"."+rec.PodName {
+		h, known := memo.handle(rec, addr)
+		if !known {
+			var err error
+			if h, err = allocationHandle(ctx, ds, addr, memo); err != nil {
+				continue
+			}
+			memo.keep(rec, addr, h)
+		}
+		if h == rec.PodNamespace+"."+rec.PodName {
 			byPodName++
 		}
 	}
@@ -496,7 +506,7 @@ func handleModeProblem(ctx context.Context, ds datastore.Datastore, cfg *config.
 
 // allocationHandle is the handle Calico's data holds addr under, "" when
 // it is free or in no block.
-func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Addr) (string, error) {
+func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Addr, memo *Memo) (string, error) {
 	if cli := datastore.EtcdClient(ds); cli != nil {
 		// Every block that may hold addr in one round trip, as the CNI
 		// binary reads it.
@@ -506,12 +516,13 @@ func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Ad
 		}
 		return *attr.HandleID, nil
 	}
-	for _, p := range calico.BlockCandidates(addr) {
+	for _, p := range memo.candidates(addr, calico.BlockCandidates(addr)) {
 		b, err := ds.Block(ctx, p)
 		if err != nil {
 			return "", err
 		}
 		if b != nil {
+			memo.found(addr, p)
 			return b.Block.HandleOf(addr)
 		}
 	}

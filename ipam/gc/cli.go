@@ -231,6 +231,9 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
 			return nil, nil, 0, nil
 		}
+		if err == nil && r.apply.On {
+			err = node.NoteSweep(ctx, plan)
+		}
 		if err != nil {
 			return nil, nil, 0, err
 		}

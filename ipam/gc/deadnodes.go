@@ -43,6 +43,10 @@ const DefaultDeadNodeGrace = 4 * time.Minute
 type DeadPlan struct {
 	// Release are the records of nodes that are gone, by node.
 	Release map[string][]*record.Record
+	// notes are what the sweep found, by node: gone since then, or back
+	// (zero) and its note to forget. NoteSweep writes them: a dry run
+	// writes nothing.
+	notes   map[string]time.Time
 	rules   retention.Rules
 	cluster store.Cluster // the store the records were listed from
 }
@@ -72,9 +76,9 @@ type sweep struct {
 // PlanDeadNodes counts every node's records of the network and lists
 // Calico's Nodes once; the records of a node Calico does not know are
 // released when an earlier sweep, at least grace before, found it gone
-// too. It notes each node it finds gone, and forgets the notes of nodes
-// that came back or have no records left. Every read error is an error,
-// and the plan is then empty.
+// too. The plan notes each node it finds gone, and forgets the notes of
+// nodes that came back or have no records left, for NoteSweep to write.
+// Every read error is an error, and the plan is then empty.
 func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace time.Duration) (*DeadPlan, *Report, error) {
 	cluster, ok := n.store.(store.Cluster)
 	if !ok {
@@ -94,7 +98,7 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 	}
 	never := func(string, string) bool { return false }
 	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, gone: gone, now: time.Now(), grace: grace,
-		plan:   &DeadPlan{Release: map[string][]*record.Record{}, rules: n.guard.GCRules(never, false), cluster: cluster},
+		plan:   &DeadPlan{Release: map[string][]*record.Record{}, notes: map[string]time.Time{}, rules: n.guard.GCRules(never, false), cluster: cluster},
 		report: &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}
 	for _, name := range names {
 		sw.known[name] = true
@@ -105,7 +109,8 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 			return nil, nil, err
 		}
 	}
-	return sw.plan, sw.report, sw.forgetRest(ctx, counts)
+	sw.forgetRest(counts)
+	return sw.plan, sw.report, nil
 }
 
 // judge decides about the records of node, count of them.
@@ -117,7 +122,7 @@ func (sw *sweep) judge(ctx context.Context, node string, count int) error {
 	case sw.known[node]:
 		sw.report.KeptUnread += count
 		if noted {
-			return sw.cluster.SetGone(ctx, sw.node.Network, node, time.Time{})
+			sw.plan.notes[node] = time.Time{}
 		}
 		return nil
 	case !noted:
@@ -149,9 +154,7 @@ func (sw *sweep) judge(ctx context.Context, node string, count int) error {
 // keep lists node's records as kept for why, noting the node gone first.
 func (sw *sweep) keep(ctx context.Context, node, why string, note bool) error {
 	if note {
-		if err := sw.cluster.SetGone(ctx, sw.node.Network, node, sw.now); err != nil {
-			return err
-		}
+		sw.plan.notes[node] = sw.now
 	}
 	recs, err := sw.cluster.ForNode(node).List(ctx, sw.node.Network)
 	if err != nil {
@@ -165,12 +168,21 @@ func (sw *sweep) keep(ctx context.Context, node, why string, note bool) error {
 
 // forgetRest forgets the notes of nodes without records: released, or
 // forgotten by uninstall.
-func (sw *sweep) forgetRest(ctx context.Context, counts map[string]int) error {
+func (sw *sweep) forgetRest(counts map[string]int) {
 	for node := range sw.gone {
 		if counts[node] == 0 {
-			if err := sw.cluster.SetGone(ctx, sw.node.Network, node, time.Time{}); err != nil {
-				return err
-			}
+			sw.plan.notes[node] = time.Time{}
+		}
+	}
+}
+
+// NoteSweep writes what the plan's sweep found: the nodes it found gone
+// first, and the notes to forget. A dry run does not call it, so that it
+// writes nothing to the store (the next sweep that applies notes them).
+func (n *Node) NoteSweep(ctx context.Context, p *DeadPlan) error {
+	for _, node := range sortedKeys(p.notes) {
+		if err := p.cluster.SetGone(ctx, n.Network, node, p.notes[node]); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -593,6 +593,30 @@ func TestDeadNodesTwoSweeps(t *testing.T) {
 	}
 }
 
+// A dry run writes nothing: no note of a node it finds gone, and no
+// note of one that came back is forgotten (issue 32, item 4).
+func TestDeadNodesDryRunNotesNothing(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
+	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	if err := st.SetGone(context.Background(), "k8s-pod-network", "node3", since); err != nil {
+		t.Fatal(err)
+	}
+	w.calicoNode(t, "node2")
+	w.calicoNode(t, "node3")
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	if code, out := w.gc(t, conf); code != admin.ExitOK || !strings.Contains(out, "found so first now") {
+		t.Fatalf("dry run: exit %d\n%s", code, out)
+	}
+	gone, err := st.GoneSince(context.Background(), "k8s-pod-network")
+	if err != nil || len(gone) != 1 || !gone["node3"].Equal(since) {
+		t.Errorf("notes after a dry run: %v, %v; want node3's alone, as before it", gone, err)
+	}
+}
+
 // freeAddr is a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()

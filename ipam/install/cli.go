@@ -37,6 +37,8 @@ type cliFlags struct {
 	out                *admin.Output
 	settle             time.Duration
 	metrics            admin.MetricsAddr
+	// fullCheckEvery is the watch's period of full checks.
+	fullCheckEvery time.Duration
 	// handles, store and logFile are node settings; "" leaves them.
 	handles, store, logFile string
 }
@@ -86,6 +88,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM`)
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
+		fs.DurationVar(&f.fullCheckEvery, "full-check-every", RemoteCheckEvery, "with --watch and --metrics-addr: the mean period (jittered ±20%) of the full check, which reads the record store and Calico's datastore; the node's own files are checked every "+CheckEvery.String())
 		fs.StringVar(&f.handles, "delegate-handles", "", `node setting: "container", or "pod" for a calico-ipam that keys ADD by namespace.podname as Calico 2.x did (unchanged when not given)`)
 		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd: its endpoints and TLS files from Calico's keys in the config); default as the plugin infers it`)
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
@@ -102,6 +105,9 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 	}
 	if f.metrics.Addr != "" && !f.watch {
 		return nil, cmd.FailUsage(errors.New("--metrics-addr needs --watch: only the watch keeps running")), true
+	}
+	if name == "install" && f.fullCheckEvery <= 0 {
+		return nil, cmd.FailUsage(errors.New("--full-check-every must be positive")), true
 	}
 	return f, 0, false
 }
@@ -292,7 +298,7 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 	observe := func(Reassertion) {}
 	if f.metrics.Addr != "" {
 		var err error
-		if observe, err = watchMetrics(ctx, f.metrics.Addr, f.node, check, log); err != nil {
+		if observe, err = watchMetrics(ctx, f.metrics.Addr, f.node, check, f.fullCheckEvery, log); err != nil {
 			fmt.Fprintln(stderr, "safe-ipam install --watch:", err)
 			return ExitError
 		}

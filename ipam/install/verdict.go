@@ -27,8 +27,8 @@ import (
 // found no problem (Calico knows the node, the handle mode fits, gc keeps
 // up). A store or datastore that does not answer is no verdict on this
 // node: the last one stands, and the watch asks again later, backing off.
-// The full check runs at once on start, then every RemoteCheckEvery,
-// each node at its own jittered time.
+// The full check runs at once on start, then every RemoteCheckEvery (or
+// --full-check-every), each node at its own jittered time.
 
 // CheckEvery is how often the watch checks the node's own files.
 const CheckEvery = 30 * time.Second
@@ -79,7 +79,7 @@ func (r *readiness) set(remote bool, err error) {
 // ends, keeping the verdict in the background; each re-assertion is
 // counted through the returned func. /healthz fails once the checks stop
 // coming round (a wedged process); /readyz is the verdict.
-func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, log *slog.Logger) (func(Reassertion), error) {
+func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, every time.Duration, log *slog.Logger) (func(Reassertion), error) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWatch(reg)
 	beat := metrics.NewHeartbeat(3*CheckEvery + 2*checkTimeout)
@@ -96,14 +96,15 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 	go func() {
 		// The wait after an unanswered full check starts at one local
 		// period and doubles: one slow answer at the start must not leave
-		// the node without a full check for twice RemoteCheckEvery.
+		// the node without a full check for twice its period.
 		next, backoff := time.Now(), CheckEvery
 		for {
 			k.run(ctx, false)
 			if !time.Now().Before(next) {
+				m.FullChecks.Inc()
 				switch k.run(ctx, true) {
 				case checkAnswered:
-					next, backoff = time.Now().Add(jittered(RemoteCheckEvery)), CheckEvery
+					next, backoff = time.Now().Add(jittered(every)), CheckEvery
 				case checkUnanswered:
 					next = time.Now().Add(jittered(backoff))
 					backoff = min(2*backoff, maxRemoteBackoff)
@@ -115,7 +116,7 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(CheckEvery):
+			case <-time.After(untilNext(next)):
 			case <-recheck:
 			}
 		}
@@ -128,6 +129,16 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 		default: // one is pending already
 		}
 	}, nil
+}
+
+// untilNext is the wait for the next round: one local period, or less
+// when the next full check is due sooner (--full-check-every shorter than
+// CheckEvery). A full check due already, or retried, waits a whole period.
+func untilNext(next time.Time) time.Duration {
+	if u := time.Until(next); u > 0 && u < CheckEvery {
+		return u
+	}
+	return CheckEvery
 }
 
 // jittered is d, more or less remoteJitter of it at random.

@@ -31,6 +31,9 @@ type Watch struct {
 	Records, Quarantines *prometheus.GaugeVec
 	// LastCheck is when the last check finished (Unix seconds).
 	LastCheck prometheus.Gauge
+	// FullChecks counts the full checks, those that read the record
+	// store and Calico's datastore.
+	FullChecks prometheus.Counter
 	// Reinstalls counts the times the watch put safe-ipam back after
 	// calico-node's installer (or anyone) undid it; Unprotected is how
 	// long the node was unprotected each time, as the watch measured it.
@@ -49,13 +52,15 @@ func NewWatch(reg prometheus.Registerer) *Watch {
 			Help: "Allocations fenced off because a running attachment holds their address (each an ADD that was refused), held with this node's records, by network."}, []string{"network"}),
 		LastCheck: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "last_check_timestamp_seconds",
 			Help: "When the watch last finished checking the node (Unix time)."}),
+		FullChecks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "full_checks_total",
+			Help: "Full checks the watch started: those that read the record store and Calico's datastore (the others read the node's own files)."}),
 		Reinstalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "reinstalls_total",
 			Help: "Times the watch put safe-ipam back after the node's CNI dirs undid it (calico-node's installer does on every start)."}),
 		Unprotected: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: "unprotected_seconds",
 			Help:    "How long the node was unprotected before each re-install, from the change the watch saw to safe-ipam back in place.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}}),
 	}
-	reg.MustRegister(w.Protected, w.Records, w.Quarantines, w.LastCheck, w.Reinstalls, w.Unprotected)
+	reg.MustRegister(w.Protected, w.Records, w.Quarantines, w.LastCheck, w.FullChecks, w.Reinstalls, w.Unprotected)
 	return w
 }
 

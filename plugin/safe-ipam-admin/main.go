@@ -58,7 +58,7 @@ func dispatch(args []string) int {
 	case "gc":
 		return gc.Run(args[1:], stdout, stderr)
 	case "install":
-		return install.RunInstall(args[1:], stdout, stderr, checkNode)
+		return install.RunInstall(args[1:], stdout, stderr, (&nodeCheck{}).check)
 	case "uninstall":
 		return install.RunUninstall(args[1:], stdout, stderr)
 	case "doctor":
@@ -68,13 +68,16 @@ func dispatch(args []string) int {
 	return 2
 }
 
-// checkNode is doctor's answer for the watch: CheckLocal often, Check
-// now and then (remote).
-func checkNode(ctx context.Context, n install.Node, remote bool) (install.Verdict, error) {
+// nodeCheck is doctor's answer for the watch: CheckLocal often, a full
+// check now and then (remote), through a memo the watch keeps, so that a
+// full check reads again only what can have changed.
+type nodeCheck struct{ memo doctor.Memo }
+
+func (c *nodeCheck) check(ctx context.Context, n install.Node, remote bool) (install.Verdict, error) {
 	var r *doctor.Report
 	var err error
 	if remote {
-		r, err = doctor.Check(ctx, cninode.Dirs(n), nil)
+		r, err = c.memo.Check(ctx, cninode.Dirs(n))
 	} else {
 		r, err = doctor.CheckLocal(ctx, cninode.Dirs(n))
 	}

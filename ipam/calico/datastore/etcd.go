@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdrange"
 )
 
 // pageSize bounds how many keys or objects one read holds at once.
@@ -92,35 +93,25 @@ func visitEtcd(key string, value []byte, modRev int64, v Visitor) error {
 
 // ScanPrefix pages through prefix at one revision: *rev when it is set,
 // else the first page's, stored in *rev so that later scans (safe-ipam's
-// records in the same etcd) read the same moment.
+// records in the same etcd) read the same moment. Each page's range is a
+// window of about a page (package etcdrange): etcd counts a request's
+// whole range.
 func ScanPrefix(ctx context.Context, cli *clientv3.Client, prefix string, page int64, rev *int64, add func(key string, value []byte, modRev int64) error) error {
 	if page <= 0 {
 		page = pageSize
 	}
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	from := prefix
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
-		if *rev != 0 {
-			opts = append(opts, clientv3.WithRev(*rev))
-		}
-		resp, err := cli.Get(ctx, from, opts...)
-		if err != nil {
-			return err
-		}
-		if *rev == 0 {
-			*rev = resp.Header.Revision
-		}
+	at, err := etcdrange.Prefix(ctx, cli, prefix, page, *rev, func(resp *clientv3.GetResponse) error {
 		for _, kv := range resp.Kvs {
 			if err := add(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
 				return fmt.Errorf("%s: %w", kv.Key, err)
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		return nil
+	})
+	if err == nil {
+		*rev = at
 	}
+	return err
 }
 
 func etcdVersion(modRev int64) Version {
@@ -259,27 +250,18 @@ func (e *EtcdStore) NodeExists(ctx context.Context, name string) (bool, error) {
 // page at the first page's revision.
 func (e *EtcdStore) Nodes(ctx context.Context) ([]string, error) {
 	var names []string
-	from, end, rev := calico.NodePrefix, clientv3.GetPrefixRangeEnd(calico.NodePrefix), int64(0)
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(nodePage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := e.Client.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("listing Calico's Nodes: %w", err)
-		}
-		rev = resp.Header.Revision
+	_, err := etcdrange.Prefix(ctx, e.Client, calico.NodePrefix, nodePage, 0, func(resp *clientv3.GetResponse) error {
 		for _, kv := range resp.Kvs {
 			if name, err := calico.ParseNodeKey(string(kv.Key)); err == nil {
 				names = append(names, name)
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return names, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		return nil
+	}, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("listing Calico's Nodes: %w", err)
 	}
+	return names, nil
 }
 
 // nodePage bounds one page of Node keys: some 100 bytes each.

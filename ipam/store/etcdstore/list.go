@@ -2,11 +2,13 @@ package etcdstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/safe-ipam/safe-ipam/ipam/etcdrange"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -67,34 +69,40 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 	from := listPrefix(l.prefix, network, node)
 	var out []*record.Record
 	byPath := map[string]*record.Record{} // <network>/<node>/<cid>/<ifname>
-	end := clientv3.GetPrefixRangeEnd(from)
+	var quarantines []*mvccpb.KeyValue
 	// The first page and the quarantines in one round trip, at one
 	// revision: a node's list is then one request, as gc and doctor make
-	// it on every node.
-	tied, err := l.firstPage(ctx, from, end, network, node, rev)
-	if err != nil {
-		return nil, 0, err
+	// it on every node. Later pages are windows of the range (etcdrange).
+	opening := true
+	get := func(ctx context.Context, from, to string, limit, at int64) (*clientv3.GetResponse, error) {
+		if !opening {
+			return l.client.Get(ctx, from, etcdrange.Options(to, limit, at)...)
+		}
+		opening = false
+		tied, err := l.firstPage(ctx, from, to, network, node, at)
+		quarantines = tied.quarantines
+		return tied.page, err
 	}
-	resp, rev := tied.page, tied.rev
-	for {
+	rev, err := etcdrange.Scan(ctx, get, from, clientv3.GetPrefixRangeEnd(from), listPage, rev, func(resp *clientv3.GetResponse) error {
 		for _, kv := range resp.Kvs {
 			path, of := recordPath(l.prefix, string(kv.Key))
 			rec, err := l.decode(string(kv.Key), of, kv.Value, kv.ModRevision)
 			if err != nil {
-				return nil, 0, err
+				return err
 			}
 			out = append(out, rec)
 			byPath[path] = rec
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			l.attachQuarantines(tied.quarantines, byPath)
-			return out, rev, nil
+		return nil
+	})
+	if err != nil {
+		if errors.As(err, new(decodeError)) {
+			return nil, 0, err
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-		if resp, err = l.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(listPage), clientv3.WithRev(rev)); err != nil {
-			return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
-		}
+		return nil, 0, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
 	}
+	l.attachQuarantines(quarantines, byPath)
+	return out, rev, nil
 }
 
 // first is a listing's first page of records and the quarantines, read
@@ -102,24 +110,20 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 type first struct {
 	page        *clientv3.GetResponse
 	quarantines []*mvccpb.KeyValue
-	rev         int64
 }
 
-func (l lister) firstPage(ctx context.Context, from, end, network, node string, rev int64) (first, error) {
-	pageOpts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(listPage)}
+func (l lister) firstPage(ctx context.Context, from, to, network, node string, rev int64) (first, error) {
 	tiedOpts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if rev != 0 {
-		pageOpts, tiedOpts = append(pageOpts, clientv3.WithRev(rev)), append(tiedOpts, clientv3.WithRev(rev))
+		tiedOpts = append(tiedOpts, clientv3.WithRev(rev))
 	}
-	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(from, pageOpts...), clientv3.OpGet(tiedPrefix(l.prefix, network, node), tiedOpts...)).Commit()
+	resp, err := l.client.Txn(ctx).Then(clientv3.OpGet(from, etcdrange.Options(to, listPage, rev)...), clientv3.OpGet(tiedPrefix(l.prefix, network, node), tiedOpts...)).Commit()
 	if err != nil {
-		return first{}, fmt.Errorf("%w: listing records of %s: %v", store.ErrUnavailable, orAll(network), err)
+		return first{}, err
 	}
 	page := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
-	if rev == 0 {
-		rev = resp.Header.Revision
-	}
-	return first{page: page, quarantines: resp.Responses[1].GetResponseRange().GetKvs(), rev: rev}, nil
+	page.Header = resp.Header // the Txn's: its revision is the listing's
+	return first{page: page, quarantines: resp.Responses[1].GetResponseRange().GetKvs()}, nil
 }
 
 func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
@@ -128,7 +132,7 @@ func (l lister) decode(key, network string, value []byte, rev int64) (*record.Re
 	}
 	rec, err := decodeStored(l.prefix, key, value, rev)
 	if err != nil {
-		return nil, fmt.Errorf("record %s: %w", key, err)
+		return nil, decodeError{fmt.Errorf("record %s: %w", key, err)}
 	}
 	return rec, nil
 }
@@ -154,6 +158,12 @@ func orAll(network string) string {
 	}
 	return network
 }
+
+// decodeError is a record a strict listing could not decode: not an
+// unavailable store.
+type decodeError struct{ error }
+
+func (e decodeError) Unwrap() error { return e.error }
 
 // listPage bounds one List read.
 const listPage = 1000

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/safe-ipam/safe-ipam/ipam/etcdrange"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -88,28 +89,19 @@ func (s *Store) resign() {
 func (s *Store) RecordCounts(ctx context.Context, network string) (map[string]int, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	from := RecordPrefix(s.prefix, network)
-	end, rev, counts := clientv3.GetPrefixRangeEnd(from), int64(0), map[string]int{}
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(keysPage)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := s.client.Get(ctx, from, opts...)
-		if err != nil {
-			return nil, fmt.Errorf("%w: listing the nodes with records of %s: %v", store.ErrUnavailable, network, err)
-		}
-		rev = resp.Header.Revision
+	counts := map[string]int{}
+	_, err := etcdrange.Prefix(ctx, s.client, RecordPrefix(s.prefix, network), keysPage, 0, func(resp *clientv3.GetResponse) error {
 		for _, kv := range resp.Kvs {
 			if _, node, ok := parseRecordKey(s.prefix, string(kv.Key)); ok {
 				counts[node]++
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return counts, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		return nil
+	}, clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("%w: listing the nodes with records of %s: %v", store.ErrUnavailable, network, err)
 	}
+	return counts, nil
 }
 
 // keysPage bounds one page of keys alone: some 100 bytes each.
