@@ -146,6 +146,7 @@ func TestRolloutAndUninstallAcrossNodes(t *testing.T) {
 	}
 	c.installSafeIPAM(ctx)
 	c.createDeployment(ctx, "churn", 6)
+	c.requireOnEveryNode(ctx, "app=churn")
 	w := c.watch(ctx, "default")
 	stop := c.churn(ctx, "app=churn")
 	c.upgrade(ctx)
@@ -175,6 +176,23 @@ func TestRolloutAndUninstallAcrossNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.releaseAll(ctx)
+}
+
+// requireOnEveryNode fails the test unless the pods selector matches run
+// on every node.
+func (c *cluster) requireOnEveryNode(ctx context.Context, selector string) {
+	c.t.Helper()
+	list, err := c.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	on := map[string]int{}
+	for _, p := range list.Items {
+		on[p.Spec.NodeName]++
+	}
+	if len(on) != len(c.nodes) {
+		c.t.Fatalf("pods %q run on %v, want every one of the %d nodes", selector, on, len(c.nodes))
+	}
 }
 
 // uninstall removes safe-ipam as docs/install.md says: delete the
