@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,13 @@ type cluster struct {
 	// rekeyWeb0 moves each web-0's allocation to its pod-name handle once
 	// it runs: Calico 2.x keying, with a real (3.x) calico-ipam.
 	rekeyWeb0 bool
+	// calicoNames are nodes' Calico names where they are not their
+	// Kubernetes names: a stale identity (Calico issue 12257).
+	calicoNames map[string]string
+	// dead are the nodes the test killed: their pods run no more, whatever
+	// the API server says until the pod GC deletes them.
+	mu   sync.Mutex
+	dead map[string]bool
 	// gcEvery, when set, replaces the gc container's --every (5m in the
 	// manifest) and --dead-node-grace (4m) with it and twice it, as an
 	// operator edits the DaemonSet: the tests cannot wait minutes.
@@ -99,8 +107,8 @@ func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration
 
 // installCalico does what calico-node does on a node before any pod
 // starts: the node name file, Calico's kubeconfig, the plugins, and the
-// multi-call binary with its conflist (calicoNodeStart). Calico's name of
-// the node is its Kubernetes name.
+// multi-call binary with its conflist (calicoNodeStart), under the node's
+// Calico name.
 func (c *cluster) installCalico(n *kubenode.Node) {
 	t := c.t
 	t.Helper()
@@ -109,7 +117,7 @@ func (c *cluster) installCalico(n *kubenode.Node) {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{
-		"/var/lib/calico/nodename":     []byte(n.Name),
+		"/var/lib/calico/nodename":     []byte(c.calicoName(n)),
 		confDir + "/calico-kubeconfig": kubeconfig,
 	}
 	for path, data := range files {
@@ -140,7 +148,7 @@ func (c *cluster) calicoNodeStart(n *kubenode.Node) {
 		t.Fatal(err)
 	}
 	values := testbed.CalicoDefaults(n.EtcdEndpoint())
-	values["KUBERNETES_NODE_NAME"] = n.Name
+	values["KUBERNETES_NODE_NAME"] = c.calicoName(n)
 	conf, err := testbed.RenderCalicoNetwork(tmpl, values)
 	if err != nil {
 		t.Fatal(err)
@@ -149,6 +157,15 @@ func (c *cluster) calicoNodeStart(n *kubenode.Node) {
 	if err := inst.Run(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// calicoName is n's name in Calico: its Kubernetes name unless
+// calicoNames says otherwise.
+func (c *cluster) calicoName(n *kubenode.Node) string {
+	if name, ok := c.calicoNames[n.Name]; ok {
+		return name
+	}
+	return n.Name
 }
 
 // installSafeIPAM applies deploy/safe-ipam.yaml and waits for its pod to be
@@ -311,8 +328,11 @@ func (c *cluster) runningPods(ctx context.Context, namespace string) ([]corev1.P
 		return nil, err
 	}
 	var out []corev1.Pod
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork &&
+			!c.dead[p.Spec.NodeName] {
 			out = append(out, p)
 		}
 	}
@@ -354,6 +374,18 @@ func (c *cluster) violations(ctx context.Context, namespace string) ([]string, e
 		}
 	}
 	return out, nil
+}
+
+// kill kills node n for good (kubenode.Node.Kill), and counts its pods
+// out of the running ones.
+func (c *cluster) kill(n *kubenode.Node) {
+	c.mu.Lock()
+	if c.dead == nil {
+		c.dead = map[string]bool{}
+	}
+	c.dead[n.Name] = true
+	c.mu.Unlock()
+	n.Kill()
 }
 
 // sandboxFailures are the FailedCreatePodSandBox events of namespace: pod

@@ -215,16 +215,22 @@ func (c *cluster) uninstall(ctx context.Context) {
 
 // safeIPAMKeys are the keys under safe-ipam's prefix in Calico's etcd.
 func (c *cluster) safeIPAMKeys(ctx context.Context) []string {
+	return slices.Sorted(maps.Keys(c.safeIPAMData(ctx)))
+}
+
+// safeIPAMData is every key under safe-ipam's prefix in Calico's etcd,
+// with its value.
+func (c *cluster) safeIPAMData(ctx context.Context) map[string]string {
 	c.t.Helper()
-	resp, err := c.calico.Etcd.Get(ctx, config.DefaultEtcdPrefix+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := c.calico.Etcd.Get(ctx, config.DefaultEtcdPrefix+"/", clientv3.WithPrefix())
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var keys []string
+	out := map[string]string{}
 	for _, kv := range resp.Kvs {
-		keys = append(keys, string(kv.Key))
+		out[string(kv.Key)] = string(kv.Value)
 	}
-	return keys
+	return out
 }
 
 // sweepTTL is the elected sweeper's lease in gc periods (ipam/gc's
@@ -244,7 +250,7 @@ func TestCollectorDies(t *testing.T) {
 	leader := c.waitSweeper(ctx, "", time.Minute)
 	dead := c.nodeNamed(leader)
 	start := time.Now()
-	dead.Kill()
+	c.kill(dead)
 	bound := (sweepTTL+1)*c.gcEvery + 5*time.Second
 	next := c.waitSweeper(ctx, leader, 2*bound)
 	took := time.Since(start)

@@ -251,19 +251,20 @@ func (c *cluster) teardowns(n *kubenode.Node, uid types.UID) [2]int {
 }
 
 // watcher checks the running pods against Calico's data every 200 ms
-// and keeps what it saw wrong.
+// and keeps what it saw wrong, each thing once, when it was first seen.
 type watcher struct {
 	c       *cluster
 	started time.Time
 	mu      sync.Mutex
 	found   []string
+	known   map[string]bool
 	done    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
 }
 
 func (c *cluster) watch(ctx context.Context, namespace string) *watcher {
-	w := &watcher{c: c, started: time.Now(), done: make(chan struct{})}
+	w := &watcher{c: c, started: time.Now(), done: make(chan struct{}), known: map[string]bool{}}
 	c.t.Cleanup(w.stop)
 	w.wg.Add(1)
 	go func() {
@@ -285,7 +286,8 @@ func (c *cluster) watch(ctx context.Context, namespace string) *watcher {
 			}
 			w.mu.Lock()
 			for _, s := range v {
-				if len(w.found) < 20 {
+				if len(w.found) < 20 && !w.known[s] {
+					w.known[s] = true
 					w.found = append(w.found, fmt.Sprintf("%s: %s", time.Since(w.started).Round(time.Second), s))
 				}
 			}
