@@ -157,8 +157,12 @@ func (r *rig) tearDown() {
 	}
 }
 
-// ReleaseLDFlags are `make build`'s linker flags, without the version.
-const ReleaseLDFlags = "-s -w"
+// ReleaseLDFlags are `make build`'s linker flags, without the version,
+// and ReleaseTags its build tags.
+const (
+	ReleaseLDFlags = "-s -w"
+	ReleaseTags    = "grpcnotrace"
+)
 
 // build compiles safe-ipam the way `make build` does, and host-local (the
 // floor) with a plain go build, as issue 13 measured the floor.
@@ -172,7 +176,7 @@ func (r *rig) build(ctx context.Context) error {
 	}
 	out := r.binDir + string(filepath.Separator)
 	for _, build := range []gobuild.Build{
-		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-admin"}, Flags: []string{"-ldflags", ReleaseLDFlags}}, // the admin for "safe-ipam audit"
+		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-admin"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}}, // the admin for "safe-ipam audit"
 		{Out: out, Pkgs: pkgs},
 	} {
 		if err := build.Run(ctx); err != nil {

@@ -48,10 +48,7 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 		return g.delUnmarked(ctx, att, env, args, prev, err)
 	}
 	g.at(DelMarked)
-	if err := g.release(ctx, att, env, args, prev); err != nil {
-		return err
-	}
-	if err := g.releaseVM(ctx, marked, env, args); err != nil {
+	if err := g.releaseWithVM(ctx, att, marked, env, args, prev); err != nil {
 		return err
 	}
 	g.releasePodHandle(ctx, marked, env, runtimeDEL)
@@ -227,10 +224,7 @@ func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string,
 
 func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env delegate.Env) error {
 	att := marked.Attachment
-	if err := g.release(ctx, att, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
-		return err
-	}
-	if err := g.releaseVM(ctx, marked, delegate.Env{Path: env.Path}, cniargs.Args{}); err != nil {
+	if err := g.releaseWithVM(ctx, att, marked, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
 	g.releasePodHandle(ctx, marked, env, ownJudgment)

@@ -112,13 +112,42 @@ func (g *Guard) allocationHandle(ctx context.Context, ips []string, check func(A
 	return handle, nil
 }
 
+// releaseWithVM releases att by container and, for marked, a VM's
+// record, releases it with the pod's identity too (releaseVM). The two
+// delegate DELs run at once: they release different handles (the
+// container's own; the VM's, which calico-ipam's VM branch never takes
+// from the container's), calico-ipam orders their writes under its
+// host-wide IPAM lock and Calico's own compare-and-swap, and each is
+// mostly one exec of calico-ipam, which a VM pod's DEL paid twice in a
+// row (issue 35). Both are waited for; the release by container's error
+// comes first, as when it ran first. A DEL that fails is retried whole,
+// and each release is as safe to repeat as it was alone.
+func (g *Guard) releaseWithVM(ctx context.Context, att record.Attachment, marked *record.Record, env delegate.Env, args cniargs.Args, prev []byte) error {
+	if !releasesVM(marked) {
+		return g.release(ctx, att, env, args, prev)
+	}
+	vm := make(chan error, 1)
+	go func() { vm <- g.releaseVM(ctx, marked, env, args) }()
+	err := g.release(ctx, att, env, args, prev)
+	if vmErr := <-vm; err == nil {
+		err = vmErr
+	}
+	return err
+}
+
+// releasesVM says whether rec is released with its pod's identity too:
+// a record under a VM's handle that names its pod.
+func releasesVM(rec *record.Record) bool {
+	return rec != nil && record.SharedHandle(rec.Network, rec.Handle) && rec.PodName != ""
+}
+
 // releaseVM runs the delegate DEL of a VM's record with the pod's
-// identity, after the release by container: calico-ipam clears this
+// identity, beside the release by container: calico-ipam clears this
 // pod's owner attributes (under its preconditions, so a late DEL of an
 // old pod leaves the VM's next pod alone) and frees the VM's addresses
 // once the VM is being deleted and no pod owns them.
 func (g *Guard) releaseVM(ctx context.Context, rec *record.Record, env delegate.Env, args cniargs.Args) error {
-	if rec == nil || !record.SharedHandle(rec.Network, rec.Handle) || rec.PodName == "" {
+	if !releasesVM(rec) {
 		return nil
 	}
 	args = args.With(cniargs.PodNamespace, rec.PodNamespace).With(cniargs.PodName, rec.PodName)

@@ -17,7 +17,7 @@ import (
 )
 
 // Runtime runs the CNI binary's verbs as a runtime calls them, through
-// skel: one method per verb.
+// skel: one method per verb, one verb per process.
 type Runtime struct {
 	// Trace, when SAFE_IPAM_TRACE is set, records when each phase ended
 	// for `make bench`.
@@ -68,7 +68,8 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 
 // run parses the config the runtime passed (with the node settings beside
 // the binary), logs where it says, opens the call under its
-// ipam.verbTimeout and runs verb on its Guard. A verb stopped by that
+// ipam.verbTimeout and runs verb on its Guard. It runs once per process:
+// what it opens, the process's exit closes. A verb stopped by that
 // deadline fails with code 11 (guard.PastDeadline).
 func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
 	ctx := logging.WithTrace(context.Background(), r.Trace)
@@ -88,7 +89,12 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 		log.Error("refused", "error", err)
 		return err
 	}
-	defer o.Close()
+	// o is not closed: the process ends once the verb returns, and the
+	// kernel closes its connections and files then. Every durable write
+	// is done by that time (etcd has acknowledged it, the file store has
+	// synced it) and the file store's locks last one operation each, so
+	// a close would only spend the runtime's time (the etcd client's is a
+	// graceful gRPC shutdown, about 0.1 ms; docs/performance.md).
 	r.Trace.Mark(logging.MarkOpened)
 	o.Guard.At = r.At
 	defer r.Trace.Mark(logging.MarkRan)

@@ -82,18 +82,25 @@ func TestOpenRefusesWhatIsNotItsLogFile(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("Open still blocks after 5s")
 			}
-			switch {
-			case tt.refused != "" && (err == nil || !strings.Contains(err.Error(), tt.refused) || !strings.Contains(err.Error(), path)):
-				t.Fatalf("Open = %v; want a refusal naming %s and %q", err, path, tt.refused)
-			case tt.refused == "" && err != nil:
-				t.Fatalf("Open: %v", err)
-			case err == nil:
-				_, werr := f.WriteString("line\n")
-				must(t, werr)
-				f.Close()
-			}
+			checkOpened(t, path, tt.refused, f, err)
 			check(t)
 		})
+	}
+}
+
+// checkOpened fails t unless Open refused with a message naming path and
+// refused, or, when refused is empty, opened a file that takes a line.
+func checkOpened(t *testing.T, path, refused string, f *os.File, err error) {
+	t.Helper()
+	switch {
+	case refused != "" && (err == nil || !strings.Contains(err.Error(), refused) || !strings.Contains(err.Error(), path)):
+		t.Fatalf("Open = %v; want a refusal naming %s and %q", err, path, refused)
+	case refused == "" && err != nil:
+		t.Fatalf("Open: %v", err)
+	case err == nil:
+		_, werr := f.WriteString("line\n")
+		must(t, werr)
+		f.Close()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"sync"
 	"time"
 )
 
@@ -16,8 +17,9 @@ const TraceEnv = "SAFE_IPAM_TRACE"
 // nanoseconds, so that they line up with the caller's clock.
 type Trace struct {
 	path  string
-	Marks []Mark `json:"marks"`
-	PID   int    `json:"pid"`
+	mu    *sync.Mutex // a VM pod's DEL runs two delegates at once
+	Marks []Mark      `json:"marks"`
+	PID   int         `json:"pid"`
 }
 
 // Mark is one phase boundary.
@@ -42,7 +44,7 @@ func NewTrace() *Trace {
 	if path == "" {
 		return nil
 	}
-	t := &Trace{path: path, PID: os.Getpid()}
+	t := &Trace{path: path, mu: &sync.Mutex{}, PID: os.Getpid()}
 	t.Mark(MarkMain)
 	return t
 }
@@ -50,6 +52,8 @@ func NewTrace() *Trace {
 // Mark records that a phase ended now. A nil Trace does nothing.
 func (t *Trace) Mark(name string) {
 	if t != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		t.Marks = append(t.Marks, Mark{Name: name, At: time.Now().UnixNano()})
 	}
 }
@@ -57,6 +61,8 @@ func (t *Trace) Mark(name string) {
 // Write appends the trace as one JSON line; tracing never fails a call.
 func (t *Trace) Write() {
 	if t != nil {
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		appendTrace(t.path, t)
 	}
 }

@@ -31,6 +31,22 @@ func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
 	}
 }
 
+// The release build (make build, make image, make bench) sets gRPC's
+// grpcnotrace tag, so that the CNI binary does not initialise request
+// tracing it never turns on: golang.org/x/net/trace and the html/template
+// it brings.
+func TestReleaseBuildLinksNoGRPCTracing(t *testing.T) {
+	out, err := exec.Command("go", "list", "-tags", "grpcnotrace", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if dep == "golang.org/x/net/trace" || dep == "html/template" {
+			t.Errorf("the release CNI build links %s", dep)
+		}
+	}
+}
+
 // safe-ipam (the CNI build) answers version itself and hands the other
 // admin commands to safe-ipam-admin beside it, with their exit codes.
 func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {

@@ -1,6 +1,7 @@
 // Package calicodata is the project's own Calico test data, written from
 // the facts of Calico's manifests and of the data a real calico-ipam wrote
-// (never copied from them): Calico's IPAM CRDs with loose schemas, the
+// (never copied from them): Calico's IPAM CRDs with loose schemas (and the
+// other CRDs kube-controllers needs), the
 // network config template and scheduling of calico-node, and samples of
 // the objects calico-ipam writes on the Kubernetes datastore. The files
 // live in this package's data/ directory, so every test finds them in any
@@ -24,6 +25,9 @@ const (
 	CRDs = "crds-ipam.yaml"
 	// KDDSamples are the objects calico-ipam writes there, step by step.
 	KDDSamples = "kdd-samples.json"
+	// KubeControllersCRDs are the other custom resource definitions
+	// Calico's kube-controllers needs on the Kubernetes datastore.
+	KubeControllersCRDs = "crds-kube-controllers.yaml"
 )
 
 // Path is the file name of data/, in this package's source directory.
