@@ -44,58 +44,64 @@ func newThreeNodes(t *testing.T, legacy bool) *cluster {
 // safe-ipam: never, across A's garbage collection's DELs of the old
 // sandbox too, and nothing is left once the pods are gone.
 func TestPartitionAndReturn(t *testing.T) {
+	controlAndSafe(t, func(t *testing.T, safe bool) {
+		ctx := testContext(t, 8*time.Minute)
+		c := newThreeNodes(t, true)
+		a, b := c.nodes[0], c.nodes[1]
+		c.legacyWeb0(ctx, safe)
+		c.createWebOn(ctx, onNodes(podSpec(true), a.Name, b.Name))
+		old := c.pod(ctx, "web-0")
+		if old.Spec.NodeName != a.Name {
+			t.Fatalf("web-0 runs on %s, want %s (preferred)", old.Spec.NodeName, a.Name)
+		}
+		w := c.watch(ctx, "default")
+		start := time.Now()
+		a.StopKubelet()
+		if err := a.WaitUnreachable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s unreachable %s after its kubelet stopped", a.Name, time.Since(start).Round(time.Second))
+		c.forceDeleteWeb0(ctx)
+		web0 := c.pod(ctx, "web-0")
+		if web0.Spec.NodeName != b.Name {
+			t.Fatalf("the new web-0 runs on %s, want %s", web0.Spec.NodeName, b.Name)
+		}
+		if err := a.StartKubelet(ctx); err != nil {
+			t.Fatal(err)
+		}
+		c.waitTornDown(a, old.UID, 0)
+		t.Logf("%s's kubelet tore the old web-0 sandbox down %s after it stopped", a.Name, time.Since(start).Round(time.Second))
+		// Handed on: B's block hands the freed address out after its
+		// other free ones.
+		for i := 1; i <= testbed.BlockAddrs && c.refused(ctx) == ""; i++ {
+			filler := fmt.Sprintf("filler-%d", i)
+			if _, err := c.kube.CoreV1().Pods("default").Create(ctx, podOn(filler, b.Name), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			c.waitStarted(ctx, filler, time.Minute)
+		}
+		if !safe {
+			c.requireHandedOn(w, web0)
+			return
+		}
+		// The kubelet's garbage collection DELs the old sandbox again
+		// within its minute.
+		c.waitTornDown(a, old.UID, 1)
+		w.stop()
+		c.requireHealthy(ctx, w)
+		if err := c.kube.AppsV1().StatefulSets("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.releaseAll(ctx)
+	})
+}
+
+// controlAndSafe runs f as two subtests: the control (Calico alone), then
+// with safe-ipam.
+func controlAndSafe(t *testing.T, f func(t *testing.T, safe bool)) {
 	for _, safe := range []bool{false, true} {
 		name := map[bool]string{false: "calico alone", true: "safe-ipam"}[safe]
-		t.Run(name, func(t *testing.T) {
-			ctx := testContext(t, 8*time.Minute)
-			c := newThreeNodes(t, true)
-			a, b := c.nodes[0], c.nodes[1]
-			c.legacyWeb0(ctx, safe)
-			c.createWebOn(ctx, onNodes(podSpec(true), a.Name, b.Name))
-			old := c.pod(ctx, "web-0")
-			if old.Spec.NodeName != a.Name {
-				t.Fatalf("web-0 runs on %s, want %s (preferred)", old.Spec.NodeName, a.Name)
-			}
-			w := c.watch(ctx, "default")
-			start := time.Now()
-			a.StopKubelet()
-			if err := a.WaitUnreachable(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("%s unreachable %s after its kubelet stopped", a.Name, time.Since(start).Round(time.Second))
-			c.forceDeleteWeb0(ctx)
-			web0 := c.pod(ctx, "web-0")
-			if web0.Spec.NodeName != b.Name {
-				t.Fatalf("the new web-0 runs on %s, want %s", web0.Spec.NodeName, b.Name)
-			}
-			if err := a.StartKubelet(ctx); err != nil {
-				t.Fatal(err)
-			}
-			c.waitTornDown(a, old.UID, 0)
-			t.Logf("%s's kubelet tore the old web-0 sandbox down %s after it stopped", a.Name, time.Since(start).Round(time.Second))
-			// Handed on: B's block hands the freed address out after its
-			// other free ones.
-			for i := 1; i <= testbed.BlockAddrs && c.refused(ctx) == ""; i++ {
-				filler := fmt.Sprintf("filler-%d", i)
-				if _, err := c.kube.CoreV1().Pods("default").Create(ctx, podOn(filler, b.Name), metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				c.waitStarted(ctx, filler, time.Minute)
-			}
-			if !safe {
-				c.requireHandedOn(w, web0)
-				return
-			}
-			// The kubelet's garbage collection DELs the old sandbox again
-			// within its minute.
-			c.waitTornDown(a, old.UID, 1)
-			w.stop()
-			c.requireHealthy(ctx, w)
-			if err := c.kube.AppsV1().StatefulSets("default").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			c.releaseAll(ctx)
-		})
+		t.Run(name, func(t *testing.T) { f(t, safe) })
 	}
 }
 
