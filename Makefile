@@ -42,9 +42,10 @@ tools:
 
 # Everything: lint, unit tests, fuzz seed corpora, and the e2e suite
 # (root and `ip netns` needed; with CI=true e2e fails instead of skipping).
-# The one-node cluster suite (e2e/cluster) is one of the packages.
+# The cluster suite (e2e/cluster: one-node and three-node scenarios) is
+# one of the packages, and the longest (about 16 minutes on 2 cores).
 test: lint kube-binaries
-	$(GO) test -count=1 -timeout 20m $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 
 # Everything but what needs root: the e2e suites and the chaos suite.
 unit: kube-binaries
@@ -60,21 +61,24 @@ e2e-runtime:
 	$(GO) test -count=1 -timeout 20m -v ./e2e/runtime/...
 
 # The real Kubernetes commands the tests start (kube-apiserver; kubelet,
-# kube-controller-manager and kube-scheduler for the one-node cluster),
+# kube-controller-manager and kube-scheduler for the clusters),
 # built once per version into a cache outside the tree: 5 to 12 minutes
 # cold on 2 cores, then seconds. See scripts/kube-apiserver.sh.
 kube-binaries:
 	@for c in kube-apiserver kubelet kube-controller-manager kube-scheduler; do \
 	  bash scripts/kube-apiserver.sh $$c >/dev/null || exit 1; done
 
-# safe-ipam on a real one-node Kubernetes (root): the kubelet, containerd
-# and the control plane in private namespaces, Calico's layout on the node,
-# safe-ipam deployed by deploy/safe-ipam.yaml from the image built here.
-# RUN=<regexp> runs some scenarios alone (RUN=TestMissingDEL);
-# CALICO_CNI=/path/to/calico runs them with Calico's real binary.
+# safe-ipam on real Kubernetes clusters (root) of one node and of three:
+# each node's kubelet and containerd, and the control plane, in private
+# namespaces, Calico's layout on every node, safe-ipam deployed by
+# deploy/safe-ipam.yaml from the image built here. RUN=<regexp> runs some
+# scenarios alone (RUN=TestMissingDEL, RUN=TestPartitionAndReturn);
+# CALICO_CNI=/path/to/calico runs them with Calico's real binary, and
+# CALICO_KUBE_CONTROLLERS=/path/to/kube-controllers with Calico's real
+# kube-controllers as the outside releaser.
 RUN ?= .
 e2e-cluster: kube-binaries
-	$(GO) test -count=1 -timeout 20m -v -run '$(RUN)' ./e2e/harness/kubenode/ ./e2e/cluster/
+	$(GO) test -count=1 -timeout 30m -v -run '$(RUN)' ./e2e/harness/kubenode/ ./e2e/cluster/
 
 # The tests against a real kube-apiserver (named TestKube*, TestKDD*,
 # TestPodsSource*): the harness, pods as liveness, Calico's Kubernetes

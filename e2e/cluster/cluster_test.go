@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,11 +39,13 @@ const (
 	criEndpoint = "unix:///run/containerd/containerd.sock"
 )
 
-// cluster is one test's node with Calico installed on it.
+// cluster is one test's cluster with Calico installed on its nodes.
 type cluster struct {
-	t    *testing.T
-	node *kubenode.Node
-	kube kubernetes.Interface
+	t *testing.T
+	// node is the first node: the one-node suite's only one.
+	node  *kubenode.Node
+	nodes []*kubenode.Node
+	kube  kubernetes.Interface
 	// calico reads and seeds Calico's data in the API server's etcd.
 	calico *testbed.Cluster
 	// legacy makes the simulator key by pod name, as Calico 2.x did.
@@ -50,53 +53,75 @@ type cluster struct {
 	// rekeyWeb0 moves each web-0's allocation to its pod-name handle once
 	// it runs: Calico 2.x keying, with a real (3.x) calico-ipam.
 	rekeyWeb0 bool
+	// calicoNames are nodes' Calico names where they are not their
+	// Kubernetes names: a stale identity (Calico issue 12257).
+	calicoNames map[string]string
+	// dead are the nodes the test killed: their pods run no more, whatever
+	// the API server says until the pod GC deletes them.
+	mu   sync.Mutex
+	dead map[string]bool
+	// gcEvery, when set, replaces the gc container's --every (5m in the
+	// manifest) and --dead-node-grace (4m) with it and twice it, as an
+	// operator edits the DaemonSet: the tests cannot wait minutes.
+	gcEvery time.Duration
 }
 
-// newCluster starts a node, seeds Calico's data, installs Calico on the
-// node as calico-node's installer does, and waits for the node to be
-// Ready.
+// newCluster starts a one-node cluster, as newClusterOf does.
 func newCluster(t *testing.T, legacy bool) *cluster {
 	t.Helper()
+	return newClusterOf(t, legacy, []string{nodeName}, 0)
+}
+
+// newClusterOf starts a cluster of the named nodes (grace: the
+// controller-manager's node monitor grace period, 0 its 3 minutes), seeds
+// Calico's data, installs Calico on every node as calico-node's installer
+// does, and waits for the nodes to be Ready.
+func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration) *cluster {
+	t.Helper()
 	testbed.RequireHost(t, prepared.unsuitable)
-	ctx := testContext(t, 3*time.Minute)
+	ctx := testContext(t, time.Duration(2+len(names))*time.Minute)
 	var env []string
 	if legacy && !prepared.realCalico {
 		env = append(env, "CALICO_SIM_HANDLES=legacy")
 	}
-	n := kubenode.Start(t, kubenode.Options{Name: nodeName, Pause: prepared.pause, SandboxImage: kubenode.PauseImage,
-		Images: prepared.images, Env: env})
-	c := &cluster{t: t, node: n, kube: n.API.Client(), legacy: legacy,
-		calico: &testbed.Cluster{Etcd: n.API.Etcd().Client(), EtcdEndpoint: n.EtcdEndpoint(), Dir: t.TempDir()}}
-	if err := c.calico.Seed(ctx, nodeName); err != nil {
+	kc := kubenode.StartCluster(t, kubenode.ClusterOptions{Names: names, NodeMonitorGracePeriod: grace,
+		Node: kubenode.Options{Pause: prepared.pause, SandboxImage: kubenode.PauseImage, Images: prepared.images, Env: env}})
+	n := kc.Nodes[0]
+	c := &cluster{t: t, node: n, nodes: kc.Nodes, kube: kc.API.Client(), legacy: legacy,
+		calico: &testbed.Cluster{Etcd: kc.API.Etcd().Client(), EtcdEndpoint: n.EtcdEndpoint(), Dir: t.TempDir()}}
+	if err := c.calico.Seed(ctx, names...); err != nil {
 		t.Fatal(err)
 	}
 	if err := seedClusterInformation(ctx, c.calico); err != nil {
 		t.Fatal(err)
 	}
-	c.installCalico()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatalf("node %s not Ready: %v", nodeName, err)
+	for _, n := range c.nodes {
+		c.installCalico(n)
+	}
+	if err := kc.WaitReady(ctx); err != nil {
+		t.Fatalf("nodes not Ready: %v", err)
 	}
 	t.Cleanup(c.dumpOnFailure)
 	return c
 }
 
-// installCalico does what calico-node does on the node before any pod
+// installCalico does what calico-node does on a node before any pod
 // starts: the node name file, Calico's kubeconfig, the plugins, and the
-// multi-call binary with its conflist (calicoNodeStart).
-func (c *cluster) installCalico() {
+// multi-call binary with its conflist (calicoNodeStart), under the node's
+// Calico name.
+func (c *cluster) installCalico(n *kubenode.Node) {
 	t := c.t
 	t.Helper()
-	kubeconfig, err := os.ReadFile(c.node.API.Kubeconfig)
+	kubeconfig, err := os.ReadFile(n.API.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{
-		"/var/lib/calico/nodename":     []byte(nodeName),
+		"/var/lib/calico/nodename":     []byte(c.calicoName(n)),
 		confDir + "/calico-kubeconfig": kubeconfig,
 	}
 	for path, data := range files {
-		if err := os.WriteFile(c.node.Path(path), data, 0o600); err != nil {
+		if err := os.WriteFile(n.Path(path), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -105,33 +130,42 @@ func (c *cluster) installCalico() {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(c.node.Path(filepath.Join(binDir, filepath.Base(p))), data, 0o755); err != nil {
+		if err := os.WriteFile(n.Path(filepath.Join(binDir, filepath.Base(p))), data, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.calicoNodeStart()
+	c.calicoNodeStart(n)
 }
 
-// calicoNodeStart is one start of calico-node's install-cni: calico and
-// calico-ipam copied from Calico's binary, 10-calico.conflist rendered
+// calicoNodeStart is one start of calico-node's install-cni on n: calico
+// and calico-ipam copied from Calico's binary, 10-calico.conflist rendered
 // from the manifest's template and written in place.
-func (c *cluster) calicoNodeStart() {
+func (c *cluster) calicoNodeStart(n *kubenode.Node) {
 	t := c.t
 	t.Helper()
 	tmpl, err := testbed.CalicoNetworkTemplate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	values := testbed.CalicoDefaults(c.node.EtcdEndpoint())
-	values["KUBERNETES_NODE_NAME"] = nodeName
+	values := testbed.CalicoDefaults(n.EtcdEndpoint())
+	values["KUBERNETES_NODE_NAME"] = c.calicoName(n)
 	conf, err := testbed.RenderCalicoNetwork(tmpl, values)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst := testbed.CalicoInstaller{Binary: prepared.calico, BinDir: c.node.Path(binDir), ConfDir: c.node.Path(confDir), Network: conf}
+	inst := testbed.CalicoInstaller{Binary: prepared.calico, BinDir: n.Path(binDir), ConfDir: n.Path(confDir), Network: conf}
 	if err := inst.Run(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// calicoName is n's name in Calico: its Kubernetes name unless
+// calicoNames says otherwise.
+func (c *cluster) calicoName(n *kubenode.Node) string {
+	if name, ok := c.calicoNames[n.Name]; ok {
+		return name
+	}
+	return n.Name
 }
 
 // installSafeIPAM applies deploy/safe-ipam.yaml and waits for its pod to be
@@ -149,6 +183,7 @@ func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 	for _, a := range installArgs {
 		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/initContainers/0/command/-","value":%q}`, a))
 	}
+	ops = append(ops, c.gcOps(ctx)...)
 	if len(ops) > 0 {
 		patch := []byte("[" + strings.Join(ops, ",") + "]")
 		if _, err := c.kube.AppsV1().DaemonSets("kube-system").Patch(ctx, "safe-ipam", types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -157,9 +192,38 @@ func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 	}
 	c.waitRollout(ctx, "safe-ipam")
 	c.t.Logf("safe-ipam's DaemonSet Ready %s after it was applied", time.Since(start).Round(100*time.Millisecond))
-	if code, out := c.admin(ctx, "doctor"); code != 0 {
-		c.t.Fatalf("the DaemonSet is Ready but doctor exits %d:\n%s", code, out)
+	for _, n := range c.nodes {
+		if code, out := c.adminOn(ctx, n, "doctor"); code != 0 {
+			c.t.Fatalf("the DaemonSet is Ready but doctor on %s exits %d:\n%s", n.Name, code, out)
+		}
 	}
+}
+
+// gcOps are the JSON patch operations that give the gc container gcEvery.
+func (c *cluster) gcOps(ctx context.Context) []string {
+	c.t.Helper()
+	if c.gcEvery == 0 {
+		return nil
+	}
+	ds, err := c.kube.AppsV1().DaemonSets("kube-system").Get(ctx, "safe-ipam", metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	want := map[string]string{"--every=": c.gcEvery.String(), "--dead-node-grace=": (2 * c.gcEvery).String()}
+	var ops []string
+	for i, ctr := range ds.Spec.Template.Spec.Containers {
+		for j, arg := range ctr.Command {
+			for flag, value := range want {
+				if ctr.Name == "gc" && strings.HasPrefix(arg, flag) {
+					ops = append(ops, fmt.Sprintf(`{"op":"replace","path":"/spec/template/spec/containers/%d/command/%d","value":%q}`, i, j, flag+value))
+				}
+			}
+		}
+	}
+	if len(ops) != len(want) {
+		c.t.Fatalf("the gc container has not both of %v: %v", want, ops)
+	}
+	return ops
 }
 
 // waitRollout waits until the DaemonSet's pods all run its latest
@@ -186,9 +250,15 @@ func (c *cluster) waitRollout(ctx context.Context, name string) {
 	}
 }
 
-// admin runs safe-ipam-admin inside the node with the node's dirs, as an
-// operator runs it there, and returns its exit code and output.
+// admin runs safe-ipam-admin on the first node, as adminOn does.
 func (c *cluster) admin(ctx context.Context, args ...string) (int, string) {
+	c.t.Helper()
+	return c.adminOn(ctx, c.node, args...)
+}
+
+// adminOn runs safe-ipam-admin inside node n with the node's dirs, as an
+// operator runs it there, and returns its exit code and output.
+func (c *cluster) adminOn(ctx context.Context, n *kubenode.Node, args ...string) (int, string) {
 	c.t.Helper()
 	args = append(args, "--cni-bin-dir="+binDir)
 	switch args[0] {
@@ -197,7 +267,7 @@ func (c *cluster) admin(ctx context.Context, args ...string) (int, string) {
 	case "audit":
 		args = append(args, "--conf="+conflist, "--cri-endpoint="+criEndpoint)
 	}
-	cmd := c.node.Holder.Command(ctx, append([]string{prepared.admin}, args...)...)
+	cmd := n.Holder.Command(ctx, append([]string{prepared.admin}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -258,40 +328,64 @@ func (c *cluster) runningPods(ctx context.Context, namespace string) ([]corev1.P
 		return nil, err
 	}
 	var out []corev1.Pod
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && !p.Spec.HostNetwork &&
+			!c.dead[p.Spec.NodeName] {
 			out = append(out, p)
 		}
 	}
 	return out, nil
 }
 
-// violations are what is wrong now with the running pods of namespace:
-// an address Calico holds for nobody (free, so it can be handed out
-// again), or two pods with one address. Safe to call from any goroutine.
+// violations are what is wrong now with the running pods of namespace,
+// on every node, by the two authorities: each pod's status.podIPs in the
+// API server, and Calico's blocks and handles in etcd. Wrong is an
+// address Calico holds for nobody (free, so it can be handed out again),
+// held by a handle with no handle document, or two pods with one address.
+// Safe to call from any goroutine.
 func (c *cluster) violations(ctx context.Context, namespace string) ([]string, error) {
 	pods, err := c.runningPods(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	// Pods first: a pod listed as running had its address before this read.
-	allocs, err := c.readAllocations(ctx)
+	snap, err := c.calico.Calico(ctx)
 	if err != nil {
 		return nil, err
 	}
 	holder := map[string]string{}
 	var out []string
 	for _, p := range pods {
-		ip := p.Status.PodIP
-		if other, ok := holder[ip]; ok {
-			out = append(out, fmt.Sprintf("%s and %s both run with %s", other, p.Name, ip))
-		}
-		holder[ip] = p.Name
-		if _, ok := allocs[netip.MustParseAddr(ip)]; !ok {
-			out = append(out, fmt.Sprintf("%s (uid %s) runs with %s, which is free in Calico's data", p.Name, p.UID, ip))
+		for _, pip := range p.Status.PodIPs {
+			ip := pip.IP
+			if other, ok := holder[ip]; ok {
+				out = append(out, fmt.Sprintf("%s and %s both run with %s", other, p.Name, ip))
+			}
+			holder[ip] = p.Name
+			a, ok := snap.Lookup(netip.MustParseAddr(ip))
+			switch {
+			case !ok:
+				out = append(out, fmt.Sprintf("%s (uid %s) runs with %s, which is free in Calico's data", p.Name, p.UID, ip))
+			case snap.HandleCount(a.Handle) == 0:
+				out = append(out, fmt.Sprintf("%s (uid %s) runs with %s, whose handle %s has no handle document", p.Name, p.UID, ip, a.Handle))
+			}
 		}
 	}
 	return out, nil
+}
+
+// kill kills node n for good (kubenode.Node.Kill), and counts its pods
+// out of the running ones.
+func (c *cluster) kill(n *kubenode.Node) {
+	c.mu.Lock()
+	if c.dead == nil {
+		c.dead = map[string]bool{}
+	}
+	c.dead[n.Name] = true
+	c.mu.Unlock()
+	n.Kill()
 }
 
 // sandboxFailures are the FailedCreatePodSandBox events of namespace: pod

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -38,7 +39,7 @@ func TestCalicoNodeRestarts(t *testing.T) {
 	var windows []time.Duration
 	for i := 1; i <= 3; i++ {
 		start := time.Now()
-		c.calicoNodeStart()
+		c.calicoNodeStart(c.node)
 		names := c.createPods(ctx, fmt.Sprintf("restart%d", i), 2)
 		windows = append(windows, c.waitTakenOver(ctx, start))
 		c.waitPodsStarted(ctx, names)
@@ -60,10 +61,7 @@ func TestDaemonSetUpgrade(t *testing.T) {
 	c.createDeployment(ctx, "churn", 3)
 	w := c.watch(ctx, "default")
 	stop := c.churn(ctx, "app=churn")
-	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"initContainers":[{"name":"install","image":%q}],"containers":[{"name":"watch","image":%[1]q},{"name":"gc","image":%[1]q}]}}}}`, upgradeImage)
-	if _, err := c.kube.AppsV1().DaemonSets("kube-system").Patch(ctx, "safe-ipam", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.upgrade(ctx)
 	c.waitRollout(ctx, "safe-ipam")
 	// Churn a while longer under the new pod.
 	time.Sleep(5 * time.Second)
@@ -204,18 +202,7 @@ func TestUninstall(t *testing.T) {
 	c.installSafeIPAM(ctx)
 	names := c.createPods(ctx, "before", 2)
 	c.waitPodsStarted(ctx, names)
-	if err := c.node.API.Delete(manifest); err != nil {
-		t.Fatal(err)
-	}
-	c.waitNoPods(ctx, "kube-system", "k8s-app=safe-ipam")
-	if err := c.node.API.Apply(uninstallManifest); err != nil {
-		t.Fatal(err)
-	}
-	c.waitRollout(ctx, "safe-ipam-uninstall")
-	if err := c.node.API.Delete(uninstallManifest); err != nil {
-		t.Fatal(err)
-	}
-	c.waitNoPods(ctx, "kube-system", "k8s-app=safe-ipam-uninstall")
+	c.uninstall(ctx)
 	if after := c.cniFiles(); !maps.Equal(before, after) {
 		t.Errorf("the node's CNI dirs after uninstall:\n%v\nbefore install:\n%v", after, before)
 	}
@@ -234,6 +221,15 @@ func TestUninstall(t *testing.T) {
 		t.Errorf("pod starts refused: %v", f)
 	}
 	c.releaseAll(ctx)
+}
+
+// upgrade rolls safe-ipam's DaemonSet to the upgrade image tag.
+func (c *cluster) upgrade(ctx context.Context) {
+	c.t.Helper()
+	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"initContainers":[{"name":"install","image":%q}],"containers":[{"name":"watch","image":%[1]q},{"name":"gc","image":%[1]q}]}}}}`, upgradeImage)
+	if _, err := c.kube.AppsV1().DaemonSets("kube-system").Patch(ctx, "safe-ipam", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 // createPods creates n pods named prefix-1... and returns their names.
@@ -316,18 +312,21 @@ func (c *cluster) waitTakenOver(ctx context.Context, since time.Time) time.Durat
 	}
 }
 
-// cniFiles is every file of the node's CNI bin and conf dirs with its
-// SHA-256.
-func (c *cluster) cniFiles() map[string]string {
+// cniFiles is every file of the first node's CNI bin and conf dirs with
+// its SHA-256.
+func (c *cluster) cniFiles() map[string]string { return c.cniFilesOn(c.node) }
+
+// cniFilesOn is every file of n's CNI bin and conf dirs with its SHA-256.
+func (c *cluster) cniFilesOn(n *kubenode.Node) map[string]string {
 	out := map[string]string{}
 	for _, dir := range []string{binDir, confDir} {
-		entries, err := os.ReadDir(c.node.Path(dir))
+		entries, err := os.ReadDir(n.Path(dir))
 		if err != nil {
 			c.t.Fatal(err)
 		}
 		for _, e := range entries {
 			path := filepath.Join(dir, e.Name())
-			out[path] = fileSum(c.t, c.node.Path(path))
+			out[path] = fileSum(c.t, n.Path(path))
 		}
 	}
 	return out
@@ -349,6 +348,10 @@ func (c *cluster) createDeployment(ctx context.Context, name string, n int32) {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: appsv1.DeploymentSpec{Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(false)}}}
+	// Over every node, evenly (a no-op on one node).
+	d.Spec.Template.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1,
+		TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}
 	if _, err := c.kube.AppsV1().Deployments("default").Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -412,10 +415,16 @@ func (c *cluster) waitNoPods(ctx context.Context, namespace, selector string) {
 	}
 }
 
-// ctr runs containerd's own client against the node's containerd, in the
-// CRI plugin's namespace.
+// ctr runs containerd's own client against the first node's containerd,
+// as ctrOn does.
 func (c *cluster) ctr(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", c.node.CRISocket(), "-n", "k8s.io"}, args...)...)
+	return c.ctrOn(ctx, c.node, args...)
+}
+
+// ctrOn runs containerd's own client against n's containerd, in the CRI
+// plugin's namespace.
+func (c *cluster) ctrOn(ctx context.Context, n *kubenode.Node, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "ctr", append([]string{"--address", n.CRISocket(), "-n", "k8s.io"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

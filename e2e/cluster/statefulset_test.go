@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -43,18 +44,7 @@ func TestStatefulSetForceDelete(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := testContext(t, 6*time.Minute)
 			c := newCluster(t, true)
-			switch {
-			case safe && prepared.realCalico:
-				// Calico 3.x keys by container: the manifest as written.
-				c.installSafeIPAM(ctx)
-			case safe:
-				c.installSafeIPAM(ctx, "--delegate-handles=pod")
-			case prepared.realCalico:
-				// Calico 3.x keys ADD by container but still releases the
-				// pod-name handle on DEL: web-0 carries one, as the pods
-				// of a cluster upgraded from Calico 2.x do.
-				c.rekeyWeb0 = true
-			}
+			c.legacyWeb0(ctx, safe)
 			c.createWeb(ctx)
 			w := c.watch(ctx, "default")
 			lateDELs := false
@@ -114,15 +104,40 @@ func TestStatefulSetForceDelete(t *testing.T) {
 	}
 }
 
+// legacyWeb0 sets the cluster up for web-0's Calico 2.x pod-name handle:
+// with safe-ipam installed (safe), or Calico alone (the control).
+func (c *cluster) legacyWeb0(ctx context.Context, safe bool) {
+	c.t.Helper()
+	switch {
+	case safe && prepared.realCalico:
+		// Calico 3.x keys by container: the manifest as written.
+		c.installSafeIPAM(ctx)
+	case safe:
+		c.installSafeIPAM(ctx, "--delegate-handles=pod")
+	case prepared.realCalico:
+		// Calico 3.x keys ADD by container but still releases the
+		// pod-name handle on DEL: web-0 carries one, as the pods
+		// of a cluster upgraded from Calico 2.x do.
+		c.rekeyWeb0 = true
+	}
+}
+
 // createWeb creates the StatefulSet web (one replica) and waits for web-0.
 func (c *cluster) createWeb(ctx context.Context) {
+	c.t.Helper()
+	c.createWebOn(ctx, podSpec(true))
+}
+
+// createWebOn creates the StatefulSet web (one replica) of pods with spec
+// and waits for web-0.
+func (c *cluster) createWebOn(ctx context.Context, spec corev1.PodSpec) {
 	c.t.Helper()
 	one := int32(1)
 	labels := map[string]string{"app": "web"}
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
 		Spec: appsv1.StatefulSetSpec{Replicas: &one, ServiceName: "web",
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(true)}}}
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}
 	if _, err := c.kube.AppsV1().StatefulSets("default").Create(ctx, sts, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -158,7 +173,7 @@ func (c *cluster) rekey(ctx context.Context, name string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	out, err := c.ctr(ctx, "containers", "ls", "-q", fmt.Sprintf(`labels."io.kubernetes.pod.uid"==%s,labels."io.cri-containerd.kind"==sandbox`, p.UID))
+	out, err := c.ctrOn(ctx, c.nodeOf(p), "containers", "ls", "-q", fmt.Sprintf(`labels."io.kubernetes.pod.uid"==%s,labels."io.cri-containerd.kind"==sandbox`, p.UID))
 	if err != nil || len(strings.Fields(out)) != 1 {
 		c.t.Fatalf("the sandbox of %s (uid %s): %v: %q", name, p.UID, err, out)
 	}
@@ -210,42 +225,46 @@ var (
 // lateTeardowns counts the CNI DELs containerd ran for a web-0 sandbox
 // after its first (the kill): the kubelet's garbage collection's, which
 // come while a newer web-0 runs.
-func (c *cluster) lateTeardowns() int {
-	log, err := os.ReadFile(c.node.Containerd.LogPath())
+func (c *cluster) lateTeardowns() int { return c.teardowns(c.node, "")[1] }
+
+// teardowns counts the CNI DELs n's containerd ran for the web-0 sandboxes
+// (of the pod uid alone, unless ""): the first ones, and those after the
+// first.
+func (c *cluster) teardowns(n *kubenode.Node, uid types.UID) [2]int {
+	log, err := os.ReadFile(n.Containerd.LogPath())
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	web := map[string]bool{}
 	for _, m := range sandboxID.FindAllStringSubmatch(string(log), -1) {
-		web[m[2]] = true
+		web[m[2]] = uid == "" || m[1] == string(uid)
 	}
 	count := map[string]int{}
-	late := 0
+	var out [2]int
 	for _, m := range teardown.FindAllStringSubmatch(string(log), -1) {
 		if web[m[1]] {
 			count[m[1]]++
-			if count[m[1]] > 1 {
-				late++
-			}
+			out[min(count[m[1]]-1, 1)]++
 		}
 	}
-	return late
+	return out
 }
 
 // watcher checks the running pods against Calico's data every 200 ms
-// and keeps what it saw wrong.
+// and keeps what it saw wrong, each thing once, when it was first seen.
 type watcher struct {
 	c       *cluster
 	started time.Time
 	mu      sync.Mutex
 	found   []string
+	known   map[string]bool
 	done    chan struct{}
 	stopped sync.Once
 	wg      sync.WaitGroup
 }
 
 func (c *cluster) watch(ctx context.Context, namespace string) *watcher {
-	w := &watcher{c: c, started: time.Now(), done: make(chan struct{})}
+	w := &watcher{c: c, started: time.Now(), done: make(chan struct{}), known: map[string]bool{}}
 	c.t.Cleanup(w.stop)
 	w.wg.Add(1)
 	go func() {
@@ -267,7 +286,8 @@ func (c *cluster) watch(ctx context.Context, namespace string) *watcher {
 			}
 			w.mu.Lock()
 			for _, s := range v {
-				if len(w.found) < 20 {
+				if len(w.found) < 20 && !w.known[s] {
+					w.known[s] = true
 					w.found = append(w.found, fmt.Sprintf("%s: %s", time.Since(w.started).Round(time.Second), s))
 				}
 			}

@@ -15,7 +15,9 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
 
-func (n *Node) startControllerManager(ctx context.Context) error {
+// startControllerManager runs every controller, the node lifecycle
+// controller among them: a Node silent for grace turns NotReady.
+func (n *Node) startControllerManager(ctx context.Context, grace time.Duration) error {
 	bin, err := kubetest.Command("kube-controller-manager")
 	if err != nil {
 		return err
@@ -24,8 +26,7 @@ func (n *Node) startControllerManager(ctx context.Context) error {
 	return n.startProcess(ctx, "kube-controller-manager", bin,
 		"--kubeconfig="+kc, "--authentication-kubeconfig="+kc, "--authorization-kubeconfig="+kc,
 		"--controllers=*", "--leader-elect=false",
-		// A node starved by a loaded CI machine is not marked NotReady.
-		"--node-monitor-grace-period=3m",
+		"--node-monitor-grace-period="+grace.String(),
 		"--flex-volume-plugin-dir=/var/lib/kubelet/volumeplugins",
 		"--profiling=false")
 }
@@ -84,7 +85,7 @@ func (n *Node) startKubelet(ctx context.Context) error {
 	}
 	return n.startProcess(ctx, "kubelet", bin, "--config="+cfg, "--kubeconfig="+n.API.Kubeconfig,
 		"--root-dir=/var/lib/kubelet", "--cert-dir=/var/lib/kubelet/pki",
-		"--hostname-override="+n.Name, "--node-ip="+NodeIP, "--v=2")
+		"--hostname-override="+n.Name, "--node-ip="+n.IP, "--v=2")
 }
 
 // cgroupHierarchies are the v1 hierarchies the kubelet wants the node's

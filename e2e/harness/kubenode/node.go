@@ -1,11 +1,12 @@
-// Package kubenode runs a real one-node Kubernetes cluster for tests:
-// kube-apiserver (e2e/harness/kubetest, with its etcd) on a loopback port
-// of the host, and the node itself (containerd, kubelet,
-// kube-controller-manager, kube-scheduler) inside one private mount,
-// network and PID namespace with a cgroup root of its own. The node sees
-// the API server and etcd at the host's addresses through proxies, so
-// its components and the pods on its host network use the same URLs as
-// the test.
+// Package kubenode runs a real Kubernetes cluster for tests: kube-apiserver
+// (e2e/harness/kubetest, with its etcd) on a loopback port of the host;
+// kube-controller-manager and kube-scheduler inside a private mount,
+// network and PID namespace of their own (the control plane); and one or
+// more nodes (containerd and kubelet), each inside its own private
+// namespaces with a cgroup root and node address of its own. Every
+// namespace sees the API server and etcd at the host's addresses through
+// proxies, so the components and the pods on a node's host network use the
+// same URLs as the test.
 //
 // Inside, the node has private /var/lib and /var/log (directories of the
 // node's scratch dir), and /etc, /opt and /run overlaid, so
@@ -15,8 +16,8 @@
 // the cgroups; on failure the components' logs are kept and named in the
 // test log.
 //
-// Several nodes run side by side: each has its own namespaces, ports,
-// cgroup root and directories.
+// Several clusters run side by side: each node has its own namespaces,
+// ports, cgroup root and directories.
 package kubenode
 
 import (
@@ -30,13 +31,11 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 )
-
-// NodeIP is the node's address: a /32 on the loopback of its netns (the
-// kubelet refuses loopback addresses, and finds no default route).
-const NodeIP = "10.213.255.1"
 
 // Options say what a node is started with.
 type Options struct {
@@ -53,9 +52,12 @@ type Options struct {
 	Env []string
 }
 
-// Node is one running node and its control plane.
+// Node is one running node of a cluster, or its control plane.
 type Node struct {
 	Name string
+	// IP is the node's address: a /32 on the loopback of its netns (the
+	// kubelet refuses loopback addresses, and finds no default route).
+	IP string
 	// Dir is the node's scratch dir on the host.
 	Dir string
 	// API is the cluster's kube-apiserver; its etcd is API.Etcd().
@@ -67,57 +69,51 @@ type Node struct {
 	cgroupRoot string
 	procs      map[string]*process
 	proxies    []*containerd.EtcdProxy
+	// ownAPI is the API server the control plane started, and stops.
+	ownAPI *kubetest.Server
 }
 
-// Start starts a node and registers its teardown with t.
+// Start starts a one-node cluster and registers its teardown with t.
 func Start(t testing.TB, opt Options) *Node {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	n, err := start(ctx, opt)
-	if n != nil {
-		t.Cleanup(func() { n.close(t) })
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return StartCluster(t, ClusterOptions{Names: []string{opt.Name}, Node: opt}).Nodes[0]
 }
 
-func start(ctx context.Context, opt Options) (*Node, error) {
-	sweep()
+// step is one part of a node's start.
+type step struct {
+	what string
+	do   func(context.Context) error
+}
+
+// newNode makes a node's scratch dir and runs steps in it.
+func newNode(ctx context.Context, name, ip string, opt Options, steps func(*Node) []step) (*Node, error) {
 	// Short: containerd's socket path must fit a sockaddr_un.
 	dir, err := os.MkdirTemp(os.TempDir(), dirPrefix)
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{Name: opt.Name, Dir: dir, opt: opt, procs: map[string]*process{},
+	n := &Node{Name: name, IP: ip, Dir: dir, opt: opt, procs: map[string]*process{},
 		cgroupRoot: "/" + filepath.Base(dir)}
-	steps := []struct {
-		what string
-		do   func(context.Context) error
-	}{
-		{"kube-apiserver", n.startAPI},
-		{"namespaces", n.startHolder},
-		{"proxies", n.startProxies},
-		{"cgroups", n.makeCgroups},
-		{"containerd", n.startContainerd},
-		{"kube-controller-manager", n.startControllerManager},
-		{"kube-scheduler", n.startScheduler},
-		{"kubelet", n.startKubelet},
-	}
-	for _, s := range steps {
+	for _, s := range steps(n) {
 		if err := s.do(ctx); err != nil {
-			return n, fmt.Errorf("kubenode %s: %s: %w", opt.Name, s.what, err)
+			return n, fmt.Errorf("kubenode %s: %s: %w", name, s.what, err)
 		}
 	}
 	return n, nil
 }
 
-func (n *Node) startAPI(context.Context) error {
-	var err error
-	n.API, err = kubetest.New(filepath.Join(n.Dir, "api"))
-	return err
+// nodeSteps start a node of the cluster whose API server is api.
+func nodeSteps(api *kubetest.Server) func(*Node) []step {
+	return func(n *Node) []step {
+		n.API = api
+		return []step{
+			{"namespaces", n.startHolder},
+			{"proxies", n.startProxies},
+			{"cgroups", n.makeCgroups},
+			{"containerd", n.startContainerd},
+			{"kubelet", n.startKubelet},
+		}
+	}
 }
 
 // inside are the node's private directories: host dir under Dir, mounted
@@ -161,9 +157,10 @@ func (n *Node) startHolder(ctx context.Context) error {
 			"lowerdir=" + path + ",upperdir=" + upper + ",workdir=" + work, path})
 	}
 	cmds = append(cmds,
-		[]string{"mkdir", "-p", "/etc/cni/net.d", "/opt/cni/bin", "/run/containerd", "/var/lib/calico", "/run/calico"},
-		[]string{"ip", "addr", "add", NodeIP + "/32", "dev", "lo"},
-	)
+		[]string{"mkdir", "-p", "/etc/cni/net.d", "/opt/cni/bin", "/run/containerd", "/var/lib/calico", "/run/calico"})
+	if n.IP != "" {
+		cmds = append(cmds, []string{"ip", "addr", "add", n.IP + "/32", "dev", "lo"})
+	}
 	for _, args := range cmds {
 		if err := h.Run(ctx, args...); err != nil {
 			return err
@@ -268,6 +265,25 @@ func (n *Node) StopKubelet() { n.procs["kubelet"].stop() }
 // StartKubelet starts the kubelet again after StopKubelet.
 func (n *Node) StartKubelet(ctx context.Context) error { return n.startKubelet(ctx) }
 
+// Kill ends every process of the node at once (SIGKILL to its PID 1), as
+// when its machine is switched off: nothing is torn down, no CNI DEL runs.
+// Its Node object stays (see Delete); the rest goes at the test's end.
+func (n *Node) Kill() {
+	n.Holder.Stop()
+	for _, p := range n.procs {
+		<-p.done
+	}
+}
+
+// Delete deletes the node's Node object, as an operator or a cloud
+// provider does for a machine that is gone.
+func (n *Node) Delete(ctx context.Context) error {
+	if err := n.API.Client().CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("deleting Node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
 func (n *Node) close(t testing.TB) {
 	// Ours to clean up from here on, not another test binary's sweep.
 	_ = os.Remove(filepath.Join(n.Dir, holderFile))
@@ -285,8 +301,8 @@ func (n *Node) close(t testing.TB) {
 	for _, p := range n.proxies {
 		p.Close()
 	}
-	if n.API != nil {
-		n.API.Close()
+	if n.ownAPI != nil {
+		n.ownAPI.Close()
 	}
 	if err := removeCgroups(n.cgroupRoot); err != nil {
 		t.Errorf("kubenode %s: %v", n.Name, err)

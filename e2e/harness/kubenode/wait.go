@@ -3,6 +3,7 @@ package kubenode
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,25 @@ const PauseImage = "registry.k8s.io/pause:3.10"
 
 // WaitReady waits until the node is Ready and has no taints left.
 func (n *Node) WaitReady(ctx context.Context) error {
+	return n.waitNode(ctx, func(node *corev1.Node, ready corev1.ConditionStatus) bool {
+		return ready == corev1.ConditionTrue && len(node.Spec.Taints) == 0
+	})
+}
+
+// WaitUnreachable waits until the node lifecycle controller has found the
+// node silent: Ready Unknown, and tainted unreachable, so no new pod is
+// scheduled there.
+func (n *Node) WaitUnreachable(ctx context.Context) error {
+	return n.waitNode(ctx, func(node *corev1.Node, ready corev1.ConditionStatus) bool {
+		return ready == corev1.ConditionUnknown && slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool {
+			return t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoSchedule
+		})
+	})
+}
+
+// waitNode polls the node's Node until done says so of it and of its
+// Ready condition's status.
+func (n *Node) waitNode(ctx context.Context, done func(*corev1.Node, corev1.ConditionStatus) bool) error {
 	return poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		node, err := n.API.Client().CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -27,7 +47,7 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue && len(node.Spec.Taints) == 0, nil
+				return done(node, c.Status), nil
 			}
 		}
 		return false, nil

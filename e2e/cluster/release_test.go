@@ -1,0 +1,365 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/releaser"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+)
+
+// leakGrace is the outside releaser's leak grace period (15 minutes in
+// Calico), shortened for the tests.
+const leakGrace = 10 * time.Second
+
+// Scenario 2 of issue 34, node death: node C stops for good and its Node
+// is deleted. Calico's pool is four blocks: A's, B's, C's, and one a host
+// outside Kubernetes holds. The outside releaser (Calico's kube-controllers) frees C's
+// addresses once the pod GC has deleted its pods, and deletes Calico's
+// Node; safe-ipam's dead-node collection, in the elected gc, releases C's
+// records within its stated period (a sweep to find the node gone, one
+// --dead-node-grace later to release, and the lease and a period more when
+// C's gc led). Then pods on A are handed C's old addresses and start: no
+// refused start, no address shared, nothing left once the pods are gone.
+// No control: Calico alone has no records to release.
+func TestNodeDeath(t *testing.T) {
+	ctx := testContext(t, 8*time.Minute)
+	c := newThreeNodes(t, false)
+	c.registerNodes(ctx)
+	c.gcEvery = 10 * time.Second
+	c.installSafeIPAM(ctx)
+	c.startReleaser(0)
+	a, dead := c.nodes[0], c.nodes[2]
+	c.fourBlocks(ctx)
+	for i, n := range c.nodes {
+		c.waitPodsStarted(ctx, c.createPodsOn(ctx, n, n.Name, 1+i/2))
+	}
+	outside := c.claimLastBlock(ctx)
+	doomed := c.addrsOn(ctx, dead.Name)
+	c.writeEndpoints(ctx, dead.Name)
+	leader := c.waitSweeper(ctx, "", time.Minute)
+	w := c.watch(ctx, "default")
+	c.kill(dead)
+	if err := dead.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	c.waitCalicoForgets(ctx, dead.Name, doomed)
+	freed := time.Now()
+	t.Logf("the releaser freed %s's addresses %v, its block and its Calico Node %s after its Node was deleted", dead.Name, doomed, freed.Sub(deleted).Round(time.Second))
+	bound := 2*c.gcEvery + 2*c.gcEvery + 5*time.Second // a sweep finds it gone, one --dead-node-grace later releases
+	if leader == dead.Name {
+		bound += (sweepTTL + 1) * c.gcEvery
+	}
+	c.waitNoKeysOf(ctx, dead.Name, bound)
+	t.Logf("safe-ipam's dead-node collection released %s's records %s after Calico forgot it (bound %s; %s led the sweeps)", dead.Name, time.Since(freed).Round(time.Second), bound, leader)
+	// A's block is full after this many, and the rest come from C's old
+	// block, the only free one.
+	names := c.createPodsOn(ctx, a, "after", testbed.BlockAddrs+len(doomed)-1)
+	c.waitPodsStarted(ctx, names)
+	handed := c.addrsOn(ctx, a.Name)
+	for _, ip := range doomed {
+		if !slices.Contains(handed, ip) {
+			t.Errorf("%s's old %s was not handed to a pod on %s: %v", dead.Name, ip, a.Name, handed)
+		}
+	}
+	w.stop()
+	c.requireHealthy(ctx, w)
+	if _, err := outside.ReleaseHandle(ctx, outsideHandle); err != nil {
+		t.Fatal(err)
+	}
+	c.releaseAll(ctx)
+}
+
+// outsideHandle holds the address of a host outside Kubernetes.
+const outsideHandle = "outside-host"
+
+// fourBlocks makes Calico's pool four blocks.
+func (c *cluster) fourBlocks(ctx context.Context) {
+	c.t.Helper()
+	if err := calicosim.SeedIPPool(ctx, c.calico.Etcd, testbed.PoolName, "10.244.0.0/27", testbed.BlockSize); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// claimLastBlock gives an address to a host outside Kubernetes (a Calico
+// Node with no orchRefs, which the releaser leaves alone), which claims
+// the four-block pool's last free block: a block freed later is then the
+// only one to claim, with Calico's pseudo-random choice as with the
+// simulator's lowest first. It returns that host's allocator.
+func (c *cluster) claimLastBlock(ctx context.Context) *calicosim.Allocator {
+	c.t.Helper()
+	if err := calicosim.SeedNode(ctx, c.calico.Etcd, "outside"); err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.calico.SeedLegacyHandle(ctx, "outside", outsideHandle); err != nil {
+		c.t.Fatal(err)
+	}
+	return &calicosim.Allocator{Client: c.calico.Etcd, Node: "outside"}
+}
+
+// Scenario 3 of issue 34, outside release across nodes: node A's Calico
+// node name is stale (B's, as on the re-imaged node of Calico issue 12257),
+// so its pod's allocation names node B; the releaser takes it for a
+// rescheduled pod's leak and frees it once its leak grace period has
+// passed, while the pod runs on A. Pods then start on B until Calico hands
+// B the address.
+//
+// Control (Calico alone): a running duplicate across nodes (no route
+// clash: they are different hosts). With safe-ipam's etcd store: the ADD
+// given the address is fenced (its only refused start), the duplicate
+// never runs, and the quarantine is released when A's pod goes; nothing
+// is left.
+func TestOutsideReleaseAcrossNodes(t *testing.T) {
+	controlAndSafe(t, func(t *testing.T, safe bool) {
+		ctx := testContext(t, 8*time.Minute)
+		c := newThreeNodes(t, false)
+		a, b := c.nodes[0], c.nodes[1]
+		c.calicoNames = map[string]string{a.Name: b.Name}
+		c.installCalico(a)
+		c.registerNodes(ctx)
+		if safe {
+			c.installSafeIPAM(ctx)
+		}
+		c.startReleaser(leakGrace)
+		c.waitPodsStarted(ctx, c.createPodsOn(ctx, a, "holder", 1))
+		held := c.addrsOn(ctx, a.Name)[0]
+		w := c.watch(ctx, "default")
+		start := time.Now()
+		c.waitCalicoForgets(ctx, "", []netip.Addr{held})
+		t.Logf("the releaser freed %s of %s's running pod %s after it started", held, a.Name, time.Since(start).Round(time.Second))
+		for i := 1; i <= 2*testbed.BlockAddrs && c.handedOn(ctx, w, held) == ""; i++ {
+			name := fmt.Sprintf("%s-%d", b.Name, i)
+			if _, err := c.kube.CoreV1().Pods("default").Create(ctx, podOn(name, b.Name), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			c.waitStarted(ctx, name, time.Minute)
+		}
+		handed := c.handedOn(ctx, w, held)
+		t.Logf("%s handed on: %s", held, handed)
+		duplicate := strings.Contains(handed, "both run with")
+		if !safe {
+			if !duplicate {
+				t.Fatalf("the control did not run a duplicate of %s across nodes: %q; seen %v", held, handed, w.seen())
+			}
+			return
+		}
+		if duplicate || handed == "" {
+			t.Fatalf("with safe-ipam, %s was not fenced: %q", held, handed)
+		}
+		// The fenced pod starts in its next sandbox, with another address.
+		fenced := strings.SplitN(handed, ":", 2)[0]
+		c.waitRunning(ctx, fenced)
+		if ip := c.pod(ctx, fenced).Status.PodIP; ip == held.String() {
+			t.Errorf("%s runs with %s, which %s holds", fenced, ip, a.Name)
+		}
+		w.stop()
+		c.requireOnlyFenced(ctx, w, held)
+		if err := c.kube.CoreV1().Pods("default").Delete(ctx, "holder-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.waitNoKeysOf(ctx, "quarantine", time.Minute)
+		c.releaseAll(ctx)
+	})
+}
+
+// writeEndpoints writes Calico's WorkloadEndpoint of each running pod on
+// node, as Calico's main plugin does on ADD (the simulator does not): the
+// releaser, deleting a node's Calico Node, frees the addresses its
+// endpoints name, and its blocks with them once they are empty, as
+// Calico's Nodes().Delete does.
+func (c *cluster) writeEndpoints(ctx context.Context, node string) {
+	c.t.Helper()
+	if prepared.realCalico {
+		return // Calico's own plugin wrote them
+	}
+	pods, err := c.runningPods(ctx, "default")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, p := range pods {
+		if p.Spec.NodeName != node {
+			continue
+		}
+		name := strings.ReplaceAll(node, "-", "--") + "-k8s-" + strings.ReplaceAll(p.Name, "-", "--") + "-eth0"
+		wep := fmt.Sprintf(`{"kind":"WorkloadEndpoint","apiVersion":"projectcalico.org/v3","metadata":{"name":%q,"namespace":%q},"spec":{"orchestrator":"k8s","node":%q,"pod":%q,"endpoint":"eth0","ipNetworks":[%q]}}`,
+			name, p.Namespace, node, p.Name, p.Status.PodIP+"/32")
+		if _, err := c.calico.Etcd.Put(ctx, "/calico/resources/v3/projectcalico.org/workloadendpoints/"+p.Namespace+"/"+name, wep); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// waitRunning waits until the pod runs with an address, whatever sandboxes
+// were refused first.
+func (c *cluster) waitRunning(ctx context.Context, name string) {
+	c.t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if p := c.pod(ctx, name); p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s does not run", name)
+		}
+	}
+}
+
+// handedOn is how the address was handed on, "" while it was not: a
+// running duplicate the checker saw, or a start safe-ipam fenced.
+func (c *cluster) handedOn(ctx context.Context, w *watcher, ip netip.Addr) string {
+	for _, s := range w.seen() {
+		if strings.Contains(s, "both run with "+ip.String()) {
+			return s
+		}
+	}
+	for _, f := range c.sandboxFailures(ctx, "default") {
+		if strings.Contains(f, "gave "+ip.String()+"/") {
+			return f
+		}
+	}
+	return ""
+}
+
+// requireOnlyFenced fails the test on a duplicate the checker saw and on a
+// refused start other than the fence's for ip. That the running pod's ip
+// was free in Calico's data is the releaser's doing, which safe-ipam
+// cannot undo.
+func (c *cluster) requireOnlyFenced(ctx context.Context, w *watcher, ip netip.Addr) {
+	c.t.Helper()
+	for _, s := range w.seen() {
+		if !strings.Contains(s, " runs with "+ip.String()+", which is free") {
+			c.t.Errorf("while it ran: %s", s)
+		}
+	}
+	for _, f := range c.sandboxFailures(ctx, "default") {
+		if !strings.Contains(f, "gave "+ip.String()+"/") {
+			c.t.Errorf("a refused start the fence did not make: %s", f)
+		}
+	}
+}
+
+// registerNodes writes Calico's Nodes as calico-node registers them on
+// Kubernetes nodes (spec.orchRefs naming the Kubernetes node), which is
+// how kube-controllers maps Calico's nodes to Kubernetes'.
+func (c *cluster) registerNodes(ctx context.Context) {
+	c.t.Helper()
+	for _, n := range c.nodes {
+		if err := releaser.SeedNode(ctx, c.calico.Etcd, n.Name, n.Name); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+// startReleaser starts the outside releaser (the simulator, or
+// $CALICO_KUBE_CONTROLLERS) on the cluster's etcd datastore.
+func (c *cluster) startReleaser(grace time.Duration) {
+	c.t.Helper()
+	releaser.Start(c.t, releaser.Options{Kubeconfig: c.node.API.Kubeconfig, Datastore: releaser.Etcd,
+		EtcdEndpoints: []string{c.node.EtcdEndpoint()}, LeakGrace: grace, Dir: c.t.TempDir()})
+}
+
+// createPodsOn creates n pods named prefix-1... bound to node, and
+// returns their names.
+func (c *cluster) createPodsOn(ctx context.Context, node *kubenode.Node, prefix string, n int) []string {
+	c.t.Helper()
+	var names []string
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if _, err := c.kube.CoreV1().Pods("default").Create(ctx, podOn(name, node.Name), metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// addrsOn are the addresses of the running pods on the node.
+func (c *cluster) addrsOn(ctx context.Context, node string) []netip.Addr {
+	c.t.Helper()
+	pods, err := c.runningPods(ctx, "default")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []netip.Addr
+	for _, p := range pods {
+		if p.Spec.NodeName == node {
+			out = append(out, netip.MustParseAddr(p.Status.PodIP))
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// waitCalicoForgets waits until Calico's data holds none of addrs and, if
+// node is not "", no block affine to the node and no Calico Node of it.
+func (c *cluster) waitCalicoForgets(ctx context.Context, node string, addrs []netip.Addr) {
+	c.t.Helper()
+	var last string
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		snap, err := c.calico.Calico(ctx)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		last = ""
+		for _, ip := range addrs {
+			if a, ok := snap.Lookup(ip); ok {
+				last += fmt.Sprintf(" %s held by %s;", ip, a.Handle)
+			}
+		}
+		for _, b := range snap.Blocks {
+			if owner, ok := b.Block.AffinityNode(); ok && node != "" && owner == node {
+				last += fmt.Sprintf(" block %s affine to %s;", b.Block.CIDR, node)
+			}
+		}
+		if node != "" && c.calicoNodeExists(ctx, node) {
+			last += " Calico Node " + node + ";"
+		}
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("Calico's data still has:%s", last)
+		}
+	}
+}
+
+// calicoNodeExists says whether Calico's Node name is in etcd.
+func (c *cluster) calicoNodeExists(ctx context.Context, name string) bool {
+	c.t.Helper()
+	resp, err := c.calico.Etcd.Get(ctx, "/calico/resources/v3/projectcalico.org/nodes/"+name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return len(resp.Kvs) > 0
+}
+
+// waitNoKeysOf waits up to d until no key of safe-ipam's in etcd, the
+// sweeps' own aside, has the path segment part (a node's name, or
+// "quarantine") in it or in its value (the address index names records).
+func (c *cluster) waitNoKeysOf(ctx context.Context, part string, d time.Duration) {
+	c.t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(500 * time.Millisecond) {
+		var left []string
+		for k, v := range c.safeIPAMData(ctx) {
+			if (strings.Contains(k+"/", "/"+part+"/") || strings.Contains(v, "/"+part+"/")) && !strings.Contains(k, "/sweeps/") {
+				left = append(left, k)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("after %s, safe-ipam's keys of %s are still there: %v", d, part, left)
+		}
+	}
+}
