@@ -38,7 +38,7 @@ func dialEtcd(endpoints []string, prefix string, att attachment) (*etcdRecords, 
 	return &etcdRecords{cli: cli, key: prefix + "/floor/records/" + name, qk: prefix + "/floor/quarantined/" + name, prefix: prefix, att: att}, nil
 }
 
-func (e *etcdRecords) indexKey(ip string) string { return e.prefix + "/floor/addresses/" + ip }
+func (e *etcdRecords) indexKey(ip string) string { return e.prefix + "/floor/index/" + ip }
 
 func (e *etcdRecords) before(verb string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), etcdTimeout)
