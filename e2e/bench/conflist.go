@@ -21,10 +21,39 @@ const (
 
 var configs = []string{Alone, File, Etcd}
 
+// The design floor: e2e/cmd/ipam-floor in front of the same delegate, the
+// least an exec-per-call plugin with safe-ipam's two durable writes per
+// call can cost, with each store. Measured beside configs for latency and
+// churn.
+const (
+	FloorFile = "design floor + file writes"
+	FloorEtcd = "design floor + etcd writes"
+)
+
+var floorConfigs = []string{FloorFile, FloorEtcd}
+
+// floorOf is the design floor of a safe-ipam configuration.
+func floorOf(config string) string {
+	if config == Etcd {
+		return FloorEtcd
+	}
+	return FloorFile
+}
+
+// withFloors is configs and the design floors.
+func withFloors() []string { return append(append([]string(nil), configs...), floorConfigs...) }
+
 func (r *rig) plugin(config string) map[string]any {
 	calicoKeys := map[string]any{"datastore_type": "etcdv3", "etcd_endpoints": r.etcd.Endpoint(), "nodename": "node1", "log_level": "warning"}
 	p := map[string]any{"type": "calico-ipam", "ipam": map[string]any{"type": "calico-ipam"}}
-	if config != Alone {
+	switch config {
+	case FloorFile, FloorEtcd:
+		floor := map[string]any{"store": "file", "dir": filepath.Join(r.dir, "floor-records")}
+		if config == FloorEtcd {
+			floor = map[string]any{"store": "etcd", "endpoints": []string{r.etcd.Endpoint()}, "prefix": "/safe-ipam-floor/v1"}
+		}
+		p = map[string]any{"type": "ipam-floor", "delegate": "calico-ipam", "floor": floor, "ipam": map[string]any{"type": "calico-ipam"}}
+	case File, Etcd:
 		store := map[string]any{"type": "file", "dir": filepath.Join(r.dir, "records")}
 		if config == Etcd {
 			store = map[string]any{"type": "etcd", "endpoints": []string{r.etcd.Endpoint()}, "prefix": "/safe-ipam/v1"}
@@ -44,6 +73,10 @@ func confName(config string) string {
 		return "bench-file"
 	case Etcd:
 		return "bench-etcd"
+	case FloorFile:
+		return "bench-floor-file"
+	case FloorEtcd:
+		return "bench-floor-etcd"
 	}
 	return "bench-alone"
 }
@@ -52,7 +85,7 @@ func (r *rig) writeConflists() error {
 	if err := os.MkdirAll(r.confDir, 0o755); err != nil {
 		return err
 	}
-	for _, c := range configs {
+	for _, c := range withFloors() {
 		list := map[string]any{"cniVersion": "1.0.0", "name": confName(c), "plugins": []any{r.plugin(c)}}
 		data, err := json.Marshal(list)
 		if err != nil {

@@ -19,14 +19,15 @@ import (
 )
 
 // measureLatency runs ADD then DEL of fresh pods, rotating through the
-// configurations so that drift in the machine hits all three alike.
+// configurations and the design floors so that drift in the machine hits
+// all alike.
 func (r *rig) measureLatency(ctx context.Context, res *Results) error {
 	samples := map[string]map[string][]time.Duration{}
-	for _, c := range configs {
+	for _, c := range withFloors() {
 		samples[c] = map[string][]time.Duration{}
 	}
 	for i := 0; i < r.opts.Samples; i++ {
-		for _, c := range configs {
+		for _, c := range withFloors() {
 			list, err := r.conflist(c)
 			if err != nil {
 				return err
@@ -41,7 +42,7 @@ func (r *rig) measureLatency(ctx context.Context, res *Results) error {
 			}
 		}
 	}
-	for _, c := range configs {
+	for _, c := range withFloors() {
 		for _, op := range []string{"ADD", "DEL"} {
 			p50, p95, p99 := percentiles(samples[c][op])
 			res.Latency = append(res.Latency, Latency{Config: c, Op: op, P50: p50, P95: p95, P99: p99, N: len(samples[c][op])})
@@ -71,26 +72,28 @@ type ExecCost struct {
 	SafeIPAMVersionP50  float64 `json:"safeIpamVersionP50ms"`
 	HostLocalVersionP50 float64 `json:"hostLocalVersionP50ms"`
 	Ratio               float64 `json:"ratio"`
+	// FloorVersionP50 is the design floor's (e2e/cmd/ipam-floor): a
+	// minimal Go plugin that links the etcd client, as one CNI binary for
+	// both stores must.
+	FloorVersionP50 float64 `json:"floorVersionP50ms"`
 }
 
 func (r *rig) measureExec(ctx context.Context, res *Results) error {
-	var safe, hostLocal []time.Duration
+	bins := []string{"safe-ipam", "host-local", "ipam-floor"}
+	runs := map[string][]time.Duration{}
 	for i := 0; i < r.opts.VersionRuns; i++ {
-		for _, bin := range []string{"safe-ipam", "host-local"} {
+		for _, bin := range bins {
 			d, err := r.execVersion(ctx, bin)
 			if err != nil {
 				return err
 			}
-			if bin == "safe-ipam" {
-				safe = append(safe, d)
-			} else {
-				hostLocal = append(hostLocal, d)
-			}
+			runs[bin] = append(runs[bin], d)
 		}
 	}
-	s, _, _ := percentiles(safe)
-	h, _, _ := percentiles(hostLocal)
-	res.Exec = ExecCost{SafeIPAMVersionP50: s, HostLocalVersionP50: h, Ratio: s / h}
+	s, _, _ := percentiles(runs["safe-ipam"])
+	h, _, _ := percentiles(runs["host-local"])
+	f, _, _ := percentiles(runs["ipam-floor"])
+	res.Exec = ExecCost{SafeIPAMVersionP50: s, HostLocalVersionP50: h, Ratio: s / h, FloorVersionP50: f}
 	return nil
 }
 
@@ -187,10 +190,10 @@ type Churn struct {
 }
 
 // measureChurn: each worker recreates its StatefulSet pod (same name, new
-// container ID) over and over. The delegate alone churns too, so that
-// throughput is a ratio.
+// container ID) over and over. The delegate alone and the design floors
+// churn too, so that throughput is a ratio.
 func (r *rig) measureChurn(ctx context.Context, res *Results) error {
-	for _, c := range configs {
+	for _, c := range withFloors() {
 		for _, workers := range []int{1, 8, 32} {
 			ch, err := r.churn(ctx, c, workers)
 			if err != nil {

@@ -22,6 +22,7 @@ func (res *Results) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nexec: safe-ipam VERSION p50 %.2f ms, host-local VERSION p50 %.2f ms (x%.2f; target x%.2f)\n",
 		res.Exec.SafeIPAMVersionP50, res.Exec.HostLocalVersionP50, res.Exec.Ratio, targetExec)
 	res.writeAdded(w)
+	res.writeDesignFloor(w)
 	res.writeBreakdown(w)
 	rt := res.RoundTrips
 	fmt.Fprintf(w, "etcd round trips per op: calico-ipam alone ADD %.1f DEL %.1f; safe-ipam's own ADD %.1f DEL %.1f\n",
@@ -81,19 +82,7 @@ func (res *Results) addedPerFloor(config, op string) float64 {
 
 // churnVsAlone is config's lowest churn throughput over the delegate
 // alone's at the same number of workers.
-func (res *Results) churnVsAlone(config string) float64 {
-	lowest := 0.0
-	for _, c := range res.Churn {
-		alone := res.churn(Alone, c.Workers).OpsPerSec
-		if c.Config != config || alone == 0 {
-			continue
-		}
-		if r := c.OpsPerSec / alone; lowest == 0 || r < lowest {
-			lowest = r
-		}
-	}
-	return lowest
-}
+func (res *Results) churnVsAlone(config string) float64 { return res.churnVs(config, Alone) }
 
 func (res *Results) writeAdded(w io.Writer) {
 	floor := res.Exec.HostLocalVersionP50
