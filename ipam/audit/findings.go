@@ -85,17 +85,18 @@ type analysis struct {
 	opts      Options
 	networks  map[string]bool
 	byAddr    map[netip.Addr]*snapshot.Allocation
-	byHandle  map[string][]*snapshot.Allocation
-	recByAddr map[netip.Addr][]*record.Record
-	recByHdl  map[string][]*record.Record
+	byHandle  chains[string] // of allocations
+	recByAddr chains[netip.Addr]
+	recByHdl  chains[string]
 	findings  []Finding
 }
 
 // Analyze returns every finding, in a stable order.
 func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
+	nal, nrec := len(snap.Allocations), len(snap.Records)
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		byAddr: map[netip.Addr]*snapshot.Allocation{}, byHandle: map[string][]*snapshot.Allocation{},
-		recByAddr: map[netip.Addr][]*record.Record{}, recByHdl: map[string][]*record.Record{}}
+		byAddr: make(map[netip.Addr]*snapshot.Allocation, nal), byHandle: newChains[string](nal),
+		recByAddr: newChains[netip.Addr](nrec), recByHdl: newChains[string](nrec)}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
 	}
@@ -131,22 +132,54 @@ func (a *analysis) indexBlocks() {
 			continue
 		}
 		a.byAddr[al.Addr] = al
-		a.byHandle[al.Handle] = append(a.byHandle[al.Handle], al)
+		a.byHandle.add(al.Handle, i)
 	}
 }
 
+// allocsOf are the allocations of a byHandle chain.
+func (a *analysis) allocsOf(last int32) []*snapshot.Allocation {
+	items := a.byHandle.items(last)
+	out := make([]*snapshot.Allocation, len(items))
+	for i, n := range items {
+		out[i] = &a.snap.Allocations[n]
+	}
+	return out
+}
+
+// recordsOf are the records of a recByAddr or recByHdl chain.
+func (a *analysis) recordsOf(c *chains[string], last int32) []*record.Record {
+	return a.recordsAt(c.items(last))
+}
+
+func (a *analysis) recordsAt(items []int32) []*record.Record {
+	out := make([]*record.Record, len(items))
+	for i, n := range items {
+		out[i] = a.snap.Records[n]
+	}
+	return out
+}
+
+// recordsByHandle are the records that hold handle.
+func (a *analysis) recordsByHandle(handle string) []*record.Record {
+	last, ok := a.recByHdl.last[handle]
+	if !ok {
+		return nil
+	}
+	return a.recordsOf(&a.recByHdl, last)
+}
+
 func (a *analysis) indexRecords() {
-	for _, rec := range a.snap.Records {
+	for i, rec := range a.snap.Records {
 		a.networks[rec.Network] = true
 		for _, h := range ownedHandles(rec) {
-			a.recByHdl[h] = append(a.recByHdl[h], rec)
+			a.recByHdl.add(h, i)
 		}
 		if rec.State != record.Committed {
 			continue
 		}
 		for _, ip := range rec.IPs {
 			if p, err := netip.ParsePrefix(ip); err == nil {
-				a.recByAddr[p.Addr()] = append(a.recByAddr[p.Addr()], rec)
+				a.recByAddr.add(p.Addr(), i)
 			}
 		}
 	}
@@ -175,7 +208,8 @@ func recordNames(recs []*record.Record) []string {
 
 // checkRecords compares each committed record's addresses with Calico.
 func (a *analysis) checkRecords() {
-	for addr, recs := range a.recByAddr {
+	for addr, last := range a.recByAddr.last {
+		recs := a.recordsAt(a.recByAddr.items(last))
 		if len(recs) > 1 && !oneVM(recs) {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Records: recordNames(recs), Node: recs[0].Node,
 				Why: fmt.Sprintf("%d committed records hold the address", len(recs))})
@@ -192,9 +226,9 @@ func (a *analysis) checkRecords() {
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
 		case owns(rec, al.Handle):
 			// Held under a handle the record's DEL releases.
-		case len(a.recByHdl[al.Handle]) > 0:
+		case a.recByHdl.has(al.Handle):
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
-				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.Handle]...)),
+				Records: recordNames(append(slices.Clone(recs), a.recordsByHandle(al.Handle)...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
 		case a.runs(rec) && a.holderRuns(al):
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node, Records: recordNames(recs),
@@ -263,7 +297,7 @@ func (a *analysis) checkLiveAddresses() {
 	for _, att := range l.Attachments {
 		for _, ip := range att.IPs {
 			addr, ok := liveness.ParseAddr(ip) // runtimes give "10.0.0.1/26", CRI and the pods API "10.0.0.1"
-			if !ok || len(a.recByAddr[addr]) > 0 || a.byAddr[addr] != nil {
+			if !ok || a.recByAddr.has(addr) || a.byAddr[addr] != nil {
 				continue // recorded (checked above) or allocated
 			}
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Node: l.Node,
@@ -293,19 +327,20 @@ func (a *analysis) checkOrphans() {
 
 // checkHandles classifies every handle that holds addresses.
 func (a *analysis) checkHandles() {
-	for handle, allocs := range a.byHandle {
+	for handle, last := range a.byHandle.last {
+		allocs := a.allocsOf(last)
 		first := allocs[0]
 		if calicoOwned(handle, first) {
 			continue
 		}
-		if calico.IsVMHandle(handle) && len(a.recByHdl[handle]) == 0 {
+		if calico.IsVMHandle(handle) && !a.recByHdl.has(handle) {
 			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
 			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)
 			a.add(f)
 			continue
 		}
 		podName := a.isPodNameHandle(handle, first)
-		if !podName && len(a.recByHdl[handle]) > 0 {
+		if !podName && a.recByHdl.has(handle) {
 			continue // recorded: checked against the record
 		}
 		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
@@ -338,7 +373,7 @@ func (a *analysis) judgeVMHandle(allocs []*snapshot.Allocation) (kind Kind, why,
 func (a *analysis) vmPodMaybeRunning(allocs []*snapshot.Allocation) string {
 	l := a.opts.Liveness
 	for _, al := range allocs {
-		for _, owner := range []map[string]string{{"namespace": al.Namespace, "pod": al.Pod, "node": al.Node}, al.Alternate} {
+		for _, owner := range []map[string]string{{"namespace": al.Namespace, "pod": al.Pod, "node": al.Node}, al.Alternate()} {
 			if owner["pod"] == "" {
 				continue
 			}
@@ -454,7 +489,7 @@ func (a *analysis) containerOf(handle string) (string, bool) {
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,
 // null handles) belong to no container and are never judged.
 func calicoOwned(handle string, al *snapshot.Allocation) bool {
-	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
+	return handle == "" || al.Type() != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
 // The patterns compile on first use: the package is linked into the CNI
@@ -509,32 +544,48 @@ func addrList(allocs []*snapshot.Allocation) string {
 
 // checkHandleDocs compares handle documents with the blocks' counts.
 func (a *analysis) checkHandleDocs() {
-	counts := map[string]map[string]int{}
-	for handle, allocs := range a.byHandle {
-		c := map[string]int{}
-		for _, al := range allocs {
-			c[al.Block.String()]++
-		}
-		counts[handle] = c
-	}
-	for handle, c := range counts {
-		raw, ok := a.snap.Handles[handle]
-		if !ok {
-			if handle != "" {
-				a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c), Why: "blocks allocate addresses to a handle with no handle document"})
-			}
-			continue
-		}
-		var doc map[string]int
-		if err := json.Unmarshal(raw, &doc); err != nil || !SameCounts(doc, c) {
-			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
-				Why: fmt.Sprintf("handle document counts %s, blocks hold %v", raw, c)})
+	for handle, last := range a.byHandle.last {
+		allocs := a.allocsOf(last)
+		doc, ok := a.snap.Handle(handle)
+		switch {
+		case ok && a.oneBlockMatches(doc, allocs):
+		case !ok && handle != "":
+			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: len(allocs), Why: "blocks allocate addresses to a handle with no handle document"})
+		case ok:
+			a.compareCounts(handle, doc, allocs)
 		}
 	}
-	for handle, raw := range a.snap.Handles {
-		if _, ok := counts[handle]; !ok {
-			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", raw)})
+	for handle, doc := range a.snap.Handles() {
+		if _, ok := a.byHandle.last[handle]; !ok {
+			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", doc.Counts())})
 		}
+	}
+}
+
+// oneBlockMatches is the common case, told without building maps: the
+// document counts the one block that holds every address, and as many.
+func (a *analysis) oneBlockMatches(doc snapshot.HandleDoc, allocs []*snapshot.Allocation) bool {
+	block, n, ok := doc.Single()
+	if !ok || n != len(allocs) {
+		return false
+	}
+	for _, al := range allocs {
+		if al.Block != block {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *analysis) compareCounts(handle string, doc snapshot.HandleDoc, allocs []*snapshot.Allocation) {
+	c := map[string]int{}
+	for _, al := range allocs {
+		c[al.Block.String()]++
+	}
+	var counts map[string]int
+	if err := json.Unmarshal(doc.Counts(), &counts); err != nil || !SameCounts(counts, c) {
+		a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
+			Why: fmt.Sprintf("handle document counts %s, blocks hold %v", doc.Counts(), c)})
 	}
 }
 
