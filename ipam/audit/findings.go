@@ -81,22 +81,28 @@ type Options struct {
 
 // analysis holds the indexes one audit builds from a snapshot.
 type analysis struct {
-	snap      *snapshot.Snapshot
-	opts      Options
-	networks  map[string]bool
-	byAddr    map[netip.Addr]*snapshot.Allocation
-	byHandle  chains[string] // of allocations
-	recByAddr chains[netip.Addr]
-	recByHdl  chains[string]
-	findings  []Finding
+	snap     *snapshot.Snapshot
+	opts     Options
+	networks map[string]bool
+	// addrs numbers every address allocated or recorded; allocAt is the
+	// allocation of each, or -1.
+	addrs   map[netip.Addr]int32
+	allocAt []int32
+	// byHandle (allocations) and recByHdl (records) are by handle key,
+	// recByAddr (committed records) by address number.
+	byHandle, recByHdl, recByAddr chains
+	otherHandles                  map[string]int
+	otherIDs                      []string
+	findings                      []Finding
 }
 
 // Analyze returns every finding, in a stable order.
 func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
 	nal, nrec := len(snap.Allocations), len(snap.Records)
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		byAddr: make(map[netip.Addr]*snapshot.Allocation, nal), byHandle: newChains[string](nal),
-		recByAddr: newChains[netip.Addr](nrec), recByHdl: newChains[string](nrec)}
+		addrs: make(map[netip.Addr]int32, max(nal, nrec)), allocAt: make([]int32, 0, max(nal, nrec)),
+		byHandle: newChains(snap.HandleSlots(), nal), recByHdl: newChains(snap.HandleSlots(), nrec), recByAddr: newChains(0, nrec),
+		otherHandles: map[string]int{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
 	}
@@ -126,60 +132,33 @@ func (a *analysis) indexBlocks() {
 	}
 	for i := range a.snap.Allocations {
 		al := &a.snap.Allocations[i]
-		if prev, dup := a.byAddr[al.Addr]; dup {
+		if prev := a.allocation(al.Addr); prev != nil {
 			a.add(Finding{Kind: Inconsistent, Address: al.Addr.String(), Block: al.Block.String(), Handle: al.Handle,
 				Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.Block, al.Block)})
 			continue
 		}
-		a.byAddr[al.Addr] = al
-		a.byHandle.add(al.Handle, i)
+		k, _ := a.addrKey(al.Addr, true)
+		a.allocAt[k] = int32(i)
+		h, _ := a.handleKey(al.Handle, true)
+		a.byHandle.add(h, i)
 	}
-}
-
-// allocsOf are the allocations of a byHandle chain.
-func (a *analysis) allocsOf(last int32) []*snapshot.Allocation {
-	items := a.byHandle.items(last)
-	out := make([]*snapshot.Allocation, len(items))
-	for i, n := range items {
-		out[i] = &a.snap.Allocations[n]
-	}
-	return out
-}
-
-// recordsOf are the records of a recByAddr or recByHdl chain.
-func (a *analysis) recordsOf(c *chains[string], last int32) []*record.Record {
-	return a.recordsAt(c.items(last))
-}
-
-func (a *analysis) recordsAt(items []int32) []*record.Record {
-	out := make([]*record.Record, len(items))
-	for i, n := range items {
-		out[i] = a.snap.Records[n]
-	}
-	return out
-}
-
-// recordsByHandle are the records that hold handle.
-func (a *analysis) recordsByHandle(handle string) []*record.Record {
-	last, ok := a.recByHdl.last[handle]
-	if !ok {
-		return nil
-	}
-	return a.recordsOf(&a.recByHdl, last)
 }
 
 func (a *analysis) indexRecords() {
 	for i, rec := range a.snap.Records {
 		a.networks[rec.Network] = true
 		for _, h := range ownedHandles(rec) {
-			a.recByHdl.add(h, i)
+			if k, ok := a.handleKey(h, false); ok { // else no allocation holds it
+				a.recByHdl.add(k, i)
+			}
 		}
 		if rec.State != record.Committed {
 			continue
 		}
 		for _, ip := range rec.IPs {
 			if p, err := netip.ParsePrefix(ip); err == nil {
-				a.recByAddr.add(p.Addr(), i)
+				k, _ := a.addrKey(p.Addr(), true)
+				a.recByAddr.add(k, i)
 			}
 		}
 	}
@@ -208,15 +187,18 @@ func recordNames(recs []*record.Record) []string {
 
 // checkRecords compares each committed record's addresses with Calico.
 func (a *analysis) checkRecords() {
-	for addr, last := range a.recByAddr.last {
-		recs := a.recordsAt(a.recByAddr.items(last))
+	for addr, k := range a.addrs {
+		if !a.recByAddr.has(int(k)) {
+			continue
+		}
+		recs := a.recordsAt(a.recByAddr.items(int(k)))
 		if len(recs) > 1 && !oneVM(recs) {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Records: recordNames(recs), Node: recs[0].Node,
 				Why: fmt.Sprintf("%d committed records hold the address", len(recs))})
 			continue
 		}
 		rec := recs[0]
-		al := a.byAddr[addr]
+		al := a.allocation(addr)
 		switch {
 		case a.knownGone(rec):
 			// A stale record: its attachment is gone, so it guards no
@@ -226,7 +208,7 @@ func (a *analysis) checkRecords() {
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
 		case owns(rec, al.Handle):
 			// Held under a handle the record's DEL releases.
-		case a.recByHdl.has(al.Handle):
+		case a.recordHeld(al.Handle):
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
 				Records: recordNames(append(slices.Clone(recs), a.recordsByHandle(al.Handle)...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
@@ -297,7 +279,7 @@ func (a *analysis) checkLiveAddresses() {
 	for _, att := range l.Attachments {
 		for _, ip := range att.IPs {
 			addr, ok := liveness.ParseAddr(ip) // runtimes give "10.0.0.1/26", CRI and the pods API "10.0.0.1"
-			if !ok || a.recByAddr.has(addr) || a.byAddr[addr] != nil {
+			if k, known := a.addrKey(addr, false); !ok || known && (a.recByAddr.has(k) || a.allocAt[k] >= 0) {
 				continue // recorded (checked above) or allocated
 			}
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Node: l.Node,
@@ -327,20 +309,23 @@ func (a *analysis) checkOrphans() {
 
 // checkHandles classifies every handle that holds addresses.
 func (a *analysis) checkHandles() {
-	for handle, last := range a.byHandle.last {
-		allocs := a.allocsOf(last)
+	for k, e := range a.byHandle.last {
+		if e < 0 {
+			continue
+		}
+		handle, allocs := a.handleID(k), a.allocsOf(k)
 		first := allocs[0]
 		if calicoOwned(handle, first) {
 			continue
 		}
-		if calico.IsVMHandle(handle) && !a.recByHdl.has(handle) {
+		if calico.IsVMHandle(handle) && !a.recByHdl.has(k) {
 			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
 			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)
 			a.add(f)
 			continue
 		}
 		podName := a.isPodNameHandle(handle, first)
-		if !podName && a.recByHdl.has(handle) {
+		if !podName && a.recByHdl.has(k) {
 			continue // recorded: checked against the record
 		}
 		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
@@ -544,8 +529,11 @@ func addrList(allocs []*snapshot.Allocation) string {
 
 // checkHandleDocs compares handle documents with the blocks' counts.
 func (a *analysis) checkHandleDocs() {
-	for handle, last := range a.byHandle.last {
-		allocs := a.allocsOf(last)
+	for k, e := range a.byHandle.last {
+		if e < 0 {
+			continue
+		}
+		handle, allocs := a.handleID(k), a.allocsOf(k)
 		doc, ok := a.snap.Handle(handle)
 		switch {
 		case ok && a.oneBlockMatches(doc, allocs):
@@ -556,7 +544,7 @@ func (a *analysis) checkHandleDocs() {
 		}
 	}
 	for handle, doc := range a.snap.Handles() {
-		if _, ok := a.byHandle.last[handle]; !ok {
+		if k, ok := a.handleKey(handle, false); !ok || !a.byHandle.has(k) {
 			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", doc.Counts())})
 		}
 	}

@@ -182,3 +182,17 @@ func (s *Snapshot) HandleVersion(id string) datastore.Version {
 	}
 	return etcdVersion(s.handles.docs[i].version)
 }
+
+// HandleSlots is how many handles the snapshot names: its allocations'
+// and documents' handles are numbered 0 to HandleSlots()-1, so an index
+// by handle can be a slice.
+func (s *Snapshot) HandleSlots() int { return len(s.handles.docs) }
+
+// HandleSlot is id's number, if the snapshot names it.
+func (s *Snapshot) HandleSlot(id string) (int, bool) {
+	i, ok := s.handles.index[id]
+	return int(i), ok
+}
+
+// HandleID is the handle numbered slot.
+func (s *Snapshot) HandleID(slot int) string { return s.handles.docs[slot].id }

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,8 +43,11 @@ type Snapshot struct {
 
 	handles    handles
 	handleDocs int
-	names      map[string]string
-	byHandle   map[string]map[netip.Prefix]int
+	// chunks are the allocations as the scan reads them: appending to one
+	// slice copied it again and again, several times its final size.
+	chunks   [][]Allocation
+	names    map[string]string
+	byHandle map[string]map[netip.Prefix]int
 }
 
 // BlockSummary is one block: who claims it and what is wrong with its
@@ -107,16 +111,13 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	if err != nil {
 		return nil, err
 	}
+	s.Allocations, s.chunks = slices.Concat(s.chunks...), nil
 	s.Revision, s.ResourceVersion = p.Revision, p.ResourceVersion
 	if recs == nil {
 		return s, nil
 	}
-	if s.Records, err = recs.Load(ctx, network, p); err != nil {
+	if s.Records, err = recs.Load(ctx, network, p, s.share); err != nil {
 		return nil, err
-	}
-	for _, rec := range s.Records {
-		rec.Result = nil // the audit never replays; 100k results would dominate memory
-		s.share(rec)
 	}
 	s.RecordsNode = recs.Node()
 	s.names = nil
@@ -159,8 +160,18 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
 			al.Time = ts
 		}
-		s.Allocations = append(s.Allocations, al)
+		s.appendAllocation(al)
 	}
+}
+
+const chunkSize = 1 << 14
+
+func (s *Snapshot) appendAllocation(al Allocation) {
+	if n := len(s.chunks); n == 0 || len(s.chunks[n-1]) == chunkSize {
+		s.chunks = append(s.chunks, make([]Allocation, 0, chunkSize))
+	}
+	last := &s.chunks[len(s.chunks)-1]
+	*last = append(*last, al)
 }
 
 // name returns the stored copy of a node's or namespace's name: a few
@@ -177,6 +188,7 @@ func (s *Snapshot) name(n string) string {
 // handle the allocations', its container ID part of that handle, its
 // network, interface, node and namespace names the shared copies.
 func (s *Snapshot) share(rec *record.Record) {
+	rec.Result = nil // the audit never replays; 100k results would dominate memory
 	rec.Handle = s.handles.known(rec.Handle)
 	if id, ok := strings.CutPrefix(rec.Handle, rec.Network+"."); ok && id == rec.ContainerID {
 		rec.ContainerID = id
