@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime/debug"
 	"time"
 
@@ -84,12 +85,21 @@ type Examined struct {
 	Report *Report
 }
 
+// auditMemoryLimit is the soft memory limit of an audit or repair run.
+const auditMemoryLimit = 768 << 20
+
 // Run reads, judges and hands the result to act, within the command's
 // time limit; an error is exit 2.
 func (c *CLI) Run(act func(context.Context, *Examined) (int, error)) int {
-	// The snapshot is most of the heap and lives for the whole run; a
-	// lower GC target keeps the peak near it at a small CPU cost.
-	defer debug.SetGCPercent(debug.SetGCPercent(25))
+	// The snapshot is most of the heap and lives for the whole run, so
+	// every collection marks all of it again. A soft limit of 768 MiB
+	// with the default GC target lets a small audit collect rarely, and
+	// a large one (a million allocations and records) stay under 1 GiB;
+	// measured in docs/performance.md. An operator's GOMEMLIMIT stands.
+	if debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(auditMemoryLimit))
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	ctx, cancel := context.WithTimeout(context.Background(), c.Out.Timeout)
 	defer cancel()
 	code, err := c.examine(ctx, act)

@@ -81,21 +81,28 @@ type Options struct {
 
 // analysis holds the indexes one audit builds from a snapshot.
 type analysis struct {
-	snap      *snapshot.Snapshot
-	opts      Options
-	networks  map[string]bool
-	byAddr    map[netip.Addr]*snapshot.Allocation
-	byHandle  map[string][]*snapshot.Allocation
-	recByAddr map[netip.Addr][]*record.Record
-	recByHdl  map[string][]*record.Record
-	findings  []Finding
+	snap     *snapshot.Snapshot
+	opts     Options
+	networks map[string]bool
+	// addrs numbers every address allocated or recorded; allocAt is the
+	// allocation of each, or -1.
+	addrs   map[netip.Addr]int32
+	allocAt []int32
+	// byHandle (allocations) and recByHdl (records) are by handle key,
+	// recByAddr (committed records) by address number.
+	byHandle, recByHdl, recByAddr chains
+	otherHandles                  map[string]int
+	otherIDs                      []string
+	findings                      []Finding
 }
 
 // Analyze returns every finding, in a stable order.
 func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
+	nal, nrec := len(snap.Allocations), len(snap.Records)
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		byAddr: map[netip.Addr]*snapshot.Allocation{}, byHandle: map[string][]*snapshot.Allocation{},
-		recByAddr: map[netip.Addr][]*record.Record{}, recByHdl: map[string][]*record.Record{}}
+		addrs: make(map[netip.Addr]int32, max(nal, nrec)), allocAt: make([]int32, 0, max(nal, nrec)),
+		byHandle: newChains(snap.HandleSlots(), nal), recByHdl: newChains(snap.HandleSlots(), nrec), recByAddr: newChains(0, nrec),
+		otherHandles: map[string]int{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
 	}
@@ -125,28 +132,33 @@ func (a *analysis) indexBlocks() {
 	}
 	for i := range a.snap.Allocations {
 		al := &a.snap.Allocations[i]
-		if prev, dup := a.byAddr[al.Addr]; dup {
+		if prev := a.allocation(al.Addr); prev != nil {
 			a.add(Finding{Kind: Inconsistent, Address: al.Addr.String(), Block: al.Block.String(), Handle: al.Handle,
 				Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.Block, al.Block)})
 			continue
 		}
-		a.byAddr[al.Addr] = al
-		a.byHandle[al.Handle] = append(a.byHandle[al.Handle], al)
+		k, _ := a.addrKey(al.Addr, true)
+		a.allocAt[k] = int32(i)
+		h, _ := a.handleKey(al.Handle, true)
+		a.byHandle.add(h, i)
 	}
 }
 
 func (a *analysis) indexRecords() {
-	for _, rec := range a.snap.Records {
+	for i, rec := range a.snap.Records {
 		a.networks[rec.Network] = true
 		for _, h := range ownedHandles(rec) {
-			a.recByHdl[h] = append(a.recByHdl[h], rec)
+			if k, ok := a.handleKey(h, false); ok { // else no allocation holds it
+				a.recByHdl.add(k, i)
+			}
 		}
 		if rec.State != record.Committed {
 			continue
 		}
 		for _, ip := range rec.IPs {
 			if p, err := netip.ParsePrefix(ip); err == nil {
-				a.recByAddr[p.Addr()] = append(a.recByAddr[p.Addr()], rec)
+				k, _ := a.addrKey(p.Addr(), true)
+				a.recByAddr.add(k, i)
 			}
 		}
 	}
@@ -175,14 +187,18 @@ func recordNames(recs []*record.Record) []string {
 
 // checkRecords compares each committed record's addresses with Calico.
 func (a *analysis) checkRecords() {
-	for addr, recs := range a.recByAddr {
+	for addr, k := range a.addrs {
+		if !a.recByAddr.has(int(k)) {
+			continue
+		}
+		recs := a.recordsAt(a.recByAddr.items(int(k)))
 		if len(recs) > 1 && !oneVM(recs) {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Records: recordNames(recs), Node: recs[0].Node,
 				Why: fmt.Sprintf("%d committed records hold the address", len(recs))})
 			continue
 		}
 		rec := recs[0]
-		al := a.byAddr[addr]
+		al := a.allocation(addr)
 		switch {
 		case a.knownGone(rec):
 			// A stale record: its attachment is gone, so it guards no
@@ -192,9 +208,9 @@ func (a *analysis) checkRecords() {
 				Why: "the record holds the address but Calico has it free: the next ADD can hand it out again"})
 		case owns(rec, al.Handle):
 			// Held under a handle the record's DEL releases.
-		case len(a.recByHdl[al.Handle]) > 0:
+		case a.recordHeld(al.Handle):
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
-				Records: recordNames(append(slices.Clone(recs), a.recByHdl[al.Handle]...)),
+				Records: recordNames(append(slices.Clone(recs), a.recordsByHandle(al.Handle)...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
 		case a.runs(rec) && a.holderRuns(al):
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node, Records: recordNames(recs),
@@ -263,7 +279,7 @@ func (a *analysis) checkLiveAddresses() {
 	for _, att := range l.Attachments {
 		for _, ip := range att.IPs {
 			addr, ok := liveness.ParseAddr(ip) // runtimes give "10.0.0.1/26", CRI and the pods API "10.0.0.1"
-			if !ok || len(a.recByAddr[addr]) > 0 || a.byAddr[addr] != nil {
+			if k, known := a.addrKey(addr, false); !ok || known && (a.recByAddr.has(k) || a.allocAt[k] >= 0) {
 				continue // recorded (checked above) or allocated
 			}
 			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Node: l.Node,
@@ -293,19 +309,23 @@ func (a *analysis) checkOrphans() {
 
 // checkHandles classifies every handle that holds addresses.
 func (a *analysis) checkHandles() {
-	for handle, allocs := range a.byHandle {
+	for k, e := range a.byHandle.last {
+		if e < 0 {
+			continue
+		}
+		handle, allocs := a.handleID(k), a.allocsOf(k)
 		first := allocs[0]
 		if calicoOwned(handle, first) {
 			continue
 		}
-		if calico.IsVMHandle(handle) && len(a.recByHdl[handle]) == 0 {
+		if calico.IsVMHandle(handle) && !a.recByHdl.has(k) {
 			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
 			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)
 			a.add(f)
 			continue
 		}
 		podName := a.isPodNameHandle(handle, first)
-		if !podName && len(a.recByHdl[handle]) > 0 {
+		if !podName && a.recByHdl.has(k) {
 			continue // recorded: checked against the record
 		}
 		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
@@ -338,7 +358,7 @@ func (a *analysis) judgeVMHandle(allocs []*snapshot.Allocation) (kind Kind, why,
 func (a *analysis) vmPodMaybeRunning(allocs []*snapshot.Allocation) string {
 	l := a.opts.Liveness
 	for _, al := range allocs {
-		for _, owner := range []map[string]string{{"namespace": al.Namespace, "pod": al.Pod, "node": al.Node}, al.Alternate} {
+		for _, owner := range []map[string]string{{"namespace": al.Namespace, "pod": al.Pod, "node": al.Node}, al.Alternate()} {
 			if owner["pod"] == "" {
 				continue
 			}
@@ -454,7 +474,7 @@ func (a *analysis) containerOf(handle string) (string, bool) {
 // calicoOwned: addresses Calico allocates for itself (tunnel addresses,
 // null handles) belong to no container and are never judged.
 func calicoOwned(handle string, al *snapshot.Allocation) bool {
-	return handle == "" || al.Type != "" || strings.Contains(handle, "-tunnel-addr-")
+	return handle == "" || al.Type() != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
 // The patterns compile on first use: the package is linked into the CNI
@@ -509,32 +529,51 @@ func addrList(allocs []*snapshot.Allocation) string {
 
 // checkHandleDocs compares handle documents with the blocks' counts.
 func (a *analysis) checkHandleDocs() {
-	counts := map[string]map[string]int{}
-	for handle, allocs := range a.byHandle {
-		c := map[string]int{}
-		for _, al := range allocs {
-			c[al.Block.String()]++
-		}
-		counts[handle] = c
-	}
-	for handle, c := range counts {
-		raw, ok := a.snap.Handles[handle]
-		if !ok {
-			if handle != "" {
-				a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c), Why: "blocks allocate addresses to a handle with no handle document"})
-			}
+	for k, e := range a.byHandle.last {
+		if e < 0 {
 			continue
 		}
-		var doc map[string]int
-		if err := json.Unmarshal(raw, &doc); err != nil || !SameCounts(doc, c) {
-			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
-				Why: fmt.Sprintf("handle document counts %s, blocks hold %v", raw, c)})
+		handle, allocs := a.handleID(k), a.allocsOf(k)
+		doc, ok := a.snap.Handle(handle)
+		switch {
+		case ok && a.oneBlockMatches(doc, allocs):
+		case !ok && handle != "":
+			a.add(Finding{Kind: Inconsistent, Handle: handle, Count: len(allocs), Why: "blocks allocate addresses to a handle with no handle document"})
+		case ok:
+			a.compareCounts(handle, doc, allocs)
 		}
 	}
-	for handle, raw := range a.snap.Handles {
-		if _, ok := counts[handle]; !ok {
-			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", raw)})
+	for handle, doc := range a.snap.Handles() {
+		if k, ok := a.handleKey(handle, false); !ok || !a.byHandle.has(k) {
+			a.add(Finding{Kind: Inconsistent, Handle: handle, Why: fmt.Sprintf("handle document counts %s, blocks hold nothing for it", doc.Counts())})
 		}
+	}
+}
+
+// oneBlockMatches is the common case, told without building maps: the
+// document counts the one block that holds every address, and as many.
+func (a *analysis) oneBlockMatches(doc snapshot.HandleDoc, allocs []*snapshot.Allocation) bool {
+	block, n, ok := doc.Single()
+	if !ok || n != len(allocs) {
+		return false
+	}
+	for _, al := range allocs {
+		if al.Block != block {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *analysis) compareCounts(handle string, doc snapshot.HandleDoc, allocs []*snapshot.Allocation) {
+	c := map[string]int{}
+	for _, al := range allocs {
+		c[al.Block.String()]++
+	}
+	var counts map[string]int
+	if err := json.Unmarshal(doc.Counts(), &counts); err != nil || !SameCounts(counts, c) {
+		a.add(Finding{Kind: Inconsistent, Handle: handle, Count: total(c),
+			Why: fmt.Sprintf("handle document counts %s, blocks hold %v", doc.Counts(), c)})
 	}
 }
 

@@ -41,7 +41,7 @@ type Summary struct {
 // NewReport summarises a snapshot and its findings.
 func NewReport(snap *snapshot.Snapshot, findings []Finding, live *liveness.View) *Report {
 	r := &Report{Revision: snap.Revision, ResourceVersion: snap.ResourceVersion, Liveness: "none", Findings: findings,
-		Summary: Summary{Blocks: len(snap.Blocks), Handles: len(snap.Handles), Records: len(snap.Records), Findings: map[Kind]int{}}}
+		Summary: Summary{Blocks: len(snap.Blocks), Handles: snap.HandleCount(), Records: len(snap.Records), Findings: map[Kind]int{}}}
 	if live != nil {
 		r.Liveness = live.Source
 		if live.Node != "" {

@@ -465,7 +465,7 @@ func (r *Repairer) handleUnchanged(handle string, d *freshDocs) error {
 	if d.handle != nil {
 		now = d.handle.Version
 	}
-	if now != r.Snap.HandleVersions[handle] {
+	if now != r.Snap.HandleVersion(handle) {
 		return fmt.Errorf("%w: handle %s changed since the audit; calico-ipam may be working on it, re-run", snapshot.ErrStale, handle)
 	}
 	return nil

@@ -17,8 +17,9 @@ import (
 // Records is where the audit reads safe-ipam's records.
 type Records interface {
 	// Load returns the records of network ("" for every network, where
-	// the store can list them), read at p when the store can.
-	Load(ctx context.Context, network string, p datastore.Point) ([]*record.Record, error)
+	// the store can list them), read at p when the store can, each given
+	// to keep (when set) as it is read.
+	Load(ctx context.Context, network string, p datastore.Point, keep func(*record.Record)) ([]*record.Record, error)
 	// Recheck fails unless rec is still the record the audit read: a DEL
 	// marks it first, and re-claiming for a pod being deleted would leak.
 	Recheck(ctx context.Context, rec *record.Record) error
@@ -42,8 +43,8 @@ type EtcdRecords struct {
 func (e *EtcdRecords) Node() string { return "" }
 
 // Load implements Records, at p.Revision when it is set.
-func (e *EtcdRecords) Load(ctx context.Context, network string, p datastore.Point) ([]*record.Record, error) {
-	recs, _, err := etcdstore.ListAt(ctx, e.Client, e.Prefix, network, p.Revision)
+func (e *EtcdRecords) Load(ctx context.Context, network string, p datastore.Point, keep func(*record.Record)) ([]*record.Record, error) {
+	recs, _, err := etcdstore.ListAt(ctx, e.Client, e.Prefix, network, p.Revision, keep)
 	if err != nil {
 		return nil, fmt.Errorf("reading safe-ipam records: %w", err)
 	}
@@ -88,13 +89,18 @@ type StoreRecords struct {
 func (s *StoreRecords) Node() string { return s.Of }
 
 // Load implements Records. A store.Store lists one network at a time.
-func (s *StoreRecords) Load(ctx context.Context, network string, _ datastore.Point) ([]*record.Record, error) {
+func (s *StoreRecords) Load(ctx context.Context, network string, _ datastore.Point, keep func(*record.Record)) ([]*record.Record, error) {
 	if network == "" {
 		return nil, fmt.Errorf("reading safe-ipam records from the %s: it is listed one network at a time: pass --network (or --conf)", s.Where)
 	}
 	recs, err := s.Store.List(ctx, network)
 	if err != nil {
 		return nil, fmt.Errorf("reading safe-ipam records from the %s: %w", s.Where, err)
+	}
+	for _, rec := range recs {
+		if keep != nil {
+			keep(rec)
+		}
 	}
 	return recs, nil
 }

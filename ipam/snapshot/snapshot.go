@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,10 +31,8 @@ type Snapshot struct {
 	ResourceVersion string
 	Blocks          map[netip.Prefix]*BlockSummary
 	Allocations     []Allocation
-	// Handles holds each handle document's per-block counts as stored.
-	Handles    map[string]json.RawMessage
-	Affinities []AffinityDoc
-	Records    []*record.Record
+	Affinities      []AffinityDoc
+	Records         []*record.Record
 	// RecordsNode, when set, is the only node whose records were read (a
 	// file store holds one node's): no judgment that needs records is made
 	// about another node's allocations.
@@ -42,10 +41,13 @@ type Snapshot struct {
 	// One damaged document must not blind the audit to the rest.
 	Undecodable map[string]string
 
-	// HandleVersions is the version of each handle document as scanned:
-	// repair acts only on a handle still at it.
-	HandleVersions map[string]datastore.Version
-	byHandle       map[string]map[netip.Prefix]int
+	handles    handles
+	handleDocs int
+	// chunks are the allocations as the scan reads them: appending to one
+	// slice copied it again and again, several times its final size.
+	chunks   [][]Allocation
+	names    map[string]string
+	byHandle map[string]map[netip.Prefix]int
 }
 
 // BlockSummary is one block: who claims it and what is wrong with its
@@ -64,11 +66,31 @@ type Allocation struct {
 	Namespace string
 	Pod       string
 	Node      string    // the attribute's node, else the block's
-	Type      string    // set by Calico for its own (tunnel) addresses
 	Time      time.Time // the attribute's timestamp; zero when absent
-	// Alternate is a KubeVirt VM allocation's alternate owner attributes
-	// (a live-migration target pod); nil when none.
-	Alternate map[string]string
+	// rare holds what few allocations carry, out of the common struct.
+	rare *rareAttrs
+}
+
+type rareAttrs struct {
+	kind      string
+	alternate map[string]string
+}
+
+// Type is set by Calico for its own (tunnel) addresses.
+func (a *Allocation) Type() string {
+	if a.rare == nil {
+		return ""
+	}
+	return a.rare.kind
+}
+
+// Alternate is a KubeVirt VM allocation's alternate owner attributes (a
+// live-migration target pod); nil when none.
+func (a *Allocation) Alternate() map[string]string {
+	if a.rare == nil {
+		return nil
+	}
+	return a.rare.alternate
 }
 
 // calicoTime is how Calico writes an attribute's timestamp.
@@ -84,23 +106,21 @@ type AffinityDoc struct {
 // ("" for all, where recs can list all) from recs, at the scan's point
 // when recs can read at it.
 func Load(ctx context.Context, ds datastore.Datastore, recs Records, network string) (*Snapshot, error) {
-	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, Handles: map[string]json.RawMessage{},
-		HandleVersions: map[string]datastore.Version{}}
+	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, handles: handles{index: map[string]int32{}}, names: map[string]string{}}
 	p, err := ds.Scan(ctx, s.visitor())
 	if err != nil {
 		return nil, err
 	}
+	s.Allocations, s.chunks = slices.Concat(s.chunks...), nil
 	s.Revision, s.ResourceVersion = p.Revision, p.ResourceVersion
 	if recs == nil {
 		return s, nil
 	}
-	if s.Records, err = recs.Load(ctx, network, p); err != nil {
+	if s.Records, err = recs.Load(ctx, network, p, s.share); err != nil {
 		return nil, err
 	}
-	for _, rec := range s.Records {
-		rec.Result = nil // the audit never replays; 100k results would dominate memory
-	}
 	s.RecordsNode = recs.Node()
+	s.names = nil
 	return s, nil
 }
 
@@ -108,7 +128,8 @@ func (s *Snapshot) visitor() datastore.Visitor {
 	return datastore.Visitor{
 		Block: s.addBlock,
 		Handle: func(id string, counts json.RawMessage, v datastore.Version) {
-			s.Handles[id], s.HandleVersions[id] = counts, v
+			s.handles.add(id, counts, v, s.Blocks)
+			s.handleDocs++
 		},
 		Affinity: func(node string, cidr netip.Prefix) {
 			s.Affinities = append(s.Affinities, AffinityDoc{Node: node, CIDR: cidr})
@@ -127,16 +148,53 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Problems: partitionProblems(b)}
 	for _, h := range b.Held() {
 		attr := h.Attribute
-		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: attr.Handle(), Node: node,
-			Namespace: attr.Secondary["namespace"], Pod: attr.Secondary["pod"], Type: attr.Secondary["type"], Alternate: attr.Alternate()}
+		handle, _ := s.handles.intern(attr.Handle())
+		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: handle, Node: s.name(node),
+			Namespace: s.name(attr.Secondary["namespace"]), Pod: attr.Secondary["pod"]}
+		if kind, alt := attr.Secondary["type"], attr.Alternate(); kind != "" || alt != nil {
+			al.rare = &rareAttrs{kind: kind, alternate: alt}
+		}
 		if n := attr.Secondary["node"]; n != "" {
-			al.Node = n
+			al.Node = s.name(n)
 		}
 		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
 			al.Time = ts
 		}
-		s.Allocations = append(s.Allocations, al)
+		s.appendAllocation(al)
 	}
+}
+
+const chunkSize = 1 << 14
+
+func (s *Snapshot) appendAllocation(al Allocation) {
+	if n := len(s.chunks); n == 0 || len(s.chunks[n-1]) == chunkSize {
+		s.chunks = append(s.chunks, make([]Allocation, 0, chunkSize))
+	}
+	last := &s.chunks[len(s.chunks)-1]
+	*last = append(*last, al)
+}
+
+// name returns the stored copy of a node's or namespace's name: a few
+// names, each repeated by thousands of allocations and records.
+func (s *Snapshot) name(n string) string {
+	if c, ok := s.names[n]; ok {
+		return c
+	}
+	s.names[n] = n
+	return n
+}
+
+// share makes rec's strings the ones the snapshot already holds: its
+// handle the allocations', its container ID part of that handle, its
+// network, interface, node and namespace names the shared copies.
+func (s *Snapshot) share(rec *record.Record) {
+	rec.Result = nil // the audit never replays; 100k results would dominate memory
+	rec.Handle = s.handles.known(rec.Handle)
+	if id, ok := strings.CutPrefix(rec.Handle, rec.Network+"."); ok && id == rec.ContainerID {
+		rec.ContainerID = id
+	}
+	rec.Network, rec.IfName, rec.Node = s.name(rec.Network), s.name(rec.IfName), s.name(rec.Node)
+	rec.PodNamespace, rec.State = s.name(rec.PodNamespace), record.State(s.name(string(rec.State)))
 }
 
 // partitionProblems: every ordinal must be either allocated (to an

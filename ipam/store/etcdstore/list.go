@@ -45,9 +45,11 @@ func (s *Store) ForNode(node string) store.Store {
 // node, with their quarantines, at revision rev (0: now), and returns the
 // revision it read. A record that does not decode is an error: a reader
 // that judges records (the audit) must not judge a stand-in. Nothing but
-// this package knows the store's key layout.
-func ListAt(ctx context.Context, client *clientv3.Client, prefix, network string, rev int64) ([]*record.Record, int64, error) {
-	return lister{client: client, prefix: prefix, strict: true}.list(ctx, network, "", rev)
+// this package knows the store's key layout. keep, when set, is given
+// each record as it is decoded: a reader of a million records shares
+// their repeated strings there, before the next page adds more.
+func ListAt(ctx context.Context, client *clientv3.Client, prefix, network string, rev int64, keep func(*record.Record)) ([]*record.Record, int64, error) {
+	return lister{client: client, prefix: prefix, strict: true, keep: keep}.list(ctx, network, "", rev)
 }
 
 // Unchanged is the Txn comparison that rec, read by ListAt, is still the
@@ -63,6 +65,7 @@ type lister struct {
 	prefix string
 	// strict: a record that does not decode is an error, not a stand-in.
 	strict bool
+	keep   func(*record.Record)
 }
 
 func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*record.Record, int64, error) {
@@ -90,8 +93,13 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 			if err != nil {
 				return err
 			}
+			if l.keep != nil {
+				l.keep(rec)
+			}
 			out = append(out, rec)
-			byPath[path] = rec
+			if len(quarantines) > 0 { // the index holds every key: only when needed
+				byPath[path] = rec
+			}
 		}
 		return nil
 	})

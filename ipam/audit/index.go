@@ -1,0 +1,130 @@
+package audit
+
+import (
+	"net/netip"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
+)
+
+// chains groups item numbers by key number, in the order they were
+// added, without a slice or a map entry per key: a million keys with a
+// slice each made the audit's indexes its largest allocation.
+type chains struct {
+	last    []int32 // by key: its last entry, or -1
+	entries []entry
+}
+
+type entry struct {
+	item int32
+	prev int32 // the key's entry before this one, or -1
+}
+
+func newChains(keys, items int) chains {
+	c := chains{last: make([]int32, keys), entries: make([]entry, 0, items)}
+	for i := range c.last {
+		c.last[i] = -1
+	}
+	return c
+}
+
+func (c *chains) add(key, item int) {
+	for len(c.last) <= key {
+		c.last = append(c.last, -1)
+	}
+	c.last[key], c.entries = int32(len(c.entries)), append(c.entries, entry{item: int32(item), prev: c.last[key]})
+}
+
+// items lists key's items in the order added.
+func (c *chains) items(key int) []int32 {
+	var out []int32
+	for e := c.at(key); e >= 0; e = c.entries[e].prev {
+		out = append(out, c.entries[e].item)
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func (c *chains) at(key int) int32 {
+	if key < 0 || key >= len(c.last) {
+		return -1
+	}
+	return c.last[key]
+}
+
+func (c *chains) has(key int) bool { return c.at(key) >= 0 }
+
+// handleKey numbers a handle: its snapshot slot, or past them for one the
+// snapshot does not name (a snapshot built by hand).
+func (a *analysis) handleKey(h string, add bool) (int, bool) {
+	if slot, ok := a.snap.HandleSlot(h); ok {
+		return slot, true
+	}
+	k, ok := a.otherHandles[h]
+	if !ok && add {
+		k = a.snap.HandleSlots() + len(a.otherIDs)
+		a.otherHandles[h], a.otherIDs, ok = k, append(a.otherIDs, h), true
+	}
+	return k, ok
+}
+
+func (a *analysis) handleID(key int) string {
+	if n := a.snap.HandleSlots(); key >= n {
+		return a.otherIDs[key-n]
+	}
+	return a.snap.HandleID(key)
+}
+
+// addrKey numbers an address allocated or recorded.
+func (a *analysis) addrKey(addr netip.Addr, add bool) (int, bool) {
+	k, ok := a.addrs[addr]
+	if !ok && add {
+		k, ok = int32(len(a.allocAt)), true
+		a.addrs[addr], a.allocAt = k, append(a.allocAt, -1)
+	}
+	return int(k), ok
+}
+
+// allocation is the allocation of addr, nil when Calico has it free.
+func (a *analysis) allocation(addr netip.Addr) *snapshot.Allocation {
+	k, ok := a.addrKey(addr, false)
+	if !ok || a.allocAt[k] < 0 {
+		return nil
+	}
+	return &a.snap.Allocations[a.allocAt[k]]
+}
+
+// allocsOf are the allocations under handle key k.
+func (a *analysis) allocsOf(k int) []*snapshot.Allocation {
+	items := a.byHandle.items(k)
+	out := make([]*snapshot.Allocation, len(items))
+	for i, n := range items {
+		out[i] = &a.snap.Allocations[n]
+	}
+	return out
+}
+
+func (a *analysis) recordsAt(items []int32) []*record.Record {
+	out := make([]*record.Record, len(items))
+	for i, n := range items {
+		out[i] = a.snap.Records[n]
+	}
+	return out
+}
+
+// recordsByHandle are the records that hold handle.
+func (a *analysis) recordsByHandle(handle string) []*record.Record {
+	k, ok := a.handleKey(handle, false)
+	if !ok {
+		return nil
+	}
+	return a.recordsAt(a.recByHdl.items(k))
+}
+
+// recordHeld: a record holds handle.
+func (a *analysis) recordHeld(handle string) bool {
+	k, ok := a.handleKey(handle, false)
+	return ok && a.recByHdl.has(k)
+}
