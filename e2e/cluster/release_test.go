@@ -119,11 +119,15 @@ func (c *cluster) claimLastBlock(ctx context.Context) *calicosim.Allocator {
 // clash: they are different hosts). With safe-ipam's etcd store: the ADD
 // given the address is fenced (its only refused start), the duplicate
 // never runs, and the quarantine is released when A's pod goes; nothing
-// is left.
+// is left. Both machines' records are kept under B's Calico name: each
+// node's gc, run every few seconds, keeps the other machine's records
+// (written by another host) instead of judging them by its own runtime,
+// which would release the other's running pods.
 func TestOutsideReleaseAcrossNodes(t *testing.T) {
 	controlAndSafe(t, func(t *testing.T, safe bool) {
 		ctx := testContext(t, 8*time.Minute)
 		c := newThreeNodes(t, false)
+		c.gcEvery = 10 * time.Second
 		a, b := c.nodes[0], c.nodes[1]
 		c.calicoNames = map[string]string{a.Name: b.Name}
 		c.installCalico(a)
@@ -163,6 +167,8 @@ func TestOutsideReleaseAcrossNodes(t *testing.T) {
 		if ip := c.pod(ctx, fenced).Status.PodIP; ip == held.String() {
 			t.Errorf("%s runs with %s, which %s holds", fenced, ip, a.Name)
 		}
+		// Every node's gc judges the shared records at least twice more.
+		time.Sleep(2*c.gcEvery + 5*time.Second)
 		w.stop()
 		c.requireOnlyFenced(ctx, w, held)
 		if err := c.kube.CoreV1().Pods("default").Delete(ctx, "holder-1", metav1.DeleteOptions{}); err != nil {
