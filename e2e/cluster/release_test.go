@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,10 @@ import (
 // leakGrace is the outside releaser's leak grace period (15 minutes in
 // Calico), shortened for the tests.
 const leakGrace = 10 * time.Second
+
+// gcGrace is the deployed config's gcGracePeriod (the default): gc keeps
+// any record written more recently.
+const gcGrace = time.Minute
 
 // Scenario 2 of issue 34, node death: node C stops for good and its Node
 // is deleted. Calico's pool is four blocks: A's, B's, C's, and one a host
@@ -167,8 +173,16 @@ func TestOutsideReleaseAcrossNodes(t *testing.T) {
 		if ip := c.pod(ctx, fenced).Status.PodIP; ip == held.String() {
 			t.Errorf("%s runs with %s, which %s holds", fenced, ip, a.Name)
 		}
-		// Every node's gc judges the shared records at least twice more.
-		time.Sleep(2*c.gcEvery + 5*time.Second)
+		// Every node's gc judges every shared record, past gcGracePeriod,
+		// at least twice.
+		time.Sleep(gcGrace + 2*c.gcEvery + 5*time.Second)
+		// Each gc names the other machine, and only it: the hosts differ,
+		// and gc's host is its own node's.
+		for _, n := range [][2]*kubenode.Node{{a, b}, {b, a}} {
+			if want := "WARNING: host(s) " + n[1].Name + " wrote records"; !strings.Contains(gcLog(t, n[0]), want) {
+				t.Errorf("%s's gc did not say %q", n[0].Name, want)
+			}
+		}
 		w.stop()
 		c.requireOnlyFenced(ctx, w, held)
 		if err := c.kube.CoreV1().Pods("default").Delete(ctx, "holder-1", metav1.DeleteOptions{}); err != nil {
@@ -368,4 +382,22 @@ func (c *cluster) waitNoKeysOf(ctx context.Context, part string, d time.Duration
 			c.t.Fatalf("after %s, safe-ipam's keys of %s are still there: %v", d, part, left)
 		}
 	}
+}
+
+// gcLog is the output of the gc containers that ran on node n.
+func gcLog(t *testing.T, n *kubenode.Node) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.Dir, "var-log", "pods", "kube-system_safe-ipam-*", "gc", "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write(data)
+	}
+	return out.String()
 }
