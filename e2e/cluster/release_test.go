@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +23,10 @@ import (
 // leakGrace is the outside releaser's leak grace period (15 minutes in
 // Calico), shortened for the tests.
 const leakGrace = 10 * time.Second
+
+// gcGrace is the deployed config's gcGracePeriod (the default): gc keeps
+// any record written more recently.
+const gcGrace = time.Minute
 
 // Scenario 2 of issue 34, node death: node C stops for good and its Node
 // is deleted. Calico's pool is four blocks: A's, B's, C's, and one a host
@@ -119,11 +125,15 @@ func (c *cluster) claimLastBlock(ctx context.Context) *calicosim.Allocator {
 // clash: they are different hosts). With safe-ipam's etcd store: the ADD
 // given the address is fenced (its only refused start), the duplicate
 // never runs, and the quarantine is released when A's pod goes; nothing
-// is left.
+// is left. Both machines' records are kept under B's Calico name: each
+// node's gc, run every few seconds, keeps the other machine's records
+// (written by another host) instead of judging them by its own runtime,
+// which would release the other's running pods.
 func TestOutsideReleaseAcrossNodes(t *testing.T) {
 	controlAndSafe(t, func(t *testing.T, safe bool) {
 		ctx := testContext(t, 8*time.Minute)
 		c := newThreeNodes(t, false)
+		c.gcEvery = 10 * time.Second
 		a, b := c.nodes[0], c.nodes[1]
 		c.calicoNames = map[string]string{a.Name: b.Name}
 		c.installCalico(a)
@@ -162,6 +172,16 @@ func TestOutsideReleaseAcrossNodes(t *testing.T) {
 		c.waitRunning(ctx, fenced)
 		if ip := c.pod(ctx, fenced).Status.PodIP; ip == held.String() {
 			t.Errorf("%s runs with %s, which %s holds", fenced, ip, a.Name)
+		}
+		// Every node's gc judges every shared record, past gcGracePeriod,
+		// at least twice.
+		time.Sleep(gcGrace + 2*c.gcEvery + 5*time.Second)
+		// Each gc names the other machine, and only it: the hosts differ,
+		// and gc's host is its own node's.
+		for _, n := range [][2]*kubenode.Node{{a, b}, {b, a}} {
+			if want := "WARNING: host(s) " + n[1].Name + " wrote records"; !strings.Contains(gcLog(t, n[0]), want) {
+				t.Errorf("%s's gc did not say %q", n[0].Name, want)
+			}
 		}
 		w.stop()
 		c.requireOnlyFenced(ctx, w, held)
@@ -362,4 +382,22 @@ func (c *cluster) waitNoKeysOf(ctx context.Context, part string, d time.Duration
 			c.t.Fatalf("after %s, safe-ipam's keys of %s are still there: %v", d, part, left)
 		}
 	}
+}
+
+// gcLog is the output of the gc containers that ran on node n.
+func gcLog(t *testing.T, n *kubenode.Node) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(n.Dir, "var-log", "pods", "kube-system_safe-ipam-*", "gc", "*.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Write(data)
+	}
+	return out.String()
 }

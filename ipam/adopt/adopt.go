@@ -177,6 +177,7 @@ func (p *Planner) record(att record.Attachment, e Entry, addrs []netip.Addr) (*r
 		PodName:      e.PodName,
 		PodUID:       e.PodUID,
 		Node:         p.Node,
+		Host:         record.ThisHost(), // adopt runs on the node whose runtime it reads
 		Handle:       p.Holders.HandleOf(att, e.Running, addrs, ownHandle(p.Cfg, att)),
 		State:        record.Committed,
 		IPs:          ips,

@@ -109,6 +109,10 @@ func (r *Report) WriteTable(w io.Writer) {
 		if n.Store.Exposure != "" {
 			fmt.Fprintf(w, "warning: record store of %s: %s\n", n.Network, n.Store.Exposure)
 		}
+		if hosts := n.Store.OtherHosts; len(hosts) > 0 {
+			fmt.Fprintf(w, "warning: records of %s on node %s were written by this host and by %s: two machines under one Calico node name (a stale /var/lib/calico/nodename?); gc keeps the other host's records\n",
+				n.Network, dash(n.Node), strings.Join(hosts, ", "))
+		}
 		if c := n.Calico; c != nil && c.Exposure != "" {
 			fmt.Fprintf(w, "warning: Calico's datastore of %s (%s): %s\n", n.Network, c.Transport, c.Exposure)
 		}

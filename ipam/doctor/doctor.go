@@ -112,7 +112,11 @@ type StoreReport struct {
 	// Exposure says how the store's etcd is exposed (plain text, no CA
 	// file); a warning, not a problem: it works.
 	Exposure string `json:"exposure,omitempty"`
-	Error    string `json:"error,omitempty"`
+	// OtherHosts are the hosts other than this one that wrote records
+	// under this node's Calico name: two machines share it (a stale
+	// Calico nodename). gc keeps their records; a warning.
+	OtherHosts []string `json:"otherHosts,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
 
 // CalicoReport says whether Calico's datastore answers calico-ipam, the
@@ -351,9 +355,14 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 		return out, nil
 	}
 	out.Answers, out.Records = true, len(recs)
+	host := record.ThisHost()
 	for _, rec := range recs {
 		out.Quarantines += len(rec.Quarantined)
+		if rec.Host != "" && rec.Host != host && !slices.Contains(out.OtherHosts, rec.Host) {
+			out.OtherHosts = append(out.OtherHosts, rec.Host)
+		}
 	}
+	slices.Sort(out.OtherHosts)
 	j.stale(out, cfg, node, recs)
 	return out, recs
 }
@@ -390,7 +399,7 @@ func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*
 		out.StaleError = j.view.Source + " lists nothing running while records exist; a wrongly mounted socket or directory looks empty"
 		return
 	}
-	rules := retention.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true}
+	rules := retention.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true, Host: record.ThisHost()}
 	for _, rec := range recs {
 		if rules.Why(rec) == "" {
 			out.Stale++

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -385,5 +386,40 @@ func TestCheckLocalAsksNoOne(t *testing.T) {
 	must(t, err)
 	if r.Protected || !r.Unanswered() {
 		t.Errorf("full check with etcd paused: %+v; want not protected, unanswered", r)
+	}
+}
+
+// Two machines under one Calico node name (a stale nodename) write
+// records under it: doctor warns, naming the other host, and does not
+// count that host's records as stale, as gc keeps them (issue 34).
+func TestDoctorWarnsOfAnotherHostsRecords(t *testing.T) {
+	n := newNode(t)
+	n.install(t, install.TakeoverMode{})
+	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
+	must(t, err)
+	node := r.Networks[0].Node
+	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", node, 5*time.Second)
+	old := time.Now().Add(-time.Hour)
+	for _, w := range []struct{ cid, host, ip string }{{"running", record.ThisHost(), "10.244.0.1/26"}, {"theirs", "other-machine", "10.244.0.2/26"}} {
+		_, err := st.Commit(context.Background(), nil, &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: w.cid, IfName: "eth0"},
+			Node: node, Host: w.host, Handle: "k8s-pod-network." + w.cid, State: record.Committed, IPs: []string{w.ip}, Created: old, Updated: old})
+		must(t, err)
+	}
+	live := filepath.Join(t.TempDir(), "live.json")
+	must(t, os.WriteFile(live, []byte(`[{"containerID":"running","ifname":"eth0"}]`), 0o644))
+	args := []string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir, "--live", live}
+	var out, errOut bytes.Buffer
+	if code := Run(args, &out, &errOut); code != ExitProtected {
+		t.Fatalf("exit %d; want protected\n%s%s", code, out.String(), errOut.String())
+	}
+	var rep Report
+	must(t, json.Unmarshal(out.Bytes(), &rep))
+	if s := rep.Networks[0].Store; s.Stale != 0 || !slices.Equal(s.OtherHosts, []string{"other-machine"}) {
+		t.Errorf("store %+v; want none stale, other host other-machine", s)
+	}
+	out.Reset()
+	Run(args[1:], &out, &errOut)
+	if !strings.Contains(out.String(), "warning: records of k8s-pod-network on node "+node+" were written by this host and by other-machine") {
+		t.Errorf("no warning naming the other host:\n%s", out.String())
 	}
 }

@@ -24,7 +24,9 @@ declares CNI 1.0.0 at most; containerd never sends GC). With a liveness
 source, it lists this node's safe-ipam records of the network in FILE,
 reads the source, and releases every record the source does not list, as
 the GC verb does: mark, delegate DEL, forget. Records younger than
-gcGracePeriod and pending records whose ADD still runs are kept. Fails
+gcGracePeriod and pending records whose ADD still runs are kept, and so
+are records another host wrote under this node's Calico name (a stale
+nodename: two machines share it), with a warning. Fails
 closed: a source that cannot be read, or that lists nothing while the node
 has records, releases nothing.
 

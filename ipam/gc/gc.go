@@ -35,6 +35,9 @@ type Report struct {
 	// KeptUnread counts the records kept without being read: those of
 	// the nodes Calico knows, which a sweep of dead nodes only counts.
 	KeptUnread int `json:"keptUnread,omitempty"`
+	// OtherHosts are hosts other than this one that wrote records under
+	// this node's Calico name (a stale nodename?); their records are kept.
+	OtherHosts []string `json:"otherHosts,omitempty"`
 	// Applied is nil on a dry run, else whether every release succeeded.
 	Applied *bool  `json:"applied,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -79,7 +82,7 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 			ErrUntrusted, view.Source, c.Node.Name, len(recs), c.Node.Network)
 	}
 	plan := c.Node.Plan(recs, view.ListsAttachment)
-	r := &Report{Network: c.Node.Network, Node: c.Node.Name, Liveness: view.Source, Records: plan.Records}
+	r := &Report{Network: c.Node.Network, Node: c.Node.Name, Liveness: view.Source, Records: plan.Records, OtherHosts: plan.OtherHosts}
 	for _, rec := range plan.Release {
 		r.Release = append(r.Release, entry(rec, "not listed by "+view.Source))
 	}
@@ -137,6 +140,10 @@ func (r *Report) WriteText(w io.Writer) error {
 func (r *Report) WriteSummary(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "gc: %d records of network %s on node %s; %d to release, %d kept; %s; liveness: %s\n",
 		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept)+r.KeptUnread, r.outcome(), r.Liveness)
+	if err == nil && len(r.OtherHosts) > 0 {
+		_, err = fmt.Fprintf(w, "gc: WARNING: host(s) %s wrote records under node %s's Calico name, as this host does: a stale Calico nodename? Their records are kept, never judged by this host's runtime; fix the node's Calico nodename\n",
+			strings.Join(r.OtherHosts, ", "), r.Node)
+	}
 	return err
 }
 

@@ -73,6 +73,12 @@ func newNode(t *testing.T) *node {
 // record writes a committed record written age ago.
 func (n *node) record(t *testing.T, cid, ifname string, age time.Duration) {
 	t.Helper()
+	n.recordBy(t, "", cid, ifname, age)
+}
+
+// recordBy is record as host wrote it ("": an older record, no host).
+func (n *node) recordBy(t *testing.T, host, cid, ifname string, age time.Duration) {
+	t.Helper()
 	st, err := filestore.Open(n.records)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +86,7 @@ func (n *node) record(t *testing.T, cid, ifname string, age time.Duration) {
 	defer st.Close()
 	at := time.Now().Add(-age).UTC()
 	rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: cid, IfName: ifname},
-		PodNamespace: "default", PodName: "pod-" + cid, Node: "node1", Handle: "k8s-pod-network." + cid,
+		PodNamespace: "default", PodName: "pod-" + cid, Node: "node1", Host: host, Handle: "k8s-pod-network." + cid,
 		State: record.Committed, IPs: []string{"10.244.0.1/26"}, Created: at, Updated: at}
 	if _, err := st.Swap(context.Background(), rec.Attachment, nil, rec); err != nil {
 		t.Fatal(err)
@@ -164,6 +170,31 @@ func TestDryRunThenApply(t *testing.T) {
 	var r gc.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Applied == nil || !*r.Applied || len(r.Release) != 2 {
 		t.Errorf("JSON report %s (%v)", out, err)
+	}
+}
+
+// Two machines under one Calico node name (a stale nodename) share the
+// node's records: gc judges only its own host's records, and those
+// without a host, against its runtime; another host's are kept and said.
+func TestKeepsAnotherHostsRecords(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "running", "eth0", time.Hour)
+	n.recordBy(t, "other-machine", "theirs", "eth0", time.Hour)
+	n.recordBy(t, record.ThisHost(), "mine", "eth0", time.Hour)
+	n.record(t, "old", "eth0", time.Hour)
+	live := n.live(t, []liveness.Running{{ContainerID: "running", IfName: "eth0"}})
+	code, out, errOut := n.run(t, "--live", live, "--apply")
+	if code != admin.ExitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"running/eth0", "theirs/eth0"}) {
+		t.Errorf("records after apply: %v", got)
+	}
+	if got := n.calls(t); !slices.Equal(got, []string{"DEL mine", "DEL old"}) {
+		t.Errorf("delegate calls %q, want DEL of mine and old only", got)
+	}
+	if !strings.Contains(out, "written by host other-machine") || !strings.Contains(out, "WARNING: host(s) other-machine") {
+		t.Errorf("the report does not say whose record it kept:\n%s", out)
 	}
 }
 

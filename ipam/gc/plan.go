@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
@@ -27,7 +28,11 @@ type Plan struct {
 	Records int
 	Release []*record.Record
 	Keep    []Kept
-	rules   retention.Rules
+	// OtherHosts are the hosts other than this one that wrote some of
+	// the records, which were kept unjudged: machines sharing this
+	// node's Calico name.
+	OtherHosts []string
+	rules      retention.Rules
 }
 
 // Kept is a record gc leaves alone, and why.
@@ -87,6 +92,9 @@ func (n *Node) List(ctx context.Context) ([]*record.Record, error) {
 func (n *Node) Plan(recs []*record.Record, listed func(containerID, ifname string) bool) *Plan {
 	p := &Plan{Records: len(recs), rules: n.guard.GCRules(listed, true)}
 	for _, rec := range recs {
+		if p.rules.OtherHost(rec) && !slices.Contains(p.OtherHosts, rec.Host) {
+			p.OtherHosts = append(p.OtherHosts, rec.Host)
+		}
 		if why := p.rules.Why(rec); why != "" {
 			p.Keep = append(p.Keep, Kept{Record: rec, Why: why})
 			continue

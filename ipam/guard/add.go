@@ -97,6 +97,7 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 		PodName:      args.Get(cniargs.PodName),
 		PodUID:       args.Get(cniargs.PodUID),
 		Node:         g.node,
+		Host:         g.host,
 		Handle:       g.handle(att),
 		State:        record.Pending,
 		Created:      now,

@@ -35,7 +35,7 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	// The marker carries what the DEL itself knows (the pod, and the
 	// addresses its prevResult names): the etcd store writes it without
 	// reading the record, so a retried DEL finds them only there.
-	marker := &record.Record{Attachment: att, Node: g.node, Handle: g.handle(att), Created: now, Updated: now, Owner: g.Owner,
+	marker := &record.Record{Attachment: att, Node: g.node, Host: g.host, Handle: g.handle(att), Created: now, Updated: now, Owner: g.Owner,
 		PodNamespace: args.Get(cniargs.PodNamespace), PodName: args.Get(cniargs.PodName), PodUID: args.Get(cniargs.PodUID), IPs: g.ipsOf(prev)}
 	marked, err := g.store.MarkReleasing(ctx, marker)
 	if errors.Is(err, store.ErrQuarantined) {
@@ -193,7 +193,7 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 // gcGracePeriod; youngWritten is for a collection from outside the
 // runtime (safe-ipam gc).
 func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritten bool) retention.Rules {
-	return retention.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten}
+	return retention.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten, Host: g.host}
 }
 
 // Collect releases one record as DEL does: mark, delegate DEL (with

@@ -66,6 +66,9 @@ type Guard struct {
 	// it: a killed process owns nothing.
 	Owner *record.Owner
 	node  string // as Calico names it; records and GC are per node
+	// host is this machine's host name (record.ThisHost), written into
+	// records: several machines may run under one Calico node name.
+	host string
 	// deadNode: the records are a gone node's (ForNode), whose pod-name
 	// handles are never released.
 	deadNode bool
@@ -121,7 +124,7 @@ type Parts struct {
 // New builds a Guard over its parts.
 func New(p Parts) *Guard {
 	return &Guard{cfg: p.Config, store: p.Store, delegate: p.Delegate, calico: p.Calico, version: p.Version, log: p.Log,
-		now: time.Now, Owner: record.Self(), node: p.Node}
+		now: time.Now, Owner: record.Self(), node: p.Node, host: record.ThisHost()}
 }
 
 func (g *Guard) at(s Step) {

@@ -233,3 +233,33 @@ func TestFailedAddNeverOverwritesALaterCommit(t *testing.T) {
 		}
 	})
 }
+
+// Two machines under one Calico node name (a stale nodename) share the
+// node's records in etcd: one machine's GC must not release the other's,
+// which its runtime cannot list. ADD writes its host into the record.
+func TestGCLeavesAnotherHostsRecordsAlone(t *testing.T) {
+	func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		for _, cid := range []string{"live", "gone", "theirs"} {
+			r.add(cid)
+		}
+		mine := r.record("theirs")
+		if mine.Host != record.ThisHost() {
+			t.Fatalf("ADD wrote host %q, want %q", mine.Host, record.ThisHost())
+		}
+		theirs := *mine
+		theirs.Host = "other-machine"
+		if _, err := r.store().Swap(context.Background(), mine.Attachment, mine, &theirs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
+			t.Fatal(err)
+		}
+		if r.record("theirs") == nil || r.record("gone") != nil {
+			t.Fatalf("GC: another host's record %v, this host's gone one %v; want the first kept, the second collected", r.record("theirs"), r.record("gone"))
+		}
+		if held := r.held(); len(held["net1.theirs"]) != 1 {
+			t.Errorf("GC released another host's address: %v", held)
+		}
+	}(t, newRig(t, "etcd"))
+}

@@ -51,6 +51,11 @@ type Record struct {
 	Result       []byte    `json:"result,omitempty"`
 	Created      time.Time `json:"created"`
 	Updated      time.Time `json:"updated"`
+	// Host is the host name of the machine that wrote the record. Records
+	// are kept per Calico node name, and two machines may share one (a
+	// stale Calico nodename, as on a re-imaged node): GC judges only its
+	// own host's records against its runtime. Older records carry none.
+	Host string `json:"host,omitempty"`
 	// Owner is the process working on a pending or releasing record.
 	Owner *Owner `json:"owner,omitempty"`
 	// Quarantined are allocations the delegate made for other attachments
@@ -153,7 +158,7 @@ func (r *Record) CheckStored(att Attachment, node string) error {
 	if r.Node != "" && (ValidateNode(r.Node) != nil || node != "" && r.Node != node) {
 		return fmt.Errorf("%s: node %q is not the node it is stored under", att, r.Node)
 	}
-	for field, v := range map[string]string{"podNamespace": r.PodNamespace, "podName": r.PodName, "podUID": r.PodUID, "handle": r.Handle} {
+	for field, v := range map[string]string{"podNamespace": r.PodNamespace, "podName": r.PodName, "podUID": r.PodUID, "handle": r.Handle, "host": r.Host} {
 		if err := ValidateArgValue(v); err != nil {
 			return fmt.Errorf("%s: %s: %w", att, field, err)
 		}

@@ -22,11 +22,18 @@ type Rules struct {
 	// collection from outside the runtime, whose source may not list a
 	// sandbox whose RunPodSandbox has not returned yet.
 	YoungWritten bool
+	// Host is the host this collection judges for (record.ThisHost): a
+	// record another host wrote is kept, since this host's runtime says
+	// nothing about it. "" judges every record (the dead-node sweep,
+	// whose evidence is the node's death, not a runtime).
+	Host string
 }
 
 // Why says why rec is kept, or "" when it is garbage.
 func (r Rules) Why(rec *record.Record) string {
 	switch {
+	case r.OtherHost(rec):
+		return fmt.Sprintf("written by host %s under this node's Calico name: a stale nodename?", rec.Host)
 	case r.Listed(rec.ContainerID, rec.IfName):
 		return "listed as running"
 	// A pending record is an ADD in flight, not garbage, while its process
@@ -39,6 +46,13 @@ func (r Rules) Why(rec *record.Record) string {
 		return fmt.Sprintf("written less than gcGracePeriod (%s) ago: its sandbox may not be listed yet", r.Grace)
 	}
 	return ""
+}
+
+// OtherHost says whether rec was written by another host than the one
+// judging: two machines under one Calico node name (a stale nodename)
+// share one node's records. A record without Host is judged as before.
+func (r Rules) OtherHost(rec *record.Record) bool {
+	return r.Host != "" && rec.Host != "" && rec.Host != r.Host
 }
 
 // lastWritten is when rec was created or last changed.

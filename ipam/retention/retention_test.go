@@ -32,13 +32,32 @@ func TestWhy(t *testing.T) {
 		{"committed long ago, changed just now", rec("c", record.Committed, time.Hour, time.Second, nil), true, "written less than gcGracePeriod"},
 		{"committed, old, not listed", rec("c", record.Committed, time.Hour, time.Hour, nil), true, ""},
 		{"releasing, not listed", rec("c", record.Releasing, time.Hour, time.Hour, nil), false, ""},
+		{"another host's, not listed", onHost("node-b", rec("c", record.Committed, time.Hour, time.Hour, nil)), true, "written by host node-b"},
+		{"another host's releasing record", onHost("node-b", rec("c", record.Releasing, time.Hour, time.Hour, nil)), false, "a stale nodename"},
+		{"this host's, not listed", onHost("node-a", rec("c", record.Committed, time.Hour, time.Hour, nil)), true, ""},
+		{"no host (an older record), not listed", onHost("", rec("c", record.Committed, time.Hour, time.Hour, nil)), true, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Rules{Listed: listed, Now: now, Grace: time.Minute, YoungWritten: tt.youngWritten}.Why(tt.rec)
+			got := Rules{Listed: listed, Now: now, Grace: time.Minute, YoungWritten: tt.youngWritten, Host: "node-a"}.Why(tt.rec)
 			if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 				t.Errorf("Why = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func onHost(host string, rec *record.Record) *record.Record {
+	rec.Host = host
+	return rec
+}
+
+// TestWhyWithoutHost: rules with no host (the dead-node sweep) judge
+// every record, whoever wrote it.
+func TestWhyWithoutHost(t *testing.T) {
+	rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c", IfName: "eth0"}, Host: "node-b", State: record.Committed}
+	never := func(string, string) bool { return false }
+	if why := (Rules{Listed: never, Now: time.Now()}).Why(rec); why != "" {
+		t.Errorf("Why = %q, want garbage", why)
 	}
 }

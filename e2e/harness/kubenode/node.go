@@ -127,7 +127,8 @@ var inside = []struct{ host, path string }{
 var overlays = []string{"/etc", "/opt", "/run"}
 
 func (n *Node) startHolder(ctx context.Context) error {
-	h, err := containerd.StartHolder(ctx, n.opt.Pause)
+	// The node's host name is its name, as on a machine of its own.
+	h, err := containerd.StartHostHolder(ctx, n.opt.Pause, n.Name)
 	if err != nil {
 		return err
 	}
