@@ -96,11 +96,7 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 	if err != nil {
 		return nil, nil, err
 	}
-	never := func(string, string) bool { return false }
-	rules := n.guard.GCRules(never, false)
-	// The evidence is the node's death, not this host's runtime: a dead
-	// node's records go whichever host wrote them.
-	rules.Host = ""
+	rules := n.guard.DeadNodeRules()
 	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, gone: gone, now: time.Now(), grace: grace,
 		plan:   &DeadPlan{Release: map[string][]*record.Record{}, notes: map[string]time.Time{}, rules: rules, cluster: cluster},
 		report: &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}

@@ -27,9 +27,8 @@ func (g *Guard) settleDeadHolder(ctx context.Context, holder *record.Record, cni
 		}
 		return false
 	}
-	never := func(string, string) bool { return false }
 	other := g.ForNode(holder.Node, cluster.ForNode(holder.Node))
-	if err := other.Collect(ctx, holder, cniPath, other.GCRules(never, false)); err != nil {
+	if err := other.Collect(ctx, holder, cniPath, other.DeadNodeRules()); err != nil {
 		g.log.Warn("the holder's node is gone, but releasing its record failed; fencing", "holder", holder.Attachment.String(), "node", holder.Node, "error", err)
 		return false
 	}

@@ -196,6 +196,16 @@ func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritt
 	return retention.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten, Host: g.host}
 }
 
+// DeadNodeRules are the GC rules for the records of a node Calico no
+// longer knows: no runtime lists them, and the evidence is the node's
+// death, not this host's runtime, so they are judged whichever host wrote
+// them.
+func (g *Guard) DeadNodeRules() retention.Rules {
+	rules := g.GCRules(func(string, string) bool { return false }, false)
+	rules.Host = ""
+	return rules
+}
+
 // Collect releases one record as DEL does: mark, delegate DEL (with
 // CNI_PATH cniPath), forget. It marks the record it listed first; if the
 // record changed meanwhile (a DEL marked it, an ADD took it over), it
