@@ -383,7 +383,8 @@ func (w *watchProcess) assertMetrics(t *testing.T, restarts int) {
 	}
 	// The verdict follows the watch's checks: a full one at its start
 	// (retried a local period later when a source was slow to answer, as
-	// on a loaded machine) and a local one after each re-install. Wait
+	// on a loaded machine, and at once after a re-install when it found
+	// the node not protected) and a local one after each re-install. Wait
 	// for it, as a scrape a little later would see it.
 	body := get("/metrics")
 	for end := time.Now().Add(90 * time.Second); time.Now().Before(end) &&

@@ -65,6 +65,14 @@ func (r *readiness) Ready() error {
 	return r.remote
 }
 
+// remoteOK says whether the last answered full check found the node
+// protected.
+func (r *readiness) remoteOK() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.remote == nil
+}
+
 func (r *readiness) set(remote bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -94,30 +102,20 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 	// watch just put back, not what calico-node's installer had undone.
 	recheck := make(chan struct{}, 1)
 	go func() {
-		// The wait after an unanswered full check starts at one local
-		// period and doubles: one slow answer at the start must not leave
-		// the node without a full check for twice its period.
-		next, backoff := time.Now(), CheckEvery
+		s := newSchedule(time.Now(), every)
 		for {
 			k.run(ctx, false)
-			if !time.Now().Before(next) {
+			if s.due(time.Now()) {
 				m.FullChecks.Inc()
-				switch k.run(ctx, true) {
-				case checkAnswered:
-					next, backoff = time.Now().Add(jittered(every)), CheckEvery
-				case checkUnanswered:
-					next = time.Now().Add(jittered(backoff))
-					backoff = min(2*backoff, maxRemoteBackoff)
-				}
-				// A check that could not run (the node's config read in the
-				// middle of a rewrite) asks no one: it runs again next round.
+				s.checked(time.Now(), k.run(ctx, true), k.ready.remoteOK())
 			}
 			beat.Beat()
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(untilNext(next)):
+			case <-time.After(s.wait(time.Now())):
 			case <-recheck:
+				s.reinstalled(time.Now(), k.ready.remoteOK())
 			}
 		}
 	}()
@@ -131,11 +129,58 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 	}, nil
 }
 
-// untilNext is the wait for the next round: one local period, or less
-// when the next full check is due sooner (--full-check-every shorter than
+// schedule says when the watch's next full check is due.
+type schedule struct {
+	next    time.Time
+	backoff time.Duration
+	every   time.Duration
+}
+
+// newSchedule has the first full check due at once.
+func newSchedule(now time.Time, every time.Duration) *schedule {
+	return &schedule{next: now, backoff: CheckEvery, every: every}
+}
+
+func (s *schedule) due(now time.Time) bool { return !now.Before(s.next) }
+
+// checked sets the next full check after one that went as o and left the
+// node's full verdict ok or not. A verdict of "not protected" is asked
+// again soon, backing off up to the period: what it found may be the
+// node's files caught in the middle of calico-node's installer, which the
+// watch puts right within a second, or a fault the operator is mending,
+// and the node must not stay NotReady for a whole period after either.
+// The wait after an unanswered check starts at one local period and
+// doubles: one slow answer at the start must not leave the node without
+// a full check for twice its period. A check that could not run (the
+// node's config read in the middle of a rewrite) asks no one: it runs
+// again next round.
+func (s *schedule) checked(now time.Time, o checkOutcome, ok bool) {
+	switch {
+	case o == checkAnswered && ok:
+		s.next, s.backoff = now.Add(jittered(s.every)), CheckEvery
+	case o == checkAnswered:
+		s.next = now.Add(jittered(min(s.backoff, s.every)))
+		s.backoff = min(2*s.backoff, s.every)
+	case o == checkUnanswered:
+		s.next = now.Add(jittered(s.backoff))
+		s.backoff = min(2*s.backoff, maxRemoteBackoff)
+	}
+}
+
+// reinstalled makes a full check due at once when the last one found the
+// node not protected: the watch has just put back what it may have seen
+// undone.
+func (s *schedule) reinstalled(now time.Time, ok bool) {
+	if !ok {
+		s.next = now
+	}
+}
+
+// wait is the wait for the next round: one local period, or less when
+// the next full check is due sooner (--full-check-every shorter than
 // CheckEvery). A full check due already, or retried, waits a whole period.
-func untilNext(next time.Time) time.Duration {
-	if u := time.Until(next); u > 0 && u < CheckEvery {
+func (s *schedule) wait(now time.Time) time.Duration {
+	if u := s.next.Sub(now); u > 0 && u < CheckEvery {
 		return u
 	}
 	return CheckEvery

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,6 +39,49 @@ func TestVerdictOutlivesAnUnansweredDatastore(t *testing.T) {
 			}
 			if err := ready.Ready(); (err == nil) != tc.ready {
 				t.Errorf("Ready() = %v; want ready %v", err, tc.ready)
+			}
+		})
+	}
+}
+
+// When the watch's next full check is due. A full check that found the
+// node not protected is asked again soon, and at once after a re-install:
+// one that read the node's files while calico-node's installer had them
+// undone must not leave the node NotReady for a whole period (CI caught
+// it: the first full check raced the first calico-node restart).
+func TestScheduleOfFullChecks(t *testing.T) {
+	const every = 10 * time.Minute
+	at := func(d time.Duration) time.Time { return time.Unix(0, 0).Add(d) }
+	type step struct {
+		outcome     checkOutcome
+		ok          bool
+		reinstalled bool // then a re-install, the full verdict ok as above
+	}
+	for _, tc := range []struct {
+		name     string
+		steps    []step
+		min, max time.Duration // the next full check, after the last step at 0
+	}{
+		{"protected", []step{{outcome: checkAnswered, ok: true}}, every * 8 / 10, every * 12 / 10},
+		{"not protected", []step{{outcome: checkAnswered}}, CheckEvery * 8 / 10, CheckEvery * 12 / 10},
+		{"not protected, twice", []step{{outcome: checkAnswered}, {outcome: checkAnswered}}, 2 * CheckEvery * 8 / 10, 2 * CheckEvery * 12 / 10},
+		{"not protected many times: the period at most", []step{{}, {}, {}, {}, {}, {}, {}, {}}, every * 8 / 10, every * 12 / 10},
+		{"not protected, then re-installed", []step{{outcome: checkAnswered, reinstalled: true}}, 0, 0},
+		{"protected, then re-installed", []step{{outcome: checkAnswered, ok: true, reinstalled: true}}, every * 8 / 10, every * 12 / 10},
+		{"unanswered", []step{{outcome: checkUnanswered, ok: true}}, CheckEvery * 8 / 10, CheckEvery * 12 / 10},
+		{"unanswered many times", []step{{outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}}, maxRemoteBackoff * 8 / 10, maxRemoteBackoff * 12 / 10},
+		{"failed to run", []step{{outcome: checkFailed}}, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSchedule(at(0), every)
+			for _, st := range tc.steps {
+				s.checked(at(0), st.outcome, st.ok)
+				if st.reinstalled {
+					s.reinstalled(at(0), st.ok)
+				}
+			}
+			if got := s.next.Sub(at(0)); got < tc.min || got > tc.max {
+				t.Errorf("next full check in %v; want %v to %v", got, tc.min, tc.max)
 			}
 		})
 	}
