@@ -394,6 +394,9 @@ func appendMembers(out []byte, extra map[string]json.RawMessage) []byte {
 // known one only in case is known: encoding/json decodes it into that
 // field. null has no members.
 func unknownMembers(data []byte, known ...string) (map[string]json.RawMessage, error) {
+	if onlyKnownKeys(data, known) {
+		return nil, nil
+	}
 	var all map[string]json.RawMessage
 	if err := json.Unmarshal(data, &all); err != nil {
 		return nil, err
@@ -405,4 +408,94 @@ func unknownMembers(data []byte, known ...string) (map[string]json.RawMessage, e
 		return nil, nil
 	}
 	return all, nil
+}
+
+// onlyKnownKeys says, without decoding, that the JSON object data has no
+// key but known ones: nearly every attribute Calico writes. An audit
+// decodes a million; decoding each into a map as well cost it seconds. A
+// key it cannot judge so simply (escaped, not ASCII) or anything else it
+// does not expect answers false, and unknownMembers decodes.
+func onlyKnownKeys(data []byte, known []string) bool {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return skipSpace(data, i+1) == len(data)
+	}
+	for i < len(data) && data[i] == '"' {
+		end := i + 1
+		for end < len(data) && data[end] != '"' && data[end] != '\\' && data[end] < 0x80 {
+			end++
+		}
+		if end >= len(data) || data[end] != '"' {
+			return false
+		}
+		key := string(data[i+1 : end])
+		if !slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(key, n) }) {
+			return false
+		}
+		i = skipSpace(data, end+1)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		if i = skipValue(data, skipSpace(data, i+1)); i < 0 {
+			return false
+		}
+		i = skipSpace(data, i)
+		switch {
+		case i < len(data) && data[i] == ',':
+			i = skipSpace(data, i+1)
+		case i < len(data) && data[i] == '}':
+			return skipSpace(data, i+1) == len(data)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipValue is the index past the JSON value at i, -1 when there is none
+// it can skip (unbalanced, or cut short). Only the nesting and strings
+// matter: the caller decoded data already, so its values are valid.
+func skipValue(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; c {
+		case '"':
+			for i++; i < len(data) && data[i] != '"'; i++ {
+				if data[i] == '\\' {
+					i++
+				}
+			}
+			if i >= len(data) {
+				return -1
+			}
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth < 0 {
+				return i // the end of the enclosing object
+			}
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+		if depth == 0 && (data[i] == '"' || data[i] == '}' || data[i] == ']') {
+			return i + 1
+		}
+	}
+	if depth == 0 {
+		return i
+	}
+	return -1
 }

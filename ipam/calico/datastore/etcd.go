@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -38,80 +39,97 @@ func (e *EtcdStore) Close() error { return nil }
 // Scan implements Datastore at one etcd revision.
 func (e *EtcdStore) Scan(ctx context.Context, v Visitor) (Point, error) {
 	var p Point
-	err := ScanPrefix(ctx, e.Client, calico.IPAMPrefix, e.PageSize, &p.Revision, func(key string, value []byte, modRev int64) error {
-		if err := visitEtcd(key, value, modRev, v); err != nil {
-			v.Undecodable(key, err)
-		}
+	page := e.PageSize
+	if page <= 0 {
+		page = pageSize
+	}
+	// Each page is decoded on every CPU while the one before is visited,
+	// in key order.
+	each, flush := etcdrange.Pipeline(decodeEtcd, func(d etcdDoc) error {
+		d.visit(v)
 		return nil
 	})
+	at, err := etcdrange.Prefix(ctx, e.Client, calico.IPAMPrefix, page, p.Revision, each)
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return p, fmt.Errorf("reading Calico IPAM data from etcd: %w", err)
 	}
+	p.Revision = at
 	return p, nil
 }
 
-func visitEtcd(key string, value []byte, modRev int64, v Visitor) error {
+// etcdDoc is one decoded document of Calico's IPAM data in etcd.
+type etcdDoc struct {
+	key     string
+	err     error
+	kind    docKind
+	block   *calico.Block
+	handle  string // the handle's ID, for a handle document
+	counts  json.RawMessage
+	version Version
+	node    string // the node and block of an affinity
+	cidr    netip.Prefix
+}
+
+type docKind uint8
+
+const (
+	noDoc docKind = iota // deleted, or not IPAM data safe-ipam reads
+	blockDoc
+	handleDoc
+	affinityDoc
+)
+
+// decodeEtcd decodes one key of Calico's IPAM data; a deleted or unknown
+// one decodes to nothing.
+func decodeEtcd(kv *mvccpb.KeyValue) etcdDoc {
+	key := string(kv.Key)
+	d := etcdDoc{key: key}
 	switch {
 	case strings.HasPrefix(key, calico.BlockPrefix):
 		var b calico.Block
-		if err := json.Unmarshal(value, &b); err != nil {
-			return err
-		}
-		if !b.Deleted {
-			v.Block(&b)
+		if d.err = json.Unmarshal(kv.Value, &b); d.err == nil && !b.Deleted {
+			d.kind, d.block = blockDoc, &b
 		}
 	case strings.HasPrefix(key, calico.HandlePrefix):
-		id, err := calico.ParseHandleKey(key)
-		if err != nil {
-			return err
+		var id string
+		if id, d.err = calico.ParseHandleKey(key); d.err != nil {
+			return d
 		}
 		var h struct {
 			Block   json.RawMessage `json:"block"`
 			Deleted bool            `json:"deleted"`
 		}
-		if err := json.Unmarshal(value, &h); err != nil {
-			return err
-		}
-		if !h.Deleted {
-			v.Handle(id, h.Block, etcdVersion(modRev))
+		if d.err = json.Unmarshal(kv.Value, &h); d.err == nil && !h.Deleted {
+			d.kind, d.handle, d.counts, d.version = handleDoc, id, h.Block, etcdVersion(kv.ModRevision)
 		}
 	case strings.HasPrefix(key, calico.HostPrefix):
-		node, cidr, err := calico.ParseAffinityKey(key)
-		if err != nil {
-			return err
+		var node string
+		var cidr netip.Prefix
+		if node, cidr, d.err = calico.ParseAffinityKey(key); d.err != nil {
+			return d
 		}
 		var a calico.Affinity
-		if err := json.Unmarshal(value, &a); err != nil {
-			return err
-		}
-		if !a.Deleted {
-			v.Affinity(node, cidr)
+		if d.err = json.Unmarshal(kv.Value, &a); d.err == nil && !a.Deleted {
+			d.kind, d.node, d.cidr = affinityDoc, node, cidr
 		}
 	}
-	return nil
+	return d
 }
 
-// ScanPrefix pages through prefix at one revision: *rev when it is set,
-// else the first page's, stored in *rev so that later scans (safe-ipam's
-// records in the same etcd) read the same moment. Each page's range is a
-// window of about a page (package etcdrange): etcd counts a request's
-// whole range.
-func ScanPrefix(ctx context.Context, cli *clientv3.Client, prefix string, page int64, rev *int64, add func(key string, value []byte, modRev int64) error) error {
-	if page <= 0 {
-		page = pageSize
+func (d etcdDoc) visit(v Visitor) {
+	switch {
+	case d.err != nil:
+		v.Undecodable(d.key, d.err)
+	case d.kind == blockDoc:
+		v.Block(d.block)
+	case d.kind == handleDoc:
+		v.Handle(d.handle, d.counts, d.version)
+	case d.kind == affinityDoc:
+		v.Affinity(d.node, d.cidr)
 	}
-	at, err := etcdrange.Prefix(ctx, cli, prefix, page, *rev, func(resp *clientv3.GetResponse) error {
-		for _, kv := range resp.Kvs {
-			if err := add(string(kv.Key), kv.Value, kv.ModRevision); err != nil {
-				return fmt.Errorf("%s: %w", kv.Key, err)
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		*rev = at
-	}
-	return err
 }
 
 func etcdVersion(modRev int64) Version {

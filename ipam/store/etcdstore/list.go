@@ -86,23 +86,25 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 		quarantines = tied.quarantines
 		return tied.page, err
 	}
-	rev, err := etcdrange.Scan(ctx, get, from, clientv3.GetPrefixRangeEnd(from), listPage, rev, func(resp *clientv3.GetResponse) error {
-		for _, kv := range resp.Kvs {
-			path, of := recordPath(l.prefix, string(kv.Key))
-			rec, err := l.decode(string(kv.Key), of, kv.Value, kv.ModRevision)
-			if err != nil {
-				return err
-			}
-			if l.keep != nil {
-				l.keep(rec)
-			}
-			out = append(out, rec)
-			if len(quarantines) > 0 { // the index holds every key: only when needed
-				byPath[path] = rec
-			}
+	// Each page is decoded on every CPU while the one before is kept, in
+	// key order.
+	each, flush := etcdrange.Pipeline(l.decodeKV, func(d decoded) error {
+		if d.err != nil {
+			return d.err
+		}
+		if l.keep != nil {
+			l.keep(d.rec)
+		}
+		out = append(out, d.rec)
+		if len(quarantines) > 0 { // the index holds every key: only when needed
+			byPath[d.path] = d.rec
 		}
 		return nil
 	})
+	rev, err := etcdrange.Scan(ctx, get, from, clientv3.GetPrefixRangeEnd(from), listPage, rev, each)
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		if errors.As(err, new(decodeError)) {
 			return nil, 0, err
@@ -132,6 +134,19 @@ func (l lister) firstPage(ctx context.Context, from, to, network, node string, r
 	page := (*clientv3.GetResponse)(resp.Responses[0].GetResponseRange())
 	page.Header = resp.Header // the Txn's: its revision is the listing's
 	return first{page: page, quarantines: resp.Responses[1].GetResponseRange().GetKvs()}, nil
+}
+
+// decoded is one record of a listing's page.
+type decoded struct {
+	path string
+	rec  *record.Record
+	err  error
+}
+
+func (l lister) decodeKV(kv *mvccpb.KeyValue) decoded {
+	path, of := recordPath(l.prefix, string(kv.Key))
+	rec, err := l.decode(string(kv.Key), of, kv.Value, kv.ModRevision)
+	return decoded{path, rec, err}
 }
 
 func (l lister) decode(key, network string, value []byte, rev int64) (*record.Record, error) {
