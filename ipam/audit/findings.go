@@ -93,6 +93,7 @@ type analysis struct {
 	byHandle, recByHdl, recByAddr chains
 	otherHandles                  map[string]int
 	otherIDs                      []string
+	one                           [1]*record.Record // recordsHere's list of one
 	findings                      []Finding
 }
 
@@ -191,7 +192,7 @@ func (a *analysis) checkRecords() {
 		if !a.recByAddr.has(int(k)) {
 			continue
 		}
-		recs := a.recordsAt(a.recByAddr.items(int(k)))
+		recs := a.recordsHere(int(k))
 		if len(recs) > 1 && !oneVM(recs) {
 			a.add(Finding{Kind: Duplicate, Address: addr.String(), Records: recordNames(recs), Node: recs[0].Node,
 				Why: fmt.Sprintf("%d committed records hold the address", len(recs))})
@@ -313,11 +314,17 @@ func (a *analysis) checkHandles() {
 		if e < 0 {
 			continue
 		}
-		handle, allocs := a.handleID(k), a.allocsOf(k)
-		first := allocs[0]
+		// Most handles are recorded: judged without listing their
+		// allocations.
+		item, _ := a.byHandle.first(k)
+		handle, first := a.handleID(k), &a.snap.Allocations[item]
 		if calicoOwned(handle, first) {
 			continue
 		}
+		if !calico.IsVMHandle(handle) && a.recByHdl.has(k) && !a.isPodNameHandle(handle, first) {
+			continue // recorded: checked against the record
+		}
+		allocs := a.allocsOf(k)
 		if calico.IsVMHandle(handle) && !a.recByHdl.has(k) {
 			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
 			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)

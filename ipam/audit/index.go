@@ -47,6 +47,17 @@ func (c *chains) items(key int) []int32 {
 	return out
 }
 
+// first is key's first item, and whether it is its only one: the common
+// case needs no list.
+func (c *chains) first(key int) (item int32, only bool) {
+	e := c.at(key)
+	only = e >= 0 && c.entries[e].prev < 0
+	for e >= 0 && c.entries[e].prev >= 0 {
+		e = c.entries[e].prev
+	}
+	return c.entries[e].item, only
+}
+
 func (c *chains) at(key int) int32 {
 	if key < 0 || key >= len(c.last) {
 		return -1
@@ -112,6 +123,18 @@ func (a *analysis) recordsAt(items []int32) []*record.Record {
 		out[i] = a.snap.Records[n]
 	}
 	return out
+}
+
+// recordsHere are the committed records of address key k. The common
+// single record comes without a new list: a million of them were most of
+// what the audit's last step allocated. The list is valid until the next
+// call.
+func (a *analysis) recordsHere(k int) []*record.Record {
+	if item, only := a.recByAddr.first(k); only {
+		a.one[0] = a.snap.Records[item]
+		return a.one[:]
+	}
+	return a.recordsAt(a.recByAddr.items(k))
 }
 
 // recordsByHandle are the records that hold handle.

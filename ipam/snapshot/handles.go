@@ -15,9 +15,15 @@ import (
 // audit of a large cluster miss its memory target.
 type handles struct {
 	index map[string]int32
-	docs  []handleDoc
+	// docs are in chunks of chunkSize, by index: one slice grown by
+	// append to a million copied itself again and again.
+	docs  [][]handleDoc
+	count int
 	// odd holds the documents not in the common form, by index.
 	odd map[int32]oddDoc
+	// scratch is where a document is written back to compare, without a
+	// new buffer for each of a million.
+	scratch []byte
 }
 
 // handleDoc is one handle and, when a document exists, what it counts.
@@ -63,7 +69,13 @@ func (d HandleDoc) Single() (netip.Prefix, int, bool) {
 }
 
 func commonCounts(block netip.Prefix, n int) json.RawMessage {
-	out := append([]byte(`{"`), block.String()...)
+	return appendCommon(nil, block, n)
+}
+
+// appendCommon appends {"<block>":n} to out.
+func appendCommon(out []byte, block netip.Prefix, n int) []byte {
+	out = append(out, `{"`...)
+	out = block.AppendTo(out)
 	out = append(out, `":`...)
 	out = strconv.AppendInt(out, int64(n), 10)
 	return append(out, '}')
@@ -72,18 +84,26 @@ func commonCounts(block netip.Prefix, n int) json.RawMessage {
 // intern returns the stored copy of id, adding it when new.
 func (h *handles) intern(id string) (string, int32) {
 	if i, ok := h.index[id]; ok {
-		return h.docs[i].id, i
+		return h.at(i).id, i
 	}
-	i := int32(len(h.docs))
+	i := int32(h.count)
 	h.index[id] = i
-	h.docs = append(h.docs, handleDoc{id: id})
+	if h.count%chunkSize == 0 {
+		h.docs = append(h.docs, make([]handleDoc, 0, chunkSize))
+	}
+	last := &h.docs[len(h.docs)-1]
+	*last = append(*last, handleDoc{id: id})
+	h.count++
 	return id, i
 }
+
+// at is the handle numbered i.
+func (h *handles) at(i int32) *handleDoc { return &h.docs[i/chunkSize][i%chunkSize] }
 
 // known returns the stored copy of id, or id when the snapshot has none.
 func (h *handles) known(id string) string {
 	if i, ok := h.index[id]; ok {
-		return h.docs[i].id
+		return h.at(i).id
 	}
 	return id
 }
@@ -92,10 +112,10 @@ func (h *handles) known(id string) string {
 // as stored.
 func (h *handles) add(id string, counts json.RawMessage, v datastore.Version, blocks map[netip.Prefix]*BlockSummary) {
 	_, i := h.intern(id)
-	d := &h.docs[i]
+	d := h.at(i)
 	d.has = true
-	if b, n, ok := parseCommon(counts, blocks); ok {
-		if rev, err := strconv.ParseInt(string(v), 10, 64); err == nil && rev > 0 && string(etcdVersion(rev)) == string(v) {
+	if b, n, ok := h.parseCommon(counts, blocks); ok {
+		if rev, err := strconv.ParseInt(string(v), 10, 64); err == nil && rev > 0 && string(strconv.AppendInt(h.scratch[:0], rev, 10)) == string(v) {
 			d.block, d.count, d.version = b, int32(n), rev
 			return
 		}
@@ -112,7 +132,7 @@ func etcdVersion(rev int64) datastore.Version {
 
 // parseCommon reads {"<block>":n} of a block the scan read, only when
 // writing it back gives the same bytes.
-func parseCommon(counts json.RawMessage, blocks map[netip.Prefix]*BlockSummary) (*BlockSummary, int, bool) {
+func (h *handles) parseCommon(counts json.RawMessage, blocks map[netip.Prefix]*BlockSummary) (*BlockSummary, int, bool) {
 	s := string(counts)
 	if len(s) < 7 || s[:2] != `{"` || s[len(s)-1] != '}' {
 		return nil, 0, false
@@ -130,14 +150,17 @@ func parseCommon(counts json.RawMessage, blocks map[netip.Prefix]*BlockSummary) 
 	}
 	n, err := strconv.ParseInt(s[end+2:len(s)-1], 10, 32)
 	b := blocks[cidr]
-	if err != nil || n < 0 || b == nil || string(commonCounts(cidr, int(n))) != s {
+	if err != nil || n < 0 || b == nil {
+		return nil, 0, false
+	}
+	if h.scratch = appendCommon(h.scratch[:0], cidr, int(n)); string(h.scratch) != s {
 		return nil, 0, false
 	}
 	return b, int(n), true
 }
 
 func (h *handles) doc(i int32) (HandleDoc, bool) {
-	d := h.docs[i]
+	d := h.at(i)
 	if !d.has {
 		return HandleDoc{}, false
 	}
@@ -159,8 +182,8 @@ func (s *Snapshot) Handle(id string) (HandleDoc, bool) {
 // Handles are the handle documents the scan read.
 func (s *Snapshot) Handles() iter.Seq2[string, HandleDoc] {
 	return func(yield func(string, HandleDoc) bool) {
-		for i := range s.handles.docs {
-			if d, ok := s.handles.doc(int32(i)); ok && !yield(s.handles.docs[i].id, d) {
+		for i := range int32(s.handles.count) {
+			if d, ok := s.handles.doc(i); ok && !yield(s.handles.at(i).id, d) {
 				return
 			}
 		}
@@ -174,19 +197,19 @@ func (s *Snapshot) HandleCount() int { return s.handleDocs }
 // none): repair acts only on a handle still at it.
 func (s *Snapshot) HandleVersion(id string) datastore.Version {
 	i, ok := s.handles.index[id]
-	if !ok || !s.handles.docs[i].has {
+	if !ok || !s.handles.at(i).has {
 		return ""
 	}
 	if o, ok := s.handles.odd[i]; ok {
 		return o.version
 	}
-	return etcdVersion(s.handles.docs[i].version)
+	return etcdVersion(s.handles.at(i).version)
 }
 
 // HandleSlots is how many handles the snapshot names: its allocations'
 // and documents' handles are numbered 0 to HandleSlots()-1, so an index
 // by handle can be a slice.
-func (s *Snapshot) HandleSlots() int { return len(s.handles.docs) }
+func (s *Snapshot) HandleSlots() int { return s.handles.count }
 
 // HandleSlot is id's number, if the snapshot names it.
 func (s *Snapshot) HandleSlot(id string) (int, bool) {
@@ -195,4 +218,4 @@ func (s *Snapshot) HandleSlot(id string) (int, bool) {
 }
 
 // HandleID is the handle numbered slot.
-func (s *Snapshot) HandleID(slot int) string { return s.handles.docs[slot].id }
+func (s *Snapshot) HandleID(slot int) string { return s.handles.at(int32(slot)).id }
