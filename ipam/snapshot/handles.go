@@ -100,14 +100,6 @@ func (h *handles) intern(id string) (string, int32) {
 // at is the handle numbered i.
 func (h *handles) at(i int32) *handleDoc { return &h.docs[i/chunkSize][i%chunkSize] }
 
-// known returns the stored copy of id, or id when the snapshot has none.
-func (h *handles) known(id string) string {
-	if i, ok := h.index[id]; ok {
-		return h.at(i).id
-	}
-	return id
-}
-
 // add keeps a handle document: in the common form when it is one, else
 // as stored.
 func (h *handles) add(id string, counts json.RawMessage, v datastore.Version, blocks map[netip.Prefix]*BlockSummary) {
@@ -206,8 +198,8 @@ func (s *Snapshot) HandleVersion(id string) datastore.Version {
 	return etcdVersion(s.handles.at(i).version)
 }
 
-// HandleSlots is how many handles the snapshot names: its allocations'
-// and documents' handles are numbered 0 to HandleSlots()-1, so an index
+// HandleSlots is how many handles the snapshot names: its allocations',
+// documents' and records' handles are numbered 0 to HandleSlots()-1, so an index
 // by handle can be a slice.
 func (s *Snapshot) HandleSlots() int { return s.handles.count }
 

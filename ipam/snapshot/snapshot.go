@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -48,6 +49,9 @@ type Snapshot struct {
 	chunks   [][]Allocation
 	names    map[string]string
 	byHandle map[string]map[netip.Prefix]int
+	// mu guards the tables the scan and the records' reading share
+	// (handles, names) while they run side by side.
+	mu sync.Mutex
 }
 
 // BlockSummary is one block: who claims it and what is wrong with its
@@ -102,12 +106,27 @@ type AffinityDoc struct {
 	CIDR netip.Prefix
 }
 
-// Load reads Calico's IPAM data from ds, then the records of network
-// ("" for all, where recs can list all) from recs, at the scan's point
-// when recs can read at it.
+// Load reads Calico's IPAM data from ds and the records of network (""
+// for all, where recs can list all) from recs, at the scan's point when
+// recs can read at it. Where the scan says its point at its start (etcd),
+// the records are read beside it: the two readings, and etcd's serving
+// of them, overlap.
 func Load(ctx context.Context, ds datastore.Datastore, recs Records, network string) (*Snapshot, error) {
 	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, handles: handles{index: map[string]int32{}}, names: map[string]string{}}
-	p, err := ds.Scan(ctx, s.visitor())
+	v := s.visitor()
+	var beside chan loaded // the records, when read beside the scan
+	if recs != nil {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel() // a failed scan stops the records' reading
+		v.Read = func(p datastore.Point) {
+			beside = make(chan loaded, 1)
+			go func() {
+				r, err := recs.Load(rctx, network, p, s.share)
+				beside <- loaded{r, err}
+			}()
+		}
+	}
+	p, err := ds.Scan(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -116,18 +135,32 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	if recs == nil {
 		return s, nil
 	}
-	if s.Records, err = recs.Load(ctx, network, p, s.share); err != nil {
-		return nil, err
+	var r loaded
+	if beside != nil {
+		r = <-beside
+	} else {
+		r.recs, r.err = recs.Load(ctx, network, p, s.share)
 	}
-	s.RecordsNode = recs.Node()
+	if r.err != nil {
+		return nil, r.err
+	}
+	s.Records, s.RecordsNode = r.recs, recs.Node()
 	s.names = nil
 	return s, nil
+}
+
+// loaded is what Records.Load returned.
+type loaded struct {
+	recs []*record.Record
+	err  error
 }
 
 func (s *Snapshot) visitor() datastore.Visitor {
 	return datastore.Visitor{
 		Block: s.addBlock,
 		Handle: func(id string, counts json.RawMessage, v datastore.Version) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			s.handles.add(id, counts, v, s.Blocks)
 			s.handleDocs++
 		},
@@ -144,6 +177,8 @@ func (s *Snapshot) visitor() datastore.Visitor {
 }
 
 func (s *Snapshot) addBlock(b *calico.Block) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	node, _ := b.AffinityNode()
 	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Problems: partitionProblems(b)}
 	for _, h := range b.Held() {
@@ -188,8 +223,12 @@ func (s *Snapshot) name(n string) string {
 // handle the allocations', its container ID part of that handle, its
 // network, interface, node and namespace names the shared copies.
 func (s *Snapshot) share(rec *record.Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	rec.Result = nil // the audit never replays; 100k results would dominate memory
-	rec.Handle = s.handles.known(rec.Handle)
+	// Interned, not only looked up: read beside the scan, a record may
+	// come before the allocation that names its handle.
+	rec.Handle, _ = s.handles.intern(rec.Handle)
 	if id, ok := strings.CutPrefix(rec.Handle, rec.Network+"."); ok && id == rec.ContainerID {
 		rec.ContainerID = id
 	}

@@ -64,8 +64,13 @@ type Datastore interface {
 	Close() error
 }
 
-// Visitor receives what Scan reads. Every field must be set.
+// Visitor receives what Scan reads. Every field but Read must be set.
 type Visitor struct {
+	// Read, when set, is told where the scan reads as soon as the scan
+	// knows it, before it visits anything, where the datastore can say
+	// (etcd's revision): a reader of safe-ipam's records at that point
+	// can read them beside the scan.
+	Read  func(Point)
 	Block func(b *calico.Block)
 	// Handle gets a handle document's per-block counts as stored (the
 	// etcd "block" key, the Kubernetes spec.block) and its version.

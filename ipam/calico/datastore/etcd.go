@@ -49,7 +49,14 @@ func (e *EtcdStore) Scan(ctx context.Context, v Visitor) (Point, error) {
 		d.visit(v)
 		return nil
 	})
-	at, err := etcdrange.Prefix(ctx, e.Client, calico.IPAMPrefix, page, p.Revision, each)
+	first := v.Read != nil
+	at, err := etcdrange.Prefix(ctx, e.Client, calico.IPAMPrefix, page, p.Revision, func(resp *clientv3.GetResponse) error {
+		if first {
+			first = false
+			v.Read(Point{Revision: resp.Header.Revision})
+		}
+		return each(resp)
+	})
 	if err == nil {
 		err = flush()
 	}

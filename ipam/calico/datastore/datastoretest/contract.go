@@ -105,8 +105,18 @@ func scan(t *testing.T, ds datastore.Datastore) *scanned {
 	t.Helper()
 	s := &scanned{blocks: map[netip.Prefix]*calico.Block{}, handles: map[string]string{},
 		versions: map[string]datastore.Version{}, affinities: map[string]bool{}, undecodable: map[string]string{}}
+	var told []datastore.Point
+	visited := false
 	p, err := ds.Scan(ctx(t), datastore.Visitor{
-		Block: func(b *calico.Block) { s.blocks[b.CIDR] = b },
+		// Read, when the store calls it, comes once, before anything is
+		// visited, with the point Scan returns.
+		Read: func(p datastore.Point) {
+			if visited {
+				t.Error("Read came after the scan visited a document")
+			}
+			told = append(told, p)
+		},
+		Block: func(b *calico.Block) { s.blocks[b.CIDR], visited = b, true },
 		Handle: func(id string, counts json.RawMessage, v datastore.Version) {
 			s.handles[id], s.versions[id] = string(counts), v
 		},
@@ -115,6 +125,9 @@ func scan(t *testing.T, ds datastore.Datastore) *scanned {
 	})
 	if err != nil {
 		t.Fatalf("scan: %v", err)
+	}
+	if len(told) > 1 || len(told) == 1 && told[0] != p {
+		t.Errorf("Read told %v; the scan read at %v", told, p)
 	}
 	s.point = p
 	return s
