@@ -2,6 +2,8 @@ package calico
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -39,21 +41,7 @@ func FuzzOnlyKnownKeys(f *testing.F) {
 }
 
 func isFold(k string, known []string) bool {
-	for _, n := range known {
-		if len(k) == len(n) {
-			eq := true
-			for i := range k {
-				a, b := k[i]|0x20, n[i]|0x20
-				if a != b {
-					eq = false
-				}
-			}
-			if eq {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(k, n) })
 }
 
 func TestOnlyKnownKeysOfCalicosAttributes(t *testing.T) {

@@ -42,7 +42,8 @@ func Decode[T any](kvs []*mvccpb.KeyValue, decode func(*mvccpb.KeyValue) T) []T 
 // key and keeps what it decoded in key order: each page is decoded (by
 // Decode) while keep takes the page before, and the next is read, so
 // the decoding, the keeping and etcd's serving overlap. flush keeps the
-// last page once the Scan is done; keep's first error stops both.
+// last page once the Scan is done (after a failed read too: the page
+// before it); keep's first error stops both.
 func Pipeline[T any](decode func(*mvccpb.KeyValue) T, keep func(T) error) (each func(*clientv3.GetResponse) error, flush func() error) {
 	var pending chan []T
 	keepPending := func() error {

@@ -107,7 +107,7 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 			k.run(ctx, false)
 			if s.due(time.Now()) {
 				m.FullChecks.Inc()
-				s.checked(time.Now(), k.run(ctx, true), k.ready.remoteOK())
+				k.fullCheck(ctx, s)
 			}
 			beat.Beat()
 			select {
@@ -131,14 +131,17 @@ func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, 
 
 // schedule says when the watch's next full check is due.
 type schedule struct {
-	next    time.Time
-	backoff time.Duration
-	every   time.Duration
+	next time.Time
+	// backoff is the wait after an unanswered check, retry after one
+	// that found the node not protected: apart, so that one kind of
+	// failure never stretches the other's first wait.
+	backoff, retry time.Duration
+	every          time.Duration
 }
 
 // newSchedule has the first full check due at once.
 func newSchedule(now time.Time, every time.Duration) *schedule {
-	return &schedule{next: now, backoff: CheckEvery, every: every}
+	return &schedule{next: now, backoff: CheckEvery, retry: CheckEvery, every: every}
 }
 
 func (s *schedule) due(now time.Time) bool { return !now.Before(s.next) }
@@ -157,10 +160,10 @@ func (s *schedule) due(now time.Time) bool { return !now.Before(s.next) }
 func (s *schedule) checked(now time.Time, o checkOutcome, ok bool) {
 	switch {
 	case o == checkAnswered && ok:
-		s.next, s.backoff = now.Add(jittered(s.every)), CheckEvery
+		s.next, s.backoff, s.retry = now.Add(jittered(s.every)), CheckEvery, CheckEvery
 	case o == checkAnswered:
-		s.next = now.Add(jittered(min(s.backoff, s.every)))
-		s.backoff = min(2*s.backoff, s.every)
+		s.next, s.backoff = now.Add(jittered(min(s.retry, s.every))), CheckEvery
+		s.retry = min(2*s.retry, s.every)
 	case o == checkUnanswered:
 		s.next = now.Add(jittered(s.backoff))
 		s.backoff = min(2*s.backoff, maxRemoteBackoff)
@@ -198,6 +201,22 @@ type keeper struct {
 	m     *metrics.Watch
 	ready *readiness
 	log   *slog.Logger
+	clock func() time.Time // nil: time.Now
+}
+
+// fullCheck runs a full check and schedules the next, counted from the
+// end of this one: a check that waited out a slow datastore's timeout
+// must not shorten the wait before the next.
+func (k *keeper) fullCheck(ctx context.Context, s *schedule) {
+	o := k.run(ctx, true)
+	s.checked(k.now(), o, k.ready.remoteOK())
+}
+
+func (k *keeper) now() time.Time {
+	if k.clock != nil {
+		return k.clock()
+	}
+	return time.Now()
 }
 
 // checkOutcome is how a check went, for the watch's schedule.

@@ -71,6 +71,9 @@ func TestScheduleOfFullChecks(t *testing.T) {
 		{"unanswered", []step{{outcome: checkUnanswered, ok: true}}, CheckEvery * 8 / 10, CheckEvery * 12 / 10},
 		{"unanswered many times", []step{{outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}, {outcome: checkUnanswered, ok: true}}, maxRemoteBackoff * 8 / 10, maxRemoteBackoff * 12 / 10},
 		{"failed to run", []step{{outcome: checkFailed}}, 0, 0},
+		// One kind of failure does not stretch the other's first wait.
+		{"not protected many times, then unanswered", []step{{}, {}, {}, {}, {}, {}, {}, {}, {outcome: checkUnanswered}}, CheckEvery * 8 / 10, CheckEvery * 12 / 10},
+		{"unanswered twice, then not protected", []step{{outcome: checkUnanswered}, {outcome: checkUnanswered}, {outcome: checkAnswered}}, CheckEvery * 8 / 10, CheckEvery * 12 / 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSchedule(at(0), every)
@@ -84,5 +87,24 @@ func TestScheduleOfFullChecks(t *testing.T) {
 				t.Errorf("next full check in %v; want %v to %v", got, tc.min, tc.max)
 			}
 		})
+	}
+}
+
+// The wait before the next full check counts from the end of the last:
+// one that waited 30 s for a datastore that did not answer is retried
+// a local period after it gave up, not right away.
+func TestFullCheckWaitsFromItsEnd(t *testing.T) {
+	start := time.Unix(0, 0)
+	now := start
+	k := &keeper{m: metrics.NewWatch(prometheus.NewRegistry()), ready: &readiness{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		clock: func() time.Time { return now },
+		check: func(context.Context, Node, bool) (Verdict, error) {
+			now = now.Add(checkTimeout) // the datastore's timeout ran out
+			return Verdict{Unanswered: true}, nil
+		}}
+	s := newSchedule(start, RemoteCheckEvery)
+	k.fullCheck(context.Background(), s)
+	if min := start.Add(checkTimeout + CheckEvery*8/10); s.next.Before(min) {
+		t.Errorf("next full check %v after the start; want at least %v (the check's %v, then a local period less its jitter)", s.next.Sub(start), min.Sub(start), checkTimeout)
 	}
 }

@@ -115,9 +115,9 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, handles: handles{index: map[string]int32{}}, names: map[string]string{}}
 	v := s.visitor()
 	var beside chan loaded // the records, when read beside the scan
+	rctx, cancelRecords := context.WithCancel(ctx)
+	defer cancelRecords()
 	if recs != nil {
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel() // a failed scan stops the records' reading
 		v.Read = func(p datastore.Point) {
 			beside = make(chan loaded, 1)
 			go func() {
@@ -128,6 +128,10 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	}
 	p, err := ds.Scan(ctx, v)
 	if err != nil {
+		if beside != nil { // stop the records' reading before the caller closes the stores
+			cancelRecords()
+			<-beside
+		}
 		return nil, err
 	}
 	s.Allocations, s.chunks = slices.Concat(s.chunks...), nil

@@ -102,9 +102,7 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 		return nil
 	})
 	rev, err := etcdrange.Scan(ctx, get, from, clientv3.GetPrefixRangeEnd(from), listPage, rev, each)
-	if err == nil {
-		err = flush()
-	}
+	err = scanError(err, flush)
 	if err != nil {
 		if errors.As(err, new(decodeError)) {
 			return nil, 0, err
@@ -113,6 +111,23 @@ func (l lister) list(ctx context.Context, network, node string, rev int64) ([]*r
 	}
 	l.attachQuarantines(quarantines, byPath)
 	return out, rev, nil
+}
+
+// scanError is a listing's error once its Scan returned err: flush's
+// when the Scan read everything; when a read failed, the page before it,
+// decoded but not kept yet, may hold a record that does not decode,
+// which is said as such (as when each page was kept before the next was
+// read).
+func scanError(err error, flush func() error) error {
+	switch {
+	case err == nil:
+		return flush()
+	case !errors.As(err, new(decodeError)):
+		if ferr := flush(); errors.As(ferr, new(decodeError)) {
+			return ferr
+		}
+	}
+	return err
 }
 
 // first is a listing's first page of records and the quarantines, read
