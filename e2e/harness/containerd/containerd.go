@@ -199,8 +199,45 @@ func (c *Containerd) Restart(ctx context.Context) error {
 }
 
 // Freeze stops containerd with SIGSTOP: its socket accepts connections
-// but nothing answers, as with a hung runtime. Thaw resumes it.
-func (c *Containerd) Freeze() error { return c.signal(syscall.SIGSTOP) }
+// but nothing answers, as with a hung runtime. Thaw resumes it. It
+// returns once every thread has stopped: kill only sends the signal, and
+// a thread still running under load answered a read that was meant to
+// find the runtime hung (CI saw it).
+func (c *Containerd) Freeze() error {
+	if err := c.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if stopped, err := allStopped(c.pid); err != nil || stopped {
+			return err
+		}
+	}
+	return fmt.Errorf("containerd (pid %d) did not stop within 10 s of SIGSTOP", c.pid)
+}
+
+// allStopped says whether every thread of pid is stopped (state T in its
+// /proc stat).
+func allStopped(pid int) (bool, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false, fmt.Errorf("threads of pid %d: %v", pid, err)
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread ended
+		}
+		if err != nil {
+			return false, err
+		}
+		// The state follows the command name's closing parenthesis.
+		i := strings.LastIndexByte(string(b), ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false, nil
+		}
+	}
+	return true, nil
+}
 
 // Thaw resumes a frozen containerd. nsenter stops itself when its child
 // stops (job control), so it is resumed too, or it never reaps containerd.
