@@ -48,11 +48,14 @@ func (c *chains) items(key int) []int32 {
 }
 
 // first is key's first item, and whether it is its only one: the common
-// case needs no list.
+// case needs no list. A key without items has item -1.
 func (c *chains) first(key int) (item int32, only bool) {
 	e := c.at(key)
-	only = e >= 0 && c.entries[e].prev < 0
-	for e >= 0 && c.entries[e].prev >= 0 {
+	if e < 0 {
+		return -1, false
+	}
+	only = c.entries[e].prev < 0
+	for c.entries[e].prev >= 0 {
 		e = c.entries[e].prev
 	}
 	return c.entries[e].item, only
