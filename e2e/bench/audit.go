@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -104,8 +107,15 @@ func SeedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
 			ip, _ := b.IP(ords[0])
 			h := calico.NewHandle()
 			h.Add(cidr, 1)
+			result, err := calicoResult(ip, cidr)
+			if err != nil {
+				return err
+			}
+			// As the plugin commits a pod's record: its pod, host and
+			// the delegate's result (most of a record's bytes).
 			rec := record.Record{Attachment: record.Attachment{Network: auditNetwork, ContainerID: cid, IfName: "eth0"}, Node: "node1",
-				Handle: handle, State: record.Committed, IPs: []string{netip.PrefixFrom(ip, 26).String()}, Created: now, Updated: now}
+				PodNamespace: "bench", PodName: fmt.Sprintf("pod-%d", i), PodUID: fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i), Host: "node1",
+				Handle: handle, State: record.Committed, IPs: []string{netip.PrefixFrom(ip, 26).String()}, Result: result, Created: now, Updated: now}
 			w.put(calico.HandleKey(handle), h)
 			w.put(etcdstore.RecordKey("/safe-ipam/v1", "node1", rec.Attachment), rec)
 		}
@@ -117,6 +127,15 @@ func SeedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
 	}
 	w.flush()
 	return w.err
+}
+
+// calicoResult is the result calico-ipam gives for ip in block: the
+// address with the block's mask and a route to the block.
+func calicoResult(ip netip.Addr, block netip.Prefix) ([]byte, error) {
+	mask := net.CIDRMask(block.Bits(), 32)
+	return json.Marshal(&types100.Result{CNIVersion: types100.ImplementedSpecVersion,
+		IPs:    []*types100.IPConfig{{Address: net.IPNet{IP: ip.AsSlice(), Mask: mask}}},
+		Routes: []*types.Route{{Dst: net.IPNet{IP: block.Addr().AsSlice(), Mask: mask}}}})
 }
 
 func addOffset(a netip.Addr, off int) netip.Addr {
