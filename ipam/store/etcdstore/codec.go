@@ -29,7 +29,7 @@ func encode(rec *record.Record) (string, error) {
 // decode reads a stored record value.
 func decode(value []byte, revision int64) (*record.Record, error) {
 	var rec record.Record
-	if err := json.Unmarshal(value, &rec); err != nil {
+	if err := record.Decode(value, &rec); err != nil {
 		return nil, fmt.Errorf("decoding record: %w", err)
 	}
 	rec.Revision = revision
