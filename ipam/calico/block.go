@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/safe-ipam/safe-ipam/ipam/jsonscan"
 	"maps"
 	"net/netip"
 	"slices"
@@ -80,6 +81,10 @@ func (a *Attribute) UnmarshalJSON(data []byte) error {
 // nothing, as for any struct.
 func decodeAttribute(data []byte, handle **string, secondary *map[string]string, extra *map[string]json.RawMessage) error {
 	if string(data) == "null" {
+		return nil
+	}
+	if decodeCommonAttribute(data, handle, secondary) {
+		*extra = nil
 		return nil
 	}
 	f := attributeFields{HandleID: *handle, Secondary: *secondary}
@@ -416,13 +421,13 @@ func unknownMembers(data []byte, known ...string) (map[string]json.RawMessage, e
 // key it cannot judge so simply (escaped, not ASCII) or anything else it
 // does not expect answers false, and unknownMembers decodes.
 func onlyKnownKeys(data []byte, known []string) bool {
-	i := skipSpace(data, 0)
+	i := jsonscan.Space(data, 0)
 	if i >= len(data) || data[i] != '{' {
 		return false
 	}
-	i = skipSpace(data, i+1)
+	i = jsonscan.Space(data, i+1)
 	if i < len(data) && data[i] == '}' {
-		return skipSpace(data, i+1) == len(data)
+		return jsonscan.Space(data, i+1) == len(data)
 	}
 	for i < len(data) && data[i] == '"' {
 		end := i + 1
@@ -436,31 +441,24 @@ func onlyKnownKeys(data []byte, known []string) bool {
 		if !slices.ContainsFunc(known, func(n string) bool { return strings.EqualFold(key, n) }) {
 			return false
 		}
-		i = skipSpace(data, end+1)
+		i = jsonscan.Space(data, end+1)
 		if i >= len(data) || data[i] != ':' {
 			return false
 		}
-		if i = skipValue(data, skipSpace(data, i+1)); i < 0 {
+		if i = skipValue(data, jsonscan.Space(data, i+1)); i < 0 {
 			return false
 		}
-		i = skipSpace(data, i)
+		i = jsonscan.Space(data, i)
 		switch {
 		case i < len(data) && data[i] == ',':
-			i = skipSpace(data, i+1)
+			i = jsonscan.Space(data, i+1)
 		case i < len(data) && data[i] == '}':
-			return skipSpace(data, i+1) == len(data)
+			return jsonscan.Space(data, i+1) == len(data)
 		default:
 			return false
 		}
 	}
 	return false
-}
-
-func skipSpace(data []byte, i int) int {
-	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
-		i++
-	}
-	return i
 }
 
 // skipValue is the index past the JSON value at i, -1 when there is none
