@@ -25,10 +25,13 @@ import (
 // attachment, which that attachment's DEL and ADD check in theirs. The
 // values are in codec.go.
 
+// attachmentsRoot follows the store's prefix in every record's key.
+const attachmentsRoot = "/attachments/"
+
 // RecordPrefix is the prefix of network's records on every node (of
 // every network's when network is ""), ending in "/".
 func RecordPrefix(prefix, network string) string {
-	return networkPrefix(prefix+"/attachments/", network)
+	return networkPrefix(prefix+attachmentsRoot, network)
 }
 
 // RecordKey is the key of the record of att written on node.
@@ -129,20 +132,43 @@ func tiedPrefix(prefix, network, node string) string {
 }
 
 // parseRecordKey reads the attachment and node a record's key names.
+// Its parts are cut from key, with no list of them: an audit reads a
+// million keys.
 func parseRecordKey(prefix, key string) (record.Attachment, string, bool) {
-	root := RecordPrefix(prefix, "")
-	parts := strings.Split(strings.TrimPrefix(key, root), "/")
-	if len(parts) != 4 || !strings.HasPrefix(key, root) {
+	path, ok := cutRecordRoot(prefix, key)
+	if !ok {
 		return record.Attachment{}, "", false
 	}
+	var parts [4]string
+	for i := range 3 {
+		if parts[i], path, ok = strings.Cut(path, "/"); !ok {
+			return record.Attachment{}, "", false
+		}
+	}
+	if strings.Contains(path, "/") {
+		return record.Attachment{}, "", false
+	}
+	parts[3] = path
 	return record.Attachment{Network: parts[0], ContainerID: parts[2], IfName: parts[3]}, parts[1], true
+}
+
+// cutRecordRoot is key below every network's records, if it is there.
+func cutRecordRoot(prefix, key string) (string, bool) {
+	if !strings.HasPrefix(key, prefix) || !strings.HasPrefix(key[len(prefix):], attachmentsRoot) {
+		return "", false
+	}
+	return key[len(prefix)+len(attachmentsRoot):], true
 }
 
 // recordPath is the key of a listed record below every network's
 // records (<network>/<node>/<cid>/<ifname>), and the network it names.
 func recordPath(prefix, key string) (path, network string) {
-	path = strings.TrimPrefix(key, RecordPrefix(prefix, ""))
-	return path, strings.SplitN(path, "/", 2)[0]
+	path, ok := cutRecordRoot(prefix, key)
+	if !ok {
+		path = key
+	}
+	network, _, _ = strings.Cut(path, "/")
+	return path, network
 }
 
 // parseTiedKey reads, from the holder-side key of a quarantine, the

@@ -159,8 +159,9 @@ type decoded struct {
 }
 
 func (l lister) decodeKV(kv *mvccpb.KeyValue) decoded {
-	path, of := recordPath(l.prefix, string(kv.Key))
-	rec, err := l.decode(string(kv.Key), of, kv.Value, kv.ModRevision)
+	key := string(kv.Key)
+	path, of := recordPath(l.prefix, key)
+	rec, err := l.decode(key, of, kv.Value, kv.ModRevision)
 	return decoded{path, rec, err}
 }
 
