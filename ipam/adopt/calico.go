@@ -28,7 +28,7 @@ type Holders struct {
 // HoldersFrom indexes an audit snapshot of Calico's IPAM data.
 func HoldersFrom(snap *snapshot.Snapshot) Holders {
 	h := Holders{byAddr: map[netip.Addr]string{}}
-	for _, al := range snap.Allocations {
+	for _, al := range snap.Allocations.All() {
 		h.byAddr[al.Addr] = al.Handle
 	}
 	for cidr := range snap.Blocks {

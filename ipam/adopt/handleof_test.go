@@ -29,7 +29,7 @@ func TestHandleOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := HoldersFrom(&snapshot.Snapshot{Allocations: []snapshot.Allocation{{Addr: addr, Handle: tt.handle}}})
+			h := HoldersFrom(&snapshot.Snapshot{Allocations: snapshot.NewAllocations(snapshot.Allocation{Addr: addr, Handle: tt.handle})})
 			got := h.HandleOf(att, liveness.Running{PodNamespace: "default", PodName: tt.pod}, []netip.Addr{addr}, "fallback")
 			if got != tt.want {
 				t.Fatalf("HandleOf = %q; want %q", got, tt.want)

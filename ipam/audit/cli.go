@@ -179,8 +179,8 @@ func HeldOn(snap *snapshot.Snapshot, live *liveness.View) (records, addrs int) {
 			records++
 		}
 	}
-	for i := range snap.Allocations {
-		if al := &snap.Allocations[i]; live.Covers(al.Node) && !calicoOwned(al.Handle, al) {
+	for _, al := range snap.Allocations.All() {
+		if live.Covers(al.Node) && !calicoOwned(al.Handle, al) {
 			addrs++
 		}
 	}

@@ -86,7 +86,7 @@ type analysis struct {
 	networks map[string]bool
 	// addrs numbers every address allocated or recorded; allocAt is the
 	// allocation of each, or -1.
-	addrs   map[netip.Addr]int32
+	addrs   addrIndex
 	allocAt []int32
 	// byHandle (allocations) and recByHdl (records) are by handle key,
 	// recByAddr (committed records) by address number.
@@ -99,9 +99,9 @@ type analysis struct {
 
 // Analyze returns every finding, in a stable order.
 func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
-	nal, nrec := len(snap.Allocations), len(snap.Records)
+	nal, nrec := snap.Allocations.Len(), len(snap.Records)
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
-		addrs: make(map[netip.Addr]int32, max(nal, nrec)), allocAt: make([]int32, 0, max(nal, nrec)),
+		addrs: newAddrIndex(max(nal, nrec)), allocAt: make([]int32, 0, max(nal, nrec)),
 		byHandle: newChains(snap.HandleSlots(), nal), recByHdl: newChains(snap.HandleSlots(), nrec), recByAddr: newChains(0, nrec),
 		otherHandles: map[string]int{}}
 	for _, n := range opts.Networks {
@@ -131,11 +131,10 @@ func (a *analysis) indexBlocks() {
 			a.add(Finding{Kind: Inconsistent, Block: b.CIDR.String(), Node: b.Node, Why: p})
 		}
 	}
-	for i := range a.snap.Allocations {
-		al := &a.snap.Allocations[i]
+	for i, al := range a.snap.Allocations.All() {
 		if prev := a.allocation(al.Addr); prev != nil {
-			a.add(Finding{Kind: Inconsistent, Address: al.Addr.String(), Block: al.Block.String(), Handle: al.Handle,
-				Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.Block, al.Block)})
+			a.add(Finding{Kind: Inconsistent, Address: al.Addr.String(), Block: al.Block().String(), Handle: al.Handle,
+				Why: fmt.Sprintf("address is allocated in two blocks (%s and %s)", prev.Block(), al.Block())})
 			continue
 		}
 		k, _ := a.addrKey(al.Addr, true)
@@ -188,7 +187,7 @@ func recordNames(recs []*record.Record) []string {
 
 // checkRecords compares each committed record's addresses with Calico.
 func (a *analysis) checkRecords() {
-	for addr, k := range a.addrs {
+	for addr, k := range a.addrs.all() {
 		if !a.recByAddr.has(int(k)) {
 			continue
 		}
@@ -210,14 +209,14 @@ func (a *analysis) checkRecords() {
 		case owns(rec, al.Handle):
 			// Held under a handle the record's DEL releases.
 		case a.recordHeld(al.Handle):
-			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node,
+			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block().String(), Node: rec.Node,
 				Records: recordNames(append(slices.Clone(recs), a.recordsByHandle(al.Handle)...)),
 				Why:     fmt.Sprintf("record %s holds the address, and Calico gave it to handle %s, which another record holds", rec.Attachment, al.Handle)})
 		case a.runs(rec) && a.holderRuns(al):
-			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Node: rec.Node, Records: recordNames(recs),
+			a.add(Finding{Kind: Duplicate, Address: addr.String(), Handle: al.Handle, Block: al.Block().String(), Node: rec.Node, Records: recordNames(recs),
 				Why: fmt.Sprintf("running %s holds the address (its record), and Calico gave it to handle %s, whose owner runs too: two running pods share it (incident 002)", rec.Attachment, al.Handle)})
 		default:
-			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.Handle, Block: al.Block.String(), Records: recordNames(recs), Node: rec.Node,
+			a.add(Finding{Kind: EarlyRelease, Address: addr.String(), Handle: al.Handle, Block: al.Block().String(), Records: recordNames(recs), Node: rec.Node,
 				Why: fmt.Sprintf("the record holds the address under %s but Calico has it under %s", rec.Handle, al.Handle)})
 		}
 	}
@@ -317,7 +316,7 @@ func (a *analysis) checkHandles() {
 		// Most handles are recorded: judged without listing their
 		// allocations.
 		item, _ := a.byHandle.first(k)
-		handle, first := a.handleID(k), &a.snap.Allocations[item]
+		handle, first := a.handleID(k), a.snap.Allocations.At(int(item))
 		if calicoOwned(handle, first) {
 			continue
 		}
@@ -326,7 +325,7 @@ func (a *analysis) checkHandles() {
 		}
 		allocs := a.allocsOf(k)
 		if calico.IsVMHandle(handle) && !a.recByHdl.has(k) {
-			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
+			f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block().String()}
 			f.Kind, f.Why, f.Unjudged = a.judgeVMHandle(allocs)
 			a.add(f)
 			continue
@@ -335,7 +334,7 @@ func (a *analysis) checkHandles() {
 		if !podName && a.recByHdl.has(k) {
 			continue // recorded: checked against the record
 		}
-		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block.String()}
+		f := Finding{Handle: handle, Count: len(allocs), Node: first.Node, Address: addrList(allocs), Block: first.Block().String()}
 		f.Kind, f.Why, f.Releasable, f.Unjudged = a.judgeHandle(handle, podName, allocs)
 		if f.Kind != "" {
 			a.add(f)
@@ -377,8 +376,8 @@ func (a *analysis) vmPodMaybeRunning(allocs []*snapshot.Allocation) string {
 				return "its owner " + pod + ": " + l.PodNamesGap()
 			case l.ListsPod(owner["namespace"]+"."+owner["pod"]) || l.ListsAddr(al.Addr):
 				return "its owner " + pod + " runs"
-			case !al.Time.IsZero() && a.opts.Now.Sub(al.Time) < a.opts.MinAge:
-				return "its owner " + pod + " was given it " + a.opts.Now.Sub(al.Time).Round(time.Second).String() + " ago: its ADD may still be running"
+			case !al.Time().IsZero() && a.opts.Now.Sub(al.Time()) < a.opts.MinAge:
+				return "its owner " + pod + " was given it " + a.opts.Now.Sub(al.Time()).Round(time.Second).String() + " ago: its ADD may still be running"
 			}
 		}
 	}
@@ -436,11 +435,11 @@ func (a *analysis) unjudgeable(named, podName bool, allocs []*snapshot.Allocatio
 		}
 	}
 	for _, al := range allocs {
-		if al.Time.IsZero() && a.opts.SettledFor < a.opts.MinAge {
+		if al.Time().IsZero() && a.opts.SettledFor < a.opts.MinAge {
 			return fmt.Sprintf("allocated with no timestamp, so its age is unknown: only repair --apply with --settle of at least --min-age (%s) judges it", a.opts.MinAge)
 		}
-		if !al.Time.IsZero() && a.opts.Now.Sub(al.Time) < a.opts.MinAge {
-			return fmt.Sprintf("allocated %s ago: its ADD may still be running", a.opts.Now.Sub(al.Time).Round(time.Second))
+		if !al.Time().IsZero() && a.opts.Now.Sub(al.Time()) < a.opts.MinAge {
+			return fmt.Sprintf("allocated %s ago: its ADD may still be running", a.opts.Now.Sub(al.Time()).Round(time.Second))
 		}
 	}
 	return ""
@@ -540,8 +539,15 @@ func (a *analysis) checkHandleDocs() {
 		if e < 0 {
 			continue
 		}
-		handle, allocs := a.handleID(k), a.allocsOf(k)
+		handle := a.handleID(k)
 		doc, ok := a.snap.Handle(handle)
+		if item, only := a.byHandle.first(k); ok && only {
+			// The common handle of one address, told without a list.
+			if block, n, single := doc.Single(); single && n == 1 && a.snap.Allocations.At(int(item)).Block() == block {
+				continue
+			}
+		}
+		allocs := a.allocsOf(k)
 		switch {
 		case ok && a.oneBlockMatches(doc, allocs):
 		case !ok && handle != "":
@@ -565,7 +571,7 @@ func (a *analysis) oneBlockMatches(doc snapshot.HandleDoc, allocs []*snapshot.Al
 		return false
 	}
 	for _, al := range allocs {
-		if al.Block != block {
+		if al.Block() != block {
 			return false
 		}
 	}
@@ -575,7 +581,7 @@ func (a *analysis) oneBlockMatches(doc snapshot.HandleDoc, allocs []*snapshot.Al
 func (a *analysis) compareCounts(handle string, doc snapshot.HandleDoc, allocs []*snapshot.Allocation) {
 	c := map[string]int{}
 	for _, al := range allocs {
-		c[al.Block.String()]++
+		c[al.Block().String()]++
 	}
 	var counts map[string]int
 	if err := json.Unmarshal(doc.Counts(), &counts); err != nil || !SameCounts(counts, c) {

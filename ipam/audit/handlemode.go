@@ -44,36 +44,40 @@ func owns(rec *record.Record, handle string) bool {
 	return false
 }
 
-// modeMismatch names the wrong delegateHandles setting that a record and
-// Calico's handle for its address show, or "".
-func modeMismatch(rec *record.Record, calicoHandle string) string {
+// modeMismatch names the wrong delegateHandles setting that a record's
+// addresses would show if Calico held them under handle, with that
+// handle, or "".
+func modeMismatch(rec *record.Record) (mode, handle string) {
 	switch {
-	case rec.Handle == rec.ContainerID && calicoHandle == rec.Network+"."+rec.ContainerID:
-		return podModeOn3x
-	case rec.Handle != rec.ContainerID && rec.PodNamespace != "" && calicoHandle == rec.PodNamespace+"."+rec.PodName:
-		return containerModeOn2x
+	case rec.Handle == rec.ContainerID:
+		return podModeOn3x, rec.Network + "." + rec.ContainerID
+	case rec.PodNamespace != "":
+		return containerModeOn2x, rec.PodNamespace + "." + rec.PodName
 	}
-	return ""
+	return "", ""
 }
 
 // ModeWarnings warns when the records show delegateHandles set for the
 // other Calico generation than the calico-ipam that answered.
 func ModeWarnings(snap *snapshot.Snapshot) []string {
-	byAddr := make(map[netip.Addr]string, len(snap.Allocations))
-	for i := range snap.Allocations {
-		byAddr[snap.Allocations[i].Addr] = snap.Allocations[i].Handle
-	}
+	// Which handle holds each address is looked up only when some record's
+	// other-generation handle exists at all: a map of a million
+	// addresses was the audit's last and highest peak of memory.
+	var byAddr map[netip.Addr]string
 	counts := map[string][]string{}
 	for _, rec := range snap.Records {
 		if rec.State != record.Committed {
 			continue
 		}
+		m, handle := modeMismatch(rec)
+		if _, named := snap.HandleSlot(handle); m == "" || !named {
+			continue
+		}
+		if byAddr == nil {
+			byAddr = addressHandles(snap)
+		}
 		for _, ip := range rec.IPs {
-			p, err := netip.ParsePrefix(ip)
-			if err != nil {
-				continue
-			}
-			if m := modeMismatch(rec, byAddr[p.Addr()]); m != "" {
+			if p, err := netip.ParsePrefix(ip); err == nil && byAddr[p.Addr()] == handle {
 				counts[m] = append(counts[m], rec.Attachment.String())
 				break
 			}
@@ -99,6 +103,15 @@ func ModeWarnings(snap *snapshot.Snapshot) []string {
 	return out
 }
 
+// addressHandles maps each allocated address to its handle.
+func addressHandles(snap *snapshot.Snapshot) map[netip.Addr]string {
+	byAddr := make(map[netip.Addr]string, snap.Allocations.Len())
+	for _, al := range snap.Allocations.All() {
+		byAddr[al.Addr] = al.Handle
+	}
+	return byAddr
+}
+
 // sample names a few records, enough to find them.
 func sample(recs []string) string {
 	if len(recs) > 3 {
@@ -113,7 +126,7 @@ func sample(recs []string) string {
 // namespace.podname (as Calico 2.x does). A KubeVirt VM's handle says
 // neither.
 func keyingEvidence(snap *snapshot.Snapshot) (byContainer, byPodName int) {
-	for _, al := range snap.Allocations {
+	for _, al := range snap.Allocations.All() {
 		if al.Namespace == "" || al.Pod == "" || calico.IsVMHandle(al.Handle) {
 			continue
 		}

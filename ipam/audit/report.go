@@ -48,7 +48,7 @@ func NewReport(snap *snapshot.Snapshot, findings []Finding, live *liveness.View)
 			r.Liveness += " (node " + live.Node + ")"
 		}
 	}
-	r.Summary.Allocations = len(snap.Allocations)
+	r.Summary.Allocations = snap.Allocations.Len()
 	for _, f := range findings {
 		r.Summary.Findings[f.Kind]++
 	}

@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +30,7 @@ type Snapshot struct {
 	// ResourceVersion is the Kubernetes lists' resourceVersion ("" on etcd).
 	ResourceVersion string
 	Blocks          map[netip.Prefix]*BlockSummary
-	Allocations     []Allocation
+	Allocations     Allocations
 	Affinities      []AffinityDoc
 	Records         []*record.Record
 	// RecordsNode, when set, is the only node whose records were read (a
@@ -44,11 +43,8 @@ type Snapshot struct {
 
 	handles    handles
 	handleDocs int
-	// chunks are the allocations as the scan reads them: appending to one
-	// slice copied it again and again, several times its final size.
-	chunks   [][]Allocation
-	names    map[string]string
-	byHandle map[string]map[netip.Prefix]int
+	names      map[string]string
+	byHandle   map[string]map[netip.Prefix]int
 	// mu guards the tables the scan and the records' reading share
 	// (handles, names) while they run side by side.
 	mu sync.Mutex
@@ -62,17 +58,34 @@ type BlockSummary struct {
 	Problems []string
 }
 
-// Allocation is one allocated address and the attributes the findings use.
+// Allocation is one allocated address and the attributes the findings
+// use. An audit holds a million: its block and time are kept small.
 type Allocation struct {
 	Addr      netip.Addr
-	Block     netip.Prefix
+	block     *BlockSummary
 	Handle    string
 	Namespace string
 	Pod       string
-	Node      string    // the attribute's node, else the block's
-	Time      time.Time // the attribute's timestamp; zero when absent
+	Node      string // the attribute's node, else the block's
+	at        int64  // the attribute's timestamp, Unix nanoseconds; 0 when absent
 	// rare holds what few allocations carry, out of the common struct.
 	rare *rareAttrs
+}
+
+// Block is the block that holds the address.
+func (a *Allocation) Block() netip.Prefix {
+	if a.block == nil {
+		return netip.Prefix{}
+	}
+	return a.block.CIDR
+}
+
+// Time is the attribute's timestamp; zero when absent.
+func (a *Allocation) Time() time.Time {
+	if a.at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, a.at)
 }
 
 type rareAttrs struct {
@@ -134,7 +147,6 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 		}
 		return nil, err
 	}
-	s.Allocations, s.chunks = slices.Concat(s.chunks...), nil
 	s.Revision, s.ResourceVersion = p.Revision, p.ResourceVersion
 	if recs == nil {
 		return s, nil
@@ -184,11 +196,12 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	node, _ := b.AffinityNode()
-	s.Blocks[b.CIDR] = &BlockSummary{CIDR: b.CIDR, Node: node, Problems: partitionProblems(b)}
+	summary := &BlockSummary{CIDR: b.CIDR, Node: node, Problems: partitionProblems(b)}
+	s.Blocks[b.CIDR] = summary
 	for _, h := range b.Held() {
 		attr := h.Attribute
 		handle, _ := s.handles.intern(attr.Handle())
-		al := Allocation{Addr: h.IP, Block: b.CIDR, Handle: handle, Node: s.name(node),
+		al := Allocation{Addr: h.IP, block: summary, Handle: handle, Node: s.name(node),
 			Namespace: s.name(attr.Secondary["namespace"]), Pod: attr.Secondary["pod"]}
 		if kind, alt := attr.Secondary["type"], attr.Alternate(); kind != "" || alt != nil {
 			al.rare = &rareAttrs{kind: kind, alternate: alt}
@@ -197,20 +210,10 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 			al.Node = s.name(n)
 		}
 		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
-			al.Time = ts
+			al.at = ts.UnixNano()
 		}
-		s.appendAllocation(al)
+		s.Allocations.append(al)
 	}
-}
-
-const chunkSize = 1 << 14
-
-func (s *Snapshot) appendAllocation(al Allocation) {
-	if n := len(s.chunks); n == 0 || len(s.chunks[n-1]) == chunkSize {
-		s.chunks = append(s.chunks, make([]Allocation, 0, chunkSize))
-	}
-	last := &s.chunks[len(s.chunks)-1]
-	*last = append(*last, al)
 }
 
 // name returns the stored copy of a node's or namespace's name: a few
@@ -225,7 +228,7 @@ func (s *Snapshot) name(n string) string {
 
 // share makes rec's strings the ones the snapshot already holds: its
 // handle the allocations', its container ID part of that handle, its
-// network, interface, node and namespace names the shared copies.
+// network, interface, node, namespace and host names the shared copies.
 func (s *Snapshot) share(rec *record.Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -237,7 +240,7 @@ func (s *Snapshot) share(rec *record.Record) {
 		rec.ContainerID = id
 	}
 	rec.Network, rec.IfName, rec.Node = s.name(rec.Network), s.name(rec.IfName), s.name(rec.Node)
-	rec.PodNamespace, rec.State = s.name(rec.PodNamespace), record.State(s.name(string(rec.State)))
+	rec.PodNamespace, rec.State, rec.Host = s.name(rec.PodNamespace), record.State(s.name(string(rec.State))), s.name(rec.Host)
 }
 
 // partitionProblems: every ordinal must be either allocated (to an
@@ -278,11 +281,11 @@ func partitionProblems(b *calico.Block) []string {
 func (s *Snapshot) HeldBy(handle string) map[netip.Prefix]int {
 	if s.byHandle == nil {
 		s.byHandle = map[string]map[netip.Prefix]int{}
-		for _, al := range s.Allocations {
+		for _, al := range s.Allocations.All() {
 			if s.byHandle[al.Handle] == nil {
 				s.byHandle[al.Handle] = map[netip.Prefix]int{}
 			}
-			s.byHandle[al.Handle][al.Block]++
+			s.byHandle[al.Handle][al.Block()]++
 		}
 	}
 	return s.byHandle[handle]
