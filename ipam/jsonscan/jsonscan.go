@@ -80,3 +80,33 @@ func Document(data []byte, member func(key []byte, value int) (int, bool)) bool 
 	end, ok := Object(data, Space(data, 0), member)
 	return ok && Space(data, end) == len(data)
 }
+
+// Bool reads true or false at i into dst.
+func Bool(data []byte, i int, dst *bool) (int, bool) {
+	switch {
+	case len(data)-i >= 4 && string(data[i:i+4]) == "true":
+		*dst = true
+		return i + 4, true
+	case len(data)-i >= 5 && string(data[i:i+5]) == "false":
+		*dst = false
+		return i + 5, true
+	}
+	return i, false
+}
+
+// Digits is where the JSON number at i, an unsigned integer of at most 9
+// digits without leading zeros, ends.
+func Digits(data []byte, i int) (int, bool) {
+	j := i
+	for j < len(data) && j-i < 10 && data[j] >= '0' && data[j] <= '9' {
+		j++
+	}
+	n := j - i
+	if n == 0 || n > 9 || n > 1 && data[i] == '0' {
+		return i, false
+	}
+	if j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
+		return i, false
+	}
+	return j, true
+}

@@ -105,11 +105,8 @@ func decodeEtcd(kv *mvccpb.KeyValue) etcdDoc {
 		if id, d.err = calico.ParseHandleKey(key); d.err != nil {
 			return d
 		}
-		var h struct {
-			Block   json.RawMessage `json:"block"`
-			Deleted bool            `json:"deleted"`
-		}
-		if d.err = json.Unmarshal(kv.Value, &h); d.err == nil && !h.Deleted {
+		var h handleFields
+		if d.err = h.decode(kv.Value); d.err == nil && !h.Deleted {
 			d.kind, d.handle, d.counts, d.version = handleDoc, id, h.Block, etcdVersion(kv.ModRevision)
 		}
 	case strings.HasPrefix(key, calico.HostPrefix):
