@@ -62,15 +62,20 @@ func modeMismatch(rec *record.Record) (mode, handle string) {
 func ModeWarnings(snap *snapshot.Snapshot) []string {
 	// Which handle holds each address is looked up only when some record's
 	// other-generation handle exists at all: a map of a million
-	// addresses was the audit's last and highest peak of memory.
+	// addresses was the audit's last and highest peak of memory. A
+	// snapshot built by hand numbers no handle, so it is looked up always.
 	var byAddr map[netip.Addr]string
+	numbered := snap.HandleSlots() > 0
 	counts := map[string][]string{}
 	for _, rec := range snap.Records {
 		if rec.State != record.Committed {
 			continue
 		}
 		m, handle := modeMismatch(rec)
-		if _, named := snap.HandleSlot(handle); m == "" || !named {
+		if m == "" {
+			continue
+		}
+		if _, named := snap.HandleSlot(handle); numbered && !named {
 			continue
 		}
 		if byAddr == nil {

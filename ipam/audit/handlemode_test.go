@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
@@ -98,5 +100,18 @@ func TestQuarantineIsReportedAndNeverReleased(t *testing.T) {
 	}
 	if !reflect.DeepEqual(before, w.dump()) {
 		t.Fatal("repair changed etcd")
+	}
+}
+
+// A snapshot built by hand (as tools and tests build one) numbers no
+// handle: the warning still comes.
+func TestModeWarningsOfASnapshotBuiltByHand(t *testing.T) {
+	snap := &snapshot.Snapshot{
+		Allocations: snapshot.NewAllocations(snapshot.Allocation{Addr: netip.MustParseAddr("10.0.0.1"), Handle: "ns.web"}),
+		Records: []*record.Record{{Attachment: record.Attachment{Network: "n", ContainerID: "c", IfName: "eth0"}, Handle: "n.c",
+			State: record.Committed, PodNamespace: "ns", PodName: "web", IPs: []string{"10.0.0.1/26"}}},
+	}
+	if w := audit.ModeWarnings(snap); len(w) != 1 || !strings.Contains(w[0], `delegateHandles is "container"`) {
+		t.Errorf("warnings %q; want the container mode's", w)
 	}
 }

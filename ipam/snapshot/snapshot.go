@@ -67,7 +67,7 @@ type Allocation struct {
 	Namespace string
 	Pod       string
 	Node      string // the attribute's node, else the block's
-	at        int64  // the attribute's timestamp, Unix nanoseconds; 0 when absent
+	at        int64  // the attribute's timestamp in Unix nanoseconds, 0 for none or a rare one
 	// rare holds what few allocations carry, out of the common struct.
 	rare *rareAttrs
 }
@@ -82,15 +82,35 @@ func (a *Allocation) Block() netip.Prefix {
 
 // Time is the attribute's timestamp; zero when absent.
 func (a *Allocation) Time() time.Time {
-	if a.at == 0 {
-		return time.Time{}
+	switch {
+	case a.at != 0:
+		return time.Unix(0, a.at)
+	case a.rare != nil:
+		return a.rare.time
 	}
-	return time.Unix(0, a.at)
+	return time.Time{}
+}
+
+// setTime keeps t in Unix nanoseconds when they say it exactly: not for
+// the zero time (none), the Unix epoch itself (0 means none), or a year
+// they cannot hold, which are kept as they are.
+func (a *Allocation) setTime(t time.Time) {
+	switch y := t.Year(); {
+	case t.IsZero():
+	case y > 1678 && y < 2262 && t.UnixNano() != 0:
+		a.at = t.UnixNano()
+	default:
+		if a.rare == nil {
+			a.rare = &rareAttrs{}
+		}
+		a.rare.time = t
+	}
 }
 
 type rareAttrs struct {
 	kind      string
 	alternate map[string]string
+	time      time.Time // a timestamp outside what Allocation.at holds
 }
 
 // Type is set by Calico for its own (tunnel) addresses.
@@ -210,7 +230,7 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 			al.Node = s.name(n)
 		}
 		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
-			al.at = ts.UnixNano()
+			al.setTime(ts)
 		}
 		s.Allocations.append(al)
 	}
