@@ -12,47 +12,65 @@ import "github.com/safe-ipam/safe-ipam/ipam/jsonscan"
 // was a quarter of its time. FuzzDecodeCommonAttribute holds the two to
 // the same answer.
 func decodeCommonAttribute(data []byte, handle **string, secondary *map[string]string) bool {
-	var h *string
-	var sec map[string]string
-	var seenHandle, seenSecondary, nullSecondary bool
-	ok := jsonscan.Document(data, func(key []byte, i int) (int, bool) {
+	var c commonAttribute
+	end, ok := c.read(data, jsonscan.Space(data, 0))
+	if !ok || jsonscan.Space(data, end) != len(data) {
+		return false
+	}
+	c.apply(handle, secondary)
+	return true
+}
+
+// commonAttribute is an attribute in the common form, as read.
+type commonAttribute struct {
+	handle                                   *string
+	secondary                                map[string]string
+	seenHandle, seenSecondary, nullSecondary bool
+}
+
+// read reads the attribute object at i, and says where it ends.
+func (c *commonAttribute) read(data []byte, i int) (int, bool) {
+	return jsonscan.Object(data, i, func(key []byte, i int) (int, bool) {
 		switch string(key) {
 		case "handle_id":
-			if seenHandle {
+			if c.seenHandle {
 				return i, false
 			}
-			seenHandle = true
-			return readNullableString(data, i, &h)
+			c.seenHandle = true
+			return readNullableString(data, i, &c.handle)
 		case "secondary":
-			if seenSecondary {
+			if c.seenSecondary {
 				return i, false
 			}
-			seenSecondary = true
+			c.seenSecondary = true
 			if next, null := jsonscan.Null(data, i); null {
-				nullSecondary = true
+				c.nullSecondary = true
 				return next, true
 			}
-			return readPlainObject(data, i, &sec)
+			return readPlainObject(data, i, &c.secondary)
 		}
 		return i, false
 	})
-	if !ok {
-		return false
-	}
-	if seenHandle {
-		*handle = h
+}
+
+// apply writes what was read as encoding/json would have.
+func (c *commonAttribute) apply(handle **string, secondary *map[string]string) {
+	switch {
+	case c.seenHandle && c.handle != nil && *handle != nil:
+		**handle = *c.handle // encoding/json writes through a pointer already there
+	case c.seenHandle:
+		*handle = c.handle
 	}
 	switch {
-	case nullSecondary:
+	case c.nullSecondary:
 		*secondary = nil
-	case seenSecondary && *secondary == nil:
-		*secondary = sec
-	case seenSecondary:
-		for k, v := range sec {
+	case c.seenSecondary && *secondary == nil:
+		*secondary = c.secondary
+	case c.seenSecondary:
+		for k, v := range c.secondary {
 			(*secondary)[k] = v
 		}
 	}
-	return true
 }
 
 // readNullableString reads a plain string (into a new *string) or null
@@ -76,10 +94,11 @@ func readPlainObject(data []byte, i int, dst *map[string]string) (int, bool) {
 	m := make(map[string]string, 4)
 	end, ok := jsonscan.Object(data, i, func(key []byte, v int) (int, bool) {
 		from, to, ok := jsonscan.PlainString(data, v)
-		if ok {
-			m[secondaryKey(key)] = string(data[from:to])
+		if !ok {
+			return v, false
 		}
-		return to + 1, ok
+		m[secondaryKey(key)] = string(data[from:to])
+		return to + 1, true
 	})
 	if ok {
 		*dst = m

@@ -19,24 +19,29 @@ func FuzzDecodeCommonAttribute(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		start := "before"
 		for _, prefilled := range []bool{false, true} {
-			var h *string
+			// Each its own handle: encoding/json writes through one there.
+			fastStart, slowStart := "before", "before"
+			var fh, sh *string
 			var sec map[string]string
 			if prefilled {
-				h, sec = &start, map[string]string{"namespace": "old", "kept": "yes"}
+				fh, sh, sec = &fastStart, &slowStart, map[string]string{"namespace": "old", "kept": "yes"}
 			}
-			fast := attributeFields{HandleID: h, Secondary: maps.Clone(sec)}
+			fast := attributeFields{HandleID: fh, Secondary: maps.Clone(sec)}
 			if !decodeCommonAttribute(data, &fast.HandleID, &fast.Secondary) {
 				return
 			}
-			slow := attributeFields{HandleID: h, Secondary: maps.Clone(sec)}
+			slow := attributeFields{HandleID: sh, Secondary: maps.Clone(sec)}
 			if err := json.Unmarshal(data, &slow); err != nil {
 				t.Fatalf("the common form took %q, which encoding/json refuses: %v", data, err)
 			}
 			if (fast.HandleID == nil) != (slow.HandleID == nil) || fast.HandleID != nil && *fast.HandleID != *slow.HandleID ||
 				(fast.Secondary == nil) != (slow.Secondary == nil) || !maps.Equal(fast.Secondary, slow.Secondary) {
 				t.Fatalf("%q (prefilled %v): the common form gives %v %v; encoding/json %v %v", data, prefilled, fast.HandleID, fast.Secondary, slow.HandleID, slow.Secondary)
+			}
+			if fastStart != slowStart || (fast.HandleID == fh) != (slow.HandleID == sh) {
+				t.Fatalf("%q: the handle already there: the common form left %q (same pointer %v); encoding/json %q (%v)",
+					data, fastStart, fast.HandleID == fh, slowStart, slow.HandleID == sh)
 			}
 		}
 	})

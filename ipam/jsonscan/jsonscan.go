@@ -1,8 +1,10 @@
 // Package jsonscan reads the plain tokens of JSON that safe-ipam and
-// Calico write, without reflection: the records' and Calico attributes'
-// decoders take their common form with it, and hand anything else to
-// encoding/json.
+// Calico write, without reflection: the decoders of a record, a Calico
+// block and its attributes, and a Calico handle document take their
+// common form with it, and hand anything else to encoding/json.
 package jsonscan
+
+import "math"
 
 // Space is the index of the first byte at or after i that is not JSON
 // white space.
@@ -94,19 +96,71 @@ func Bool(data []byte, i int, dst *bool) (int, bool) {
 	return i, false
 }
 
-// Digits is where the JSON number at i, an unsigned integer of at most 9
-// digits without leading zeros, ends.
-func Digits(data []byte, i int) (int, bool) {
+// Array walks the JSON array at i: elem is given the index of each
+// element and says where it ends (and false to stop the walk). Array says
+// where the array ends, and false when it is not one it can walk, or
+// elem stopped.
+func Array(data []byte, i int, elem func(value int) (int, bool)) (int, bool) {
+	if i >= len(data) || data[i] != '[' {
+		return i, false
+	}
+	i = Space(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		return i + 1, true
+	}
+	for {
+		var ok bool
+		if i, ok = elem(i); !ok {
+			return i, false
+		}
+		switch i = Space(data, i); {
+		case i < len(data) && data[i] == ',':
+			i = Space(data, i+1)
+		case i < len(data) && data[i] == ']':
+			return i + 1, true
+		default:
+			return i, false
+		}
+	}
+}
+
+// Uint reads the JSON number at i when it is an unsigned integer that
+// fits in 64 bits (no sign, fraction or exponent).
+func Uint(data []byte, i int) (uint64, int, bool) {
 	j := i
-	for j < len(data) && j-i < 10 && data[j] >= '0' && data[j] <= '9' {
+	var v uint64
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		d := uint64(data[j] - '0')
+		if v > (math.MaxUint64-d)/10 {
+			return 0, i, false
+		}
+		v = v*10 + d
 		j++
 	}
-	n := j - i
-	if n == 0 || n > 9 || n > 1 && data[i] == '0' {
-		return i, false
+	if j == i || j-i > 1 && data[i] == '0' || j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
+		return 0, i, false
 	}
-	if j < len(data) && (data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
-		return i, false
-	}
-	return j, true
+	return v, j, true
+}
+
+// Fields walks data, one JSON object and nothing else, whose keys must be
+// among keys (at most 64), each at most once: read is given each key's
+// number in keys and the index of its value, and says where the value
+// ends. Fields says whether data was such an object and read took it all.
+func Fields(data []byte, keys []string, read func(n, value int) (int, bool)) bool {
+	var seen uint64
+	return Document(data, func(key []byte, i int) (int, bool) {
+		n := -1
+		for k, name := range keys {
+			if string(key) == name {
+				n = k
+				break
+			}
+		}
+		if n < 0 || seen&(1<<n) != 0 {
+			return i, false // a key it does not take, or one twice
+		}
+		seen |= 1 << n
+		return read(n, i)
+	})
 }

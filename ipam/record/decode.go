@@ -3,17 +3,18 @@ package record
 import (
 	"encoding/base64"
 	"encoding/json"
-	"github.com/safe-ipam/safe-ipam/ipam/jsonscan"
 	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/jsonscan"
 )
 
 // Decode decodes a stored record into rec, as encoding/json does. The
 // common form, as safe-ipam writes it (plain ASCII strings, the address
 // list, the delegate's result, the two times, nothing else), is read
 // without reflection: an audit decodes a million records, and
-// encoding/json took a fifth of its time. Anything else, or anything unexpected, goes to encoding/json,
-// which also says what is wrong. FuzzDecode holds the two to the same
-// answer.
+// encoding/json took a fifth of its time. Anything else, or anything
+// unexpected, goes to encoding/json, which also says what is wrong.
+// FuzzDecode holds the two to the same answer.
 func Decode(data []byte, rec *Record) error {
 	if decodeCommon(data, rec) {
 		return nil
@@ -26,28 +27,11 @@ func Decode(data []byte, rec *Record) error {
 // says whether it was; rec is left partly written when not.
 func decodeCommon(data []byte, rec *Record) bool {
 	*rec = Record{}
-	var seen uint16
-	return jsonscan.Document(data, func(key []byte, i int) (int, bool) {
-		n := commonKey(key)
-		if n < 0 || seen&(1<<n) != 0 {
-			return i, false // a key the common form has not, or twice
-		}
-		seen |= 1 << n
-		return rec.readField(n, data, i)
-	})
+	return jsonscan.Fields(data, commonKeys[:], func(n, i int) (int, bool) { return rec.readField(n, data, i) })
 }
 
 // commonKeys are the keys of the common form, as Record's tags spell them.
 var commonKeys = [...]string{"network", "containerID", "ifName", "podNamespace", "podName", "podUID", "node", "handle", "state", "host", "ips", "created", "updated", "result"}
-
-func commonKey(key []byte) int {
-	for n, k := range commonKeys {
-		if string(key) == k {
-			return n
-		}
-	}
-	return -1
-}
 
 // readField reads the value at i of the common key numbered n.
 func (r *Record) readField(n int, data []byte, i int) (int, bool) {

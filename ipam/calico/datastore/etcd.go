@@ -97,7 +97,7 @@ func decodeEtcd(kv *mvccpb.KeyValue) etcdDoc {
 	switch {
 	case strings.HasPrefix(key, calico.BlockPrefix):
 		var b calico.Block
-		if d.err = json.Unmarshal(kv.Value, &b); d.err == nil && !b.Deleted {
+		if d.err = calico.DecodeBlock(kv.Value, &b); d.err == nil && !b.Deleted {
 			d.kind, d.block = blockDoc, &b
 		}
 	case strings.HasPrefix(key, calico.HandlePrefix):

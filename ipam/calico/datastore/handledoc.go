@@ -13,9 +13,11 @@ type handleFields struct {
 }
 
 // decode reads data as encoding/json does. The form Calico writes (block
-// an object of plain CIDRs and counts, deleted true or false, nothing
-// else) is read without reflection: an audit reads a million handles.
-// FuzzHandleFields holds the two to one answer.
+// an object of plain-string keys and unsigned integer counts, deleted true
+// or false, nothing else) is read without reflection: an audit reads a
+// million handles. FuzzHandleFields holds the two to one answer. Unlike
+// encoding/json, Block is then data's own bytes, not a copy: a scan's
+// page is never reused, and Block is only read.
 func (h *handleFields) decode(data []byte) error {
 	var common handleFields
 	var seenBlock, seenDeleted bool
@@ -33,7 +35,7 @@ func (h *handleFields) decode(data []byte) error {
 		return i, false
 	}) {
 		if seenBlock {
-			h.Block = common.Block // data's own bytes: the scan's page is not reused
+			h.Block = common.Block
 		}
 		if seenDeleted {
 			h.Deleted = common.Deleted
@@ -43,10 +45,11 @@ func (h *handleFields) decode(data []byte) error {
 	return json.Unmarshal(data, h)
 }
 
-// countsObject is where the object of plain keys and small unsigned
-// counts at i ends.
+// countsObject is where the object of plain keys and unsigned counts at
+// i ends.
 func countsObject(data []byte, i int) (int, bool) {
 	return jsonscan.Object(data, i, func(_ []byte, v int) (int, bool) {
-		return jsonscan.Digits(data, v)
+		_, end, ok := jsonscan.Uint(data, v)
+		return end, ok
 	})
 }
