@@ -8,11 +8,12 @@ import (
 )
 
 // DecodeBlock decodes a stored block into b, as encoding/json does into
-// a zero Block. The form Calico writes (plain strings, the ordinal lists,
-// the attributes in their common form, unsigned sequence numbers, and
-// Calico's strictAffinity, which Block does not keep) is read without
-// reflection: an audit decodes every block of the cluster. Anything else
-// goes to encoding/json; FuzzDecodeBlock holds the two to one answer.
+// a zero Block. The form Calico writes in etcd (plain strings, the
+// ordinal lists, the attributes in their common form, unsigned sequence
+// numbers) is read without reflection: an audit decodes every block of
+// the cluster. Anything else (a key Block does not have, such as the
+// Kubernetes datastore's strictAffinity) goes to encoding/json;
+// FuzzDecodeBlock holds the two to one answer.
 func DecodeBlock(data []byte, b *Block) error {
 	if decodeCommonBlock(data, b) {
 		return nil
@@ -31,10 +32,9 @@ func decodeCommonBlock(data []byte, b *Block) bool {
 	return true
 }
 
-// blockKeys are the keys of the common form, as Block's tags spell them,
-// and Calico's strictAffinity.
+// blockKeys are the keys of the common form, as Block's tags spell them.
 var blockKeys = [...]string{"cidr", "affinity", "affinity_claim_time", "allocations", "unallocated", "attributes",
-	"sequenceNumber", "sequenceNumberForAllocation", "deleted", "strictAffinity"}
+	"sequenceNumber", "sequenceNumberForAllocation", "deleted"}
 
 // readField reads the value at i of the key numbered n.
 func (b *Block) readField(n int, data []byte, i int) (int, bool) {
@@ -58,11 +58,8 @@ func (b *Block) readField(n int, data []byte, i int) (int, bool) {
 		return end, ok
 	case 7:
 		return readSequences(data, i, &b.SequenceNumberForAllocation)
-	case 8:
+	default:
 		return jsonscan.Bool(data, i, &b.Deleted)
-	default: // strictAffinity: read, not kept
-		var strict bool
-		return jsonscan.Bool(data, i, &strict)
 	}
 }
 

@@ -148,6 +148,9 @@ func Uint(data []byte, i int) (uint64, int, bool) {
 // number in keys and the index of its value, and says where the value
 // ends. Fields says whether data was such an object and read took it all.
 func Fields(data []byte, keys []string, read func(n, value int) (int, bool)) bool {
+	if len(keys) > 64 {
+		return false // more than seen can tell apart
+	}
 	var seen uint64
 	return Document(data, func(key []byte, i int) (int, bool) {
 		n := -1
