@@ -23,18 +23,20 @@ TOOLS := github.com/containernetworking/cni/cnitool \
 
 all: build
 
-# safe-ipam is the CNI binary (only what a CNI call needs); safe-ipam-admin
-# holds the admin commands, which safe-ipam hands to it. One main each.
+# safe-ipam is the CNI binary (only what a CNI call over the file store and
+# Kubernetes needs); safe-ipam-etcd is its build with the etcd client, which
+# safe-ipam hands the calls over etcd to; safe-ipam-admin holds the admin
+# commands, which safe-ipam hands to it. One main each.
 build:
-	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./plugin/safe-ipam ./plugin/safe-ipam-admin
+	$(GO) build -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./plugin/safe-ipam ./plugin/safe-ipam-etcd ./plugin/safe-ipam-admin
 
-# The image deploy/safe-ipam.yaml runs, without Docker: both binaries,
-# static (install copies the CNI binary onto nodes, whose libc it must
+# The image deploy/safe-ipam.yaml runs, without Docker: the three binaries,
+# static (install copies the CNI binary and its etcd build onto nodes, whose libc it must
 # not depend on), in one layer, as a docker-archive tagged with the
 # release the manifest pins (ipam/about.Release). Load it with
 # `ctr -n k8s.io images import` or `docker load`, or push it with crane.
 image:
-	CGO_ENABLED=0 $(GO) build -trimpath -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/image/ ./plugin/safe-ipam ./plugin/safe-ipam-admin
+	CGO_ENABLED=0 $(GO) build -trimpath -tags $(TAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/image/ ./plugin/safe-ipam ./plugin/safe-ipam-etcd ./plugin/safe-ipam-admin
 	$(GO) run ./deploy/image/cmd -bin $(BIN)/image -revision $(VERSION) -out $(BIN)/safe-ipam-image.tar
 
 tools:

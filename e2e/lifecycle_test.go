@@ -16,6 +16,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
@@ -424,7 +425,7 @@ func TestUninstallReclaimsForRunningHolder(t *testing.T) {
 			if _, out := n.doctor(); strings.Contains(out, "half uninstalled") {
 				t.Errorf("doctor after uninstall finished still says half uninstalled:\n%s", out)
 			}
-			attr, held, err := calico.AllocationAttribute(ctx, c.Etcd, x)
+			attr, held, err := etcdread.AllocationAttribute(ctx, c.Etcd, x)
 			if want := calicoNetwork + "." + p.ContainerID(); err != nil || !held || attr.Handle() != want {
 				t.Fatalf("after uninstall Calico holds %s: %v under %q (%v); it must be under p's handle %s: p runs with it", x, held, attr.Handle(), err, want)
 			}

@@ -31,9 +31,9 @@ const BinDir = "/usr/local/bin"
 
 // Options say what goes into safe-ipam's image.
 type Options struct {
-	// BinDir holds the two binaries, built statically (CGO_ENABLED=0):
-	// install copies the CNI binary onto nodes, whose libc it must not
-	// depend on.
+	// BinDir holds the three binaries, built statically (CGO_ENABLED=0):
+	// install copies the CNI binary and its etcd build onto nodes, whose
+	// libc they must not depend on.
 	BinDir string
 	// Tag is the image's name and tag; "" is about.Image.
 	Tag string
@@ -49,10 +49,10 @@ func Build(o Options, out string) error {
 		o.Tag = about.Image
 	}
 	files := map[string]File{}
-	for _, bin := range []string{about.CNIBinary, about.AdminBinary} {
+	for _, bin := range []string{about.CNIBinary, about.EtcdBinary, about.AdminBinary} {
 		data, err := os.ReadFile(filepath.Join(o.BinDir, bin))
 		if err != nil {
-			return fmt.Errorf("image: %w (make build puts both binaries in bin/)", err)
+			return fmt.Errorf("image: %w (make image puts the three binaries in bin/image/)", err)
 		}
 		files[path.Join(BinDir, bin)] = File{Data: data, Mode: 0o755}
 	}

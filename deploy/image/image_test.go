@@ -15,11 +15,11 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
-// The image holds both binaries, executable, under the tag the manifest
+// The image holds the three binaries, executable, under the tag the manifest
 // pins, and reads back as an image; without a binary there is none.
 func TestBuild(t *testing.T) {
 	bin := t.TempDir()
-	want := map[string]string{about.CNIBinary: "cni build", about.AdminBinary: "admin build"}
+	want := map[string]string{about.CNIBinary: "cni build", about.EtcdBinary: "etcd build", about.AdminBinary: "admin build"}
 	for name, data := range want {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
 			t.Fatal(err)
@@ -97,7 +97,7 @@ func TestFullReferenceAndDigest(t *testing.T) {
 	digestOf := func(cni string) string {
 		t.Helper()
 		bin := t.TempDir()
-		for name, data := range map[string]string{about.CNIBinary: cni, about.AdminBinary: "admin build"} {
+		for name, data := range map[string]string{about.CNIBinary: cni, about.EtcdBinary: "etcd build", about.AdminBinary: "admin build"} {
 			if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
 				t.Fatal(err)
 			}

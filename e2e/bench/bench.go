@@ -185,7 +185,7 @@ func (r *rig) build(ctx context.Context) error {
 	static := []string{"CGO_ENABLED=0"}
 	for _, build := range []gobuild.Build{
 		// With the admin, for "safe-ipam audit".
-		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-admin", "./e2e/cmd/ipam-floor"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}, Env: static},
+		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-etcd", "./plugin/safe-ipam-admin", "./e2e/cmd/ipam-floor"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}, Env: static},
 		{Out: out, Pkgs: []string{"github.com/containernetworking/plugins/plugins/ipam/host-local"}, Env: static},
 		{Out: out, Pkgs: pkgs},
 	} {

@@ -21,13 +21,14 @@ const (
 const (
 	module        = "github.com/safe-ipam/safe-ipam"
 	pluginPkg     = "./plugin/safe-ipam"
+	etcdPkg       = "./plugin/safe-ipam-etcd"
 	adminPkg      = "./plugin/safe-ipam-admin"
 	simulatorPkg  = module + "/e2e/cmd/calico-ipam"
 	crashpointTag = "crashpoints"
 )
 
-// Binaries is a directory used as CNI_PATH: safe-ipam built with crash
-// points, and the calico-ipam simulator.
+// Binaries is a directory used as CNI_PATH: safe-ipam and safe-ipam-etcd
+// built with crash points, and the calico-ipam simulator.
 type Binaries struct {
 	Dir string
 }
@@ -35,7 +36,7 @@ type Binaries struct {
 // Path returns the full path of a program.
 func (b Binaries) Path(program string) string { return filepath.Join(b.Dir, program) }
 
-// Build compiles safe-ipam with -tags crashpoints from the module rooted
+// Build compiles safe-ipam and safe-ipam-etcd with -tags crashpoints from the module rooted
 // at moduleDir (the repository, or a mutated copy of it) and the
 // simulator from the repository, both into dir.
 func Build(ctx context.Context, moduleDir, dir string) (Binaries, error) {
@@ -49,6 +50,9 @@ func Build(ctx context.Context, moduleDir, dir string) (Binaries, error) {
 	b := Binaries{Dir: dir}
 	builds := []gobuild.Build{
 		{Dir: moduleDir, Out: b.Path(SafeIPAM), Pkgs: []string{pluginPkg}, Flags: []string{"-tags", crashpointTag}},
+		// The build safe-ipam hands calls over etcd to: the chaos suite's
+		// records are in Calico's etcd.
+		{Dir: moduleDir, Out: b.Path(about.EtcdBinary), Pkgs: []string{etcdPkg}, Flags: []string{"-tags", crashpointTag}},
 		// The admin commands, which safe-ipam hands to safe-ipam-admin
 		// beside it: gc --dead-nodes, as the DaemonSet runs it.
 		{Dir: moduleDir, Out: b.Path(about.AdminBinary), Pkgs: []string{adminPkg}},

@@ -29,6 +29,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // Network is the network every history attaches to, Calico's usual name.
@@ -435,7 +436,7 @@ func (c *Cluster) forgetRead(ctx context.Context, node string, recs []*record.Re
 	if err != nil {
 		return err
 	}
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: c.binaries().Dir}, Config: cfg, Log: slog.New(slog.DiscardHandler)})
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: c.binaries().Dir}, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: opener.Backends()})
 	if err != nil {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}

@@ -63,7 +63,7 @@ func build(ctx context.Context, dir string) error {
 		}
 	}
 	static := filepath.Join(dir, "static") + string(filepath.Separator)
-	if err := (gobuild.Build{Out: static, Pkgs: []string{"../../plugin/safe-ipam", "../../plugin/safe-ipam-admin",
+	if err := (gobuild.Build{Out: static, Pkgs: []string{"../../plugin/safe-ipam", "../../plugin/safe-ipam-etcd", "../../plugin/safe-ipam-admin",
 		"../harness/containerd/cmd/pause"}, Env: []string{"CGO_ENABLED=0"}}).Run(ctx); err != nil {
 		return err
 	}
@@ -91,7 +91,7 @@ func build(ctx context.Context, dir string) error {
 	prepared.images = []string{pauseImage}
 	for _, tag := range []string{"", upgradeImage} {
 		out := filepath.Join(dir, fmt.Sprintf("safe-ipam%d.tar", len(prepared.images)))
-		// Build reads the two binaries from BinDir and nothing else there.
+		// Build reads the three binaries from BinDir and nothing else there.
 		if err := image.Build(image.Options{BinDir: static, Tag: tag, Arch: runtime.GOARCH, Revision: "cluster-suite"}, out); err != nil {
 			return err
 		}

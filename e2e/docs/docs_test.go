@@ -177,12 +177,12 @@ func commands(t *testing.T) []commandLine {
 	return out
 }
 
-// build builds both binaries (safe-ipam hands admin commands to
+// build builds the three binaries (safe-ipam hands admin commands to
 // safe-ipam-admin beside it) into a temp dir.
 func build(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./plugin/safe-ipam", "./plugin/safe-ipam-admin")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./plugin/safe-ipam", "./plugin/safe-ipam-etcd", "./plugin/safe-ipam-admin")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -158,7 +158,7 @@ func TestPluginHoldsOneMainPerBinary(t *testing.T) {
 			mains = append(mains, r)
 		}
 	}
-	if want := []string{"plugin/safe-ipam", "plugin/safe-ipam-admin"}; strings.Join(mains, " ") != strings.Join(want, " ") {
+	if want := []string{"plugin/safe-ipam", "plugin/safe-ipam-admin", "plugin/safe-ipam-etcd"}; strings.Join(mains, " ") != strings.Join(want, " ") {
 		t.Errorf("plugin/ has %v, want %v", mains, want)
 	}
 }

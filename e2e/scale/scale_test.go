@@ -14,7 +14,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	gobuild.Main(m, &bin, "github.com/safe-ipam/safe-ipam/plugin/safe-ipam", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
+	gobuild.Main(m, &bin, "github.com/safe-ipam/safe-ipam/plugin/safe-ipam", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-etcd", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
 		"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam")
 }
 

@@ -1,11 +1,14 @@
-// Package about is what safe-ipam says of itself: the names of its two
-// programs and the overview and version line both print, so that the CNI
+// Package about is what safe-ipam says of itself: the names of its
+// programs and the overview and version line they print, so that the CNI
 // binary and the admin binary never disagree.
 package about
 
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"syscall"
 )
 
 // The programs safe-ipam installs in a node's CNI bin dir.
@@ -15,6 +18,11 @@ const (
 	CNIBinary = "safe-ipam"
 	// AdminBinary holds the admin commands.
 	AdminBinary = "safe-ipam-admin"
+	// EtcdBinary is the CNI binary's build with the etcd client: CNIBinary
+	// hands it every call whose config names etcd (the record store, or
+	// Calico's datastore), so that the others do not pay the client's
+	// package init.
+	EtcdBinary = "safe-ipam-etcd"
 )
 
 // Release is this tree's release: the tag of the image `make image`
@@ -30,7 +38,7 @@ const Image = "ghcr.io/safe-ipam/safe-ipam:" + Release
 // CNIVersions are the CNI spec versions the CNI binary speaks.
 var CNIVersions = []string{"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 
-// Builtin says whether cmd is answered by both programs themselves.
+// Builtin says whether cmd is answered by every program itself.
 func Builtin(cmd string) bool {
 	switch cmd {
 	case "version", "--version", "help", "-h", "--help":
@@ -76,3 +84,24 @@ Admin commands (CNI_COMMAND unset):
   safe-ipam version     print the version and the CNI versions it speaks
   safe-ipam help        this text
 `
+
+// RunAdmin is what a CNI build does when run without CNI_COMMAND: it
+// answers version and help itself and hands every other command to
+// AdminBinary in its own directory, replacing this process, so the
+// command's output and exit code are the operator's. It returns only on
+// failure, with the exit code to end with.
+func RunAdmin(args []string, version string) int {
+	if Builtin(args[0]) {
+		Answer(os.Stdout, args[0], version)
+		return 0
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "safe-ipam: finding its own binary: %v\n", err)
+		return 2
+	}
+	admin := filepath.Join(filepath.Dir(self), AdminBinary)
+	err = syscall.Exec(admin, append([]string{admin}, args...), os.Environ())
+	fmt.Fprintf(os.Stderr, "safe-ipam: %s is an admin command of %s, which must be installed beside %s: %v\n", args[0], AdminBinary, self, err)
+	return 2
+}

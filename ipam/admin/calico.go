@@ -9,7 +9,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
@@ -138,10 +138,10 @@ func (c *Calico) fill(name string, dst *string, v string) {
 // gave it. Package datastore opens it.
 func (c *Calico) Settings() datastore.Settings {
 	return datastore.Settings{Type: c.Datastore, Endpoints: strings.Split(c.Endpoints, ","), Kubeconfig: c.Kubeconfig,
-		TLS: etcdconn.TLSFiles{
-			Cert: etcdconn.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
-			Key:  etcdconn.File{Path: c.KeyFile, Setting: c.setting("etcd-key", config.CalicoTLSKey("key"))},
-			CA:   etcdconn.File{Path: c.CAFile, Setting: c.setting("etcd-ca", config.CalicoTLSKey("ca"))},
+		TLS: etcdtls.Files{
+			Cert: etcdtls.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
+			Key:  etcdtls.File{Path: c.KeyFile, Setting: c.setting("etcd-key", config.CalicoTLSKey("key"))},
+			CA:   etcdtls.File{Path: c.CAFile, Setting: c.setting("etcd-ca", config.CalicoTLSKey("ca"))},
 		}}
 }
 

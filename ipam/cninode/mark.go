@@ -19,11 +19,12 @@ import (
 const Mark = "safe-ipam:binary-mark:6c1f0a2e-94d3-4b8e-a5f7-0e3d2c9b8a41"
 
 // mainPackages are what Go's build info names as the main package of the
-// CNI binary: plugin/safe-ipam, and plugin in releases that built both
-// programs from one package (a node being upgraded still has that one).
-// The CNI binary does not link this package, so its build info, not
-// Mark, tells it apart.
-var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + about.CNIBinary, "github.com/safe-ipam/safe-ipam/plugin"}
+// CNI binary's builds: plugin/safe-ipam and plugin/safe-ipam-etcd, and
+// plugin in releases that built both programs from one package (a node
+// being upgraded still has that one). The CNI builds do not link this
+// package, so their build info, not Mark, tells them apart.
+var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + about.CNIBinary, "github.com/safe-ipam/safe-ipam/plugin/" + about.EtcdBinary,
+	"github.com/safe-ipam/safe-ipam/plugin"}
 
 // IsSafeIPAM says whether the file at path is a safe-ipam binary: by its
 // Go build info, or by Mark. A missing file is not, and not an error.

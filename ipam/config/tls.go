@@ -1,6 +1,6 @@
 package config
 
-import "github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+import "github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 
 // The settings that name etcd TLS files: Calico's top-level keys, and
 // ipam.store's. An error about a file names its setting, so these are the
@@ -12,26 +12,26 @@ var (
 
 type tlsKeys struct{ cert, key, ca string }
 
-func (k tlsKeys) files(cert, key, ca, in string) etcdconn.TLSFiles {
+func (k tlsKeys) files(cert, key, ca, in string) etcdtls.Files {
 	if in != "" {
 		in = " in " + in
 	}
-	return etcdconn.TLSFiles{
-		Cert: etcdconn.File{Path: cert, Setting: k.cert + in},
-		Key:  etcdconn.File{Path: key, Setting: k.key + in},
-		CA:   etcdconn.File{Path: ca, Setting: k.ca + in},
+	return etcdtls.Files{
+		Cert: etcdtls.File{Path: cert, Setting: k.cert + in},
+		Key:  etcdtls.File{Path: key, Setting: k.key + in},
+		CA:   etcdtls.File{Path: ca, Setting: k.ca + in},
 	}
 }
 
 // EtcdTLS are Calico's etcd TLS files, each named by its key; in, when
 // not "", is the file the keys were read from.
-func (c Calico) EtcdTLS(in string) etcdconn.TLSFiles {
+func (c Calico) EtcdTLS(in string) etcdtls.Files {
 	return calicoTLSKeys.files(c.EtcdCertFile, c.EtcdKeyFile, c.EtcdCACertFile, in)
 }
 
 // StoreTLS are the record store's TLS files, named by the settings they
 // came from: ipam.store's keys when the config has a store, else Calico's.
-func (c *Config) StoreTLS(in string) etcdconn.TLSFiles {
+func (c *Config) StoreTLS(in string) etcdtls.Files {
 	keys := calicoTLSKeys
 	if c.StoreSet {
 		keys = storeTLSKeys

@@ -20,16 +20,16 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
-
-	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 )
 
 // Report is the node's state.
@@ -338,7 +338,7 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 	out := &StoreReport{Type: s.Type, Where: s.Dir}
 	if s.Type == config.StoreEtcd {
 		out.Where = fmt.Sprint(s.Endpoints, " ", s.Prefix)
-		out.Exposure = etcdconn.Exposure(s.Endpoints, cfg.StoreTLS(""))
+		out.Exposure = etcdtls.Exposure(s.Endpoints, cfg.StoreTLS(""))
 	} else if _, err := os.Stat(s.Dir); errors.Is(err, os.ErrNotExist) {
 		out.Answers = true
 		return out, nil
@@ -459,7 +459,7 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 // it is exposed, as the CNI binary warns of it (package calico/lookup).
 func calicoExposure(c config.Calico) (transport, why string) {
 	if c.Datastore() == config.DatastoreEtcd {
-		return "Calico's etcd", etcdconn.Exposure(c.Endpoints(), c.EtcdTLS(""))
+		return "Calico's etcd", etcdtls.Exposure(c.Endpoints(), c.EtcdTLS(""))
 	}
 	kube, err := kubeapi.New(c.Kubeconfig, time.Second)
 	if err != nil {
@@ -519,7 +519,7 @@ func allocationHandle(ctx context.Context, ds datastore.Datastore, addr netip.Ad
 	if cli := datastore.EtcdClient(ds); cli != nil {
 		// Every block that may hold addr in one round trip, as the CNI
 		// binary reads it.
-		attr, ok, err := calico.AllocationAttribute(ctx, cli, addr)
+		attr, ok, err := etcdread.AllocationAttribute(ctx, cli, addr)
 		if err != nil || !ok || attr.HandleID == nil {
 			return "", err
 		}

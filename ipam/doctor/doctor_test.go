@@ -44,6 +44,8 @@ func newNode(t *testing.T) *node {
 	}
 	n.self = filepath.Join(root, "safe-ipam")
 	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+cninode.Mark+"\n"), 0o755))
+	// The CNI binary's etcd build, which install puts beside it.
+	must(t, os.WriteFile(filepath.Join(root, install.EtcdBuild), []byte("#!/bin/sh\n# etcd build\n# "+cninode.Mark+"\n"), 0o755))
 	calico := filepath.Join(root, "calico-build")
 	must(t, os.WriteFile(calico, []byte(calicoScript), 0o755))
 	tpl, err := testbed.CalicoNetworkTemplate()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 )
 
 // http2Hello is an HTTP/2 client preface and an empty SETTINGS frame
@@ -41,7 +43,7 @@ func diagnose(ctx context.Context, cfg Config, tlsConfig *tls.Config) (refusal, 
 
 // dialTLS makes one TLS connection to the endpoint and says how the
 // handshake ended.
-func dialTLS(ctx context.Context, u *url.URL, files TLSFiles, base *tls.Config) (refusal, other error) {
+func dialTLS(ctx context.Context, u *url.URL, files etcdtls.Files, base *tls.Config) (refusal, other error) {
 	conf := base.Clone()
 	conf.ServerName = u.Hostname()
 	conf.NextProtos = []string{"h2"} // what the etcd client negotiates
@@ -66,7 +68,7 @@ func dialTLS(ctx context.Context, u *url.URL, files TLSFiles, base *tls.Config) 
 }
 
 // explain turns a TLS dial error into one that names the file at fault.
-func explain(host string, files TLSFiles, err error) (refusal, other error) {
+func explain(host string, files etcdtls.Files, err error) (refusal, other error) {
 	var (
 		unknown  x509.UnknownAuthorityError
 		hostname x509.HostnameError

@@ -13,12 +13,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 )
 
 // Config says how to reach etcd.
 type Config struct {
 	Endpoints   []string
-	TLS         TLSFiles
+	TLS         etcdtls.Files
 	DialTimeout time.Duration // how long to wait for the connection
 }
 

@@ -11,14 +11,15 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 )
 
 // files names the TLS files as Calico's plugin config does.
-func files(cert, key, ca string) TLSFiles {
-	return TLSFiles{
-		Cert: File{Path: cert, Setting: "etcd_cert_file"},
-		Key:  File{Path: key, Setting: "etcd_key_file"},
-		CA:   File{Path: ca, Setting: "etcd_ca_cert_file"},
+func files(cert, key, ca string) etcdtls.Files {
+	return etcdtls.Files{
+		Cert: etcdtls.File{Path: cert, Setting: "etcd_cert_file"},
+		Key:  etcdtls.File{Path: key, Setting: "etcd_key_file"},
+		CA:   etcdtls.File{Path: ca, Setting: "etcd_ca_cert_file"},
 	}
 }
 
@@ -30,7 +31,7 @@ func TestConnectTLS(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope.pem")
 	for _, tc := range []struct {
 		name  string
-		files TLSFiles
+		files etcdtls.Files
 		want  []string // in the error; none: Connect succeeds
 	}{
 		{"good", files(f.CertFile, f.KeyFile, f.CAFile), nil},

@@ -13,6 +13,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/retention"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // GC from outside the runtime: behind Calico's main plugin (CNI 1.0.0 at
@@ -59,7 +60,7 @@ func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}
 	cfg := file.SafeIPAM
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: cniPath}, Config: cfg, In: file.Path, Log: log})
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: cniPath}, Config: cfg, In: file.Path, Log: log, Backends: opener.Backends()})
 	if err != nil {
 		return nil, err
 	}

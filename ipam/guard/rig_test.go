@@ -26,6 +26,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // binDir holds copies of the test binary named like delegates; a copy, not
@@ -188,7 +189,7 @@ func (r *rig) run(verb string, e delegate.Env, stdin []byte) (res types.Result, 
 	if err != nil {
 		return nil, err
 	}
-	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler)})
+	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: opener.Backends()})
 	if err != nil {
 		return nil, err
 	}

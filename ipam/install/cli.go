@@ -318,8 +318,8 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 	return ExitOK
 }
 
-// The two programs: the admin binary runs install, the CNI binary is what
-// it puts on the node.
+// The programs: the admin binary runs install, the CNI binary is what it
+// puts on the node (with its etcd build, EtcdBuild).
 const (
 	AdminBinary = about.AdminBinary
 	CNIBinary   = about.CNIBinary
@@ -343,7 +343,7 @@ func cniBinaryBeside(self string) (string, error) {
 	}
 	lean := filepath.Join(filepath.Dir(self), CNIBinary)
 	if info, err := os.Stat(lean); err != nil || !info.Mode().IsRegular() {
-		return "", fmt.Errorf("the CNI binary %s must be beside %s (make build puts both in bin/): %s is not a regular file", CNIBinary, AdminBinary, lean)
+		return "", fmt.Errorf("the CNI binary %s must be beside %s (make build puts them in bin/): %s is not a regular file", CNIBinary, AdminBinary, lean)
 	}
 	return lean, nil
 }

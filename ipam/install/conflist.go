@@ -31,7 +31,7 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
 	}
 	p := &Plan{}
-	if err := installBinary(p, n.bin(SafeIPAM), self); err != nil {
+	if err := installBuilds(p, n, n.bin(SafeIPAM), self); err != nil {
 		return nil, err
 	}
 	for _, c := range confs {
@@ -85,8 +85,12 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
+	notes = append(notes, more...)
 	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
 		return nil, nil, err
+	}
+	if more, err = uninstallEtcdBuild(p, n); err != nil {
+		return nil, nil, refuse("%v", err)
 	}
 	return p, append(notes, more...), nil
 }

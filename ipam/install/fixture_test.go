@@ -19,6 +19,7 @@ import (
 type fixture struct {
 	node      Node
 	self      string // a safe-ipam "binary": it carries the cninode.Mark
+	etcd      string // its etcd build, beside it
 	installer testbed.CalicoInstaller
 	template  string
 }
@@ -31,6 +32,8 @@ func newFixture(t *testing.T) *fixture {
 		must(t, os.Mkdir(d, 0o755))
 	}
 	f.self = writeFile(t, filepath.Join(root, "safe-ipam-build"), "#!/bin/sh\n# "+cninode.Mark+"\n", 0o755)
+	// The CNI binary's etcd build, which install puts beside it.
+	f.etcd = writeFile(t, filepath.Join(root, EtcdBuild), "#!/bin/sh\n# etcd build\n# "+cninode.Mark+"\n", 0o755)
 	calico := writeFile(t, filepath.Join(root, "calico-v1"), "Calico's multi-call binary, v1\n", 0o755)
 	f.template = calicoTemplate(t)
 	f.installer = testbed.CalicoInstaller{Binary: calico, BinDir: f.node.BinDir, ConfDir: f.node.ConfDir, Network: render(t, f.template, "1440")}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -82,6 +83,28 @@ func requireFile(path, what string) error {
 		return refuse("%s (%s) is not a regular file", path, what)
 	}
 	return nil
+}
+
+// installBuilds plans putting the CNI binary self at path, and its etcd
+// build (beside self) beside it in the bin dir, first: a node whose CNI
+// binary hands calls over etcd must never lack the build it hands them
+// to, on its first install or when upgraded from a release that had none.
+func installBuilds(p *Plan, n Node, path, self string) error {
+	etcd := filepath.Join(filepath.Dir(self), EtcdBuild)
+	if err := requireFile(etcd, "the CNI binary's build with the etcd client, which install puts beside it"); err != nil {
+		return err
+	}
+	if err := installBinary(p, n.bin(EtcdBuild), etcd); err != nil {
+		return err
+	}
+	return installBinary(p, path, self)
+}
+
+// uninstallEtcdBuild plans taking the etcd build off the node, after the
+// CNI binary that hands calls to it (the plan's steps run in order).
+func uninstallEtcdBuild(p *Plan, n Node) ([]string, error) {
+	path := n.bin(EtcdBuild)
+	return uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) })
 }
 
 // installBinary plans putting self at path, keeping what was there.

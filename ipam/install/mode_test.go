@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -46,6 +47,15 @@ func conflistProtected(t *testing.T, f *fixture) error {
 	if ok, _ := cninode.IsSafeIPAM(f.node.bin(SafeIPAM)); !ok {
 		return errors.New("bin/safe-ipam is not safe-ipam")
 	}
+	return etcdBuildInstalled(f)
+}
+
+// etcdBuildInstalled: safe-ipam-etcd, which the CNI binary hands the calls
+// over etcd to, is beside it, as built.
+func etcdBuildInstalled(f *fixture) error {
+	if same, err := sameContent(f.etcd, f.node.bin(EtcdBuild)); err != nil || !same {
+		return fmt.Errorf("bin/%s is not the CNI binary's etcd build (%v)", EtcdBuild, err)
+	}
 	return nil
 }
 
@@ -59,7 +69,34 @@ func takeoverProtected(t *testing.T, f *fixture) error {
 	if !bytes.Equal(got, f.installer.Network) {
 		return errors.New("takeover changed Calico's network config")
 	}
-	return nil
+	return etcdBuildInstalled(f)
+}
+
+// The etcd build lands before the CNI binary that hands calls to it: a
+// node is never left, even between two steps, with a CNI binary whose
+// calls over etcd have nowhere to go.
+func TestModeInstallsEtcdBuildFirst(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			r, err := Install(f.node, mc.mode, f.self, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			etcd, cni := -1, -1
+			for i, s := range r.Plan.Steps {
+				switch {
+				case s.from == f.etcd:
+					etcd = i
+				case s.from == f.self:
+					cni = i
+				}
+			}
+			if etcd < 0 || cni < 0 || etcd > cni {
+				t.Errorf("plan copies the etcd build at step %d and the CNI binary at %d; want both, the etcd build first:\n%s", etcd, cni, r.Plan.Describe())
+			}
+		})
+	}
 }
 
 // The contract both modes keep: install protects, a second install
@@ -176,12 +213,13 @@ func TestUninstallKeepsLaterChanges(t *testing.T) {
 }
 
 // withoutInstalled is a snapshot less what install added: its backups
-// and records, and bin/safe-ipam (the fixture has none of its own).
+// and records, bin/safe-ipam and bin/safe-ipam-etcd (the fixture has
+// none of its own).
 func withoutInstalled(snap map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range snap {
 		base := k[strings.LastIndexByte(k, '/')+1:]
-		if !isBackupName(base) && base != SafeIPAM {
+		if !isBackupName(base) && base != SafeIPAM && base != EtcdBuild {
 			out[k] = v
 		}
 	}
@@ -209,6 +247,10 @@ var refusals = []refusal{
 		return nil
 	}, "calico-ipam"},
 	{"read-only bin dir", readOnlyBinDir, "read-only file system"},
+	{"no etcd build beside the CNI binary", func(t *testing.T, f *fixture) func() {
+		must(t, os.Remove(f.etcd))
+		return nil
+	}, EtcdBuild},
 	{"another install holds the lock", func(t *testing.T, f *fixture) func() {
 		unlock, err := f.node.lock()
 		must(t, err)

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
@@ -31,6 +32,10 @@ const (
 	CalicoIPAM   = cninode.CalicoIPAM
 	CalicoBinary = cninode.CalicoBinary
 	SafeIPAM     = cninode.SafeIPAM
+	// EtcdBuild is the CNI binary's build with the etcd client, which
+	// every mode puts beside the CNI binary: the CNI binary hands it each
+	// call whose config names etcd.
+	EtcdBuild = about.EtcdBinary
 )
 
 // Node is one node's CNI directories.

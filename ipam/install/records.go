@@ -152,7 +152,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	defer closeLog()
 	q := &quarantineFates{reclaimer: NewReclaimer(cfg, path)}
 	defer q.reclaimer.Close()
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: binDir}, Config: cfg, In: path, Log: log})
+	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: binDir}, Config: cfg, In: path, Log: log, Backends: opener.Backends()})
 	if err != nil {
 		return 0, q, err
 	}

@@ -34,7 +34,7 @@ func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
 		return nil, refuse("%s is safe-ipam, not Calico's binary (%v)", n.bin(CalicoBinary), err)
 	}
 	p := &Plan{}
-	if err := installBinary(p, n.bin(CalicoIPAM), self); err != nil {
+	if err := installBuilds(p, n, n.bin(CalicoIPAM), self); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -50,5 +50,9 @@ func (TakeoverMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
-	return p, notes, nil
+	more, err := uninstallEtcdBuild(p, n)
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	return p, append(notes, more...), nil
 }

@@ -131,7 +131,7 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 		}
 		return false
 	}
-	return name == CalicoIPAM || name == CalicoBinary || name == SafeIPAM
+	return name == CalicoIPAM || name == CalicoBinary || name == SafeIPAM || name == EtcdBuild
 }
 
 // reassert installs again and says whether the node is protected.

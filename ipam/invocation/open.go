@@ -22,10 +22,10 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
 // Verbs that name no attachment.
@@ -36,13 +36,56 @@ const (
 
 // Call is one invocation as it is opened: the verb, its CNI environment,
 // the parsed config and the file it came from ("" for stdin, for errors
-// and the paths it names), and where the verb logs.
+// and the paths it names), where the verb logs, and the backends of the
+// build that runs it.
 type Call struct {
-	Verb   string
-	Env    delegate.Env
-	Config *config.Config
-	In     string
-	Log    *slog.Logger
+	Verb     string
+	Env      delegate.Env
+	Config   *config.Config
+	In       string
+	Log      *slog.Logger
+	Backends Backends
+}
+
+// Backends open what a call reaches besides the delegate: the record
+// store and Calico's datastore. Every build has the file store and the
+// Kubernetes datastore's reads (Lean); only builds that link the etcd
+// client reach etcd (opener.Backends): the client's package init would
+// cost every call of the CNI binary, so its lean build hands a call whose
+// config names etcd to the build beside it that has it (Runtime.Handover).
+type Backends struct {
+	// Store opens the record store cfg names for node's records, to
+	// write; in names the file cfg came from, for errors.
+	Store func(ctx context.Context, cfg *config.Config, node, in string) (store.Store, error)
+	// CalicoEtcd reads Calico's etcd datastore; nil in the lean build.
+	CalicoEtcd func(c config.Calico, warn lookup.Warn) lookup.Reader
+}
+
+// Lean are the backends of the CNI binary's lean build.
+func Lean() Backends {
+	return Backends{Store: openFileStore}
+}
+
+// Etcd says whether b reaches etcd.
+func (b Backends) Etcd() bool { return b.CalicoEtcd != nil }
+
+// NamesEtcd says whether a call over cfg reaches etcd: its record store,
+// or Calico's datastore, which the verbs read on rare paths.
+func NamesEtcd(cfg *config.Config) bool {
+	return cfg.Store.Type == config.StoreEtcd || cfg.Calico.Datastore() == config.DatastoreEtcd
+}
+
+// openFileStore is the lean build's store: Open has refused an etcd one.
+func openFileStore(_ context.Context, cfg *config.Config, _, _ string) (store.Store, error) {
+	return filestore.Open(cfg.Store.Dir)
+}
+
+// calico is the reader of the datastore cfg names.
+func (b Backends) calico(cfg *config.Config, warn lookup.Warn) lookup.Reader {
+	if cfg.Calico.Datastore() == config.DatastoreEtcd {
+		return b.CalicoEtcd(cfg.Calico, warn)
+	}
+	return lookup.New(cfg.Calico, warn)
 }
 
 // Opened is a call ready to run: the Guard over its store and Calico's
@@ -50,7 +93,7 @@ type Call struct {
 type Opened struct {
 	Guard  *guard.Guard
 	Store  store.Store
-	calico *lookup.Calico
+	calico lookup.Reader
 }
 
 // Close closes the store and whatever a read of Calico's data connected.
@@ -66,6 +109,11 @@ func (o *Opened) Close() error {
 // verbs that need it, so opening it connects to nothing.
 func Open(ctx context.Context, c Call) (*Opened, error) {
 	cfg := c.Config
+	if c.Backends.Store == nil || (NamesEtcd(cfg) && !c.Backends.Etcd()) {
+		// A caller's mistake, not the runtime's: the CNI binary hands such
+		// a call over before it opens anything.
+		return nil, types.NewError(types.ErrInternal, "this build of safe-ipam does not reach the etcd the config names", "")
+	}
 	if c.Verb != VerbGC && c.Verb != VerbStatus {
 		if _, _, err := guard.AttachmentOf(cfg.Network, c.Env); err != nil {
 			return nil, err
@@ -84,7 +132,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("delegate %s: %v", d.Type, err), "")
 	}
 	warnExposure(cfg.CacheDir, c.Log, "the record store's etcd", storeExposure(cfg, c.In))
-	st, err := opener.Open(ctx, cfg, node, opener.Options{In: c.In})
+	st, err := c.Backends.Store(ctx, cfg, node, c.In)
 	if err != nil {
 		code := types.ErrTryAgainLater
 		if c.Verb == VerbStatus {
@@ -92,7 +140,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	calico := lookup.New(cfg.Calico, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
+	calico := c.Backends.calico(cfg, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
 }
@@ -116,12 +164,12 @@ func resolveDelegate(ctx context.Context, cfg *config.Config, cniPath string) (*
 }
 
 // storeExposure says how the record store's etcd is exposed (plain
-// text, or no CA file; see etcdconn.Exposure), or "".
+// text, or no CA file; see etcdtls.Exposure), or "".
 func storeExposure(cfg *config.Config, in string) string {
 	if cfg.Store.Type != config.StoreEtcd {
 		return ""
 	}
-	return etcdconn.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
+	return etcdtls.Exposure(cfg.Store.Endpoints, cfg.StoreTLS(in))
 }
 
 // warnExposure logs how a transport safe-ipam uses is exposed (the record

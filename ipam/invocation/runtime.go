@@ -9,7 +9,9 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
+	cniversion "github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -22,9 +24,14 @@ type Runtime struct {
 	// Trace, when SAFE_IPAM_TRACE is set, records when each phase ended
 	// for `make bench`.
 	Trace *logging.Trace
-	// At is the crash tests' hook at every guard.Step (nil outside
-	// builds with -tags crashpoints).
+	// At is the crash tests' hook at every guard.Step (CrashPoint: nil
+	// outside builds with -tags crashpoints).
 	At func(guard.Step)
+	// Backends are what this build reaches (Lean, or opener.Backends).
+	Backends Backends
+	// Handover names the build beside this one that a call whose config
+	// names etcd is handed to when Backends do not reach etcd.
+	Handover string
 }
 
 // Add runs ADD and prints its result.
@@ -67,7 +74,8 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 }
 
 // run parses the config the runtime passed (with the node settings beside
-// the binary), logs where it says, opens the call under its
+// the binary), hands the call over when this build does not reach the etcd
+// it names, logs where it says, opens the call under its
 // ipam.verbTimeout and runs verb on its Guard. It runs once per process:
 // what it opens, the process's exit closes. A verb stopped by that
 // deadline fails with code 11 (guard.PastDeadline).
@@ -79,11 +87,14 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	if err != nil {
 		return err
 	}
+	if NamesEtcd(cfg) && !r.Backends.Etcd() && r.Handover != "" {
+		return handOver(r.Handover, args.StdinData)
+	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
 	defer closeLog()
 	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
 	defer cancel()
-	o, err := Open(ctx, Call{Verb: verb, Env: env, Config: cfg, Log: log})
+	o, err := Open(ctx, Call{Verb: verb, Env: env, Config: cfg, Log: log, Backends: r.Backends})
 	if err != nil {
 		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
 		log.Error("refused", "error", err)
@@ -137,4 +148,18 @@ func ownDir() string {
 		return ""
 	}
 	return filepath.Dir(self)
+}
+
+// Main is a CNI build's main: the trace (exec and init are done when it
+// starts), then an admin command when run without CNI_COMMAND
+// (about.RunAdmin), else the verb through skel. r's Backends and Handover
+// say which build it is.
+func Main(r Runtime, version string) {
+	r.Trace, r.At = logging.NewTrace(), CrashPoint
+	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
+		os.Exit(about.RunAdmin(os.Args[1:], version))
+	}
+	skel.PluginMainFuncs(skel.CNIFuncs{Add: r.Add, Del: r.Del, Check: r.Check, GC: r.GC, Status: r.Status},
+		cniversion.PluginSupports(about.CNIVersions...),
+		"safe-ipam "+version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
 }

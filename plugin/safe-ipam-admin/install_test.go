@@ -24,7 +24,7 @@ import (
 // puts them on a node, built once for the package.
 var binDir string
 
-func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../safe-ipam") }
+func TestMain(m *testing.M) { gobuild.Main(m, &binDir, ".", "../safe-ipam", "../safe-ipam-etcd") }
 
 // versionOnly stands in for Calico's binary where only its VERSION answer
 // matters: doctor asks the delegate for it.

@@ -13,11 +13,12 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 )
 
-// binDir holds safe-ipam and host-local, built once for the package.
+// binDir holds safe-ipam, safe-ipam-etcd (which safe-ipam hands the calls
+// over etcd to) and host-local, built once for the package.
 var binDir string
 
 func TestMain(m *testing.M) {
-	gobuild.Main(m, &binDir, ".", "github.com/containernetworking/plugins/plugins/ipam/host-local")
+	gobuild.Main(m, &binDir, ".", "../safe-ipam-etcd", "github.com/containernetworking/plugins/plugins/ipam/host-local")
 }
 
 type binaryCall struct {

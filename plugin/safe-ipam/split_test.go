@@ -14,35 +14,51 @@ import (
 
 // The CNI binary runs on every pod start and stop, and pays every linked
 // package's init each time: it must link none of the admin commands, nor
-// the Kubernetes and CRI clients they bring.
+// the Kubernetes and CRI clients they bring; and, but for safe-ipam-etcd,
+// which the calls over etcd are handed to, not the etcd client, gRPC or
+// protobuf either.
 func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, pkg := range []string{"/ipam/audit", "/ipam/adopt", "/ipam/gc", "/ipam/install", "/ipam/doctor", "/ipam/admin", "/ipam/liveness",
-		"k8s.io/client-go/", "k8s.io/cri-api/", "github.com/fsnotify/"} {
-		for _, dep := range strings.Fields(string(out)) {
-			if strings.Contains(dep+"/", pkg+"/") || strings.HasPrefix(dep, pkg) {
-				t.Errorf("the CNI build links %s", dep)
-				break
+	admin := []string{"/ipam/audit", "/ipam/adopt", "/ipam/gc", "/ipam/install", "/ipam/doctor", "/ipam/admin", "/ipam/liveness",
+		"k8s.io/client-go/", "k8s.io/cri-api/", "github.com/fsnotify/"}
+	etcd := []string{"go.etcd.io/", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/gogo/protobuf", "github.com/golang/protobuf",
+		"/ipam/etcdconn", "/ipam/etcdrange", "/ipam/store/etcdstore", "/ipam/store/opener", "/ipam/calico/etcdread", "/ipam/calico/lookup/etcdlookup"}
+	for _, tc := range []struct {
+		pkg    string
+		banned []string
+	}{
+		{".", append(admin, etcd...)},
+		{"../safe-ipam-etcd", admin},
+	} {
+		for _, dep := range deps(t, tc.pkg) {
+			for _, pkg := range tc.banned {
+				if strings.Contains(dep+"/", pkg+"/") || strings.HasPrefix(dep, pkg) {
+					t.Errorf("the CNI build %s links %s", tc.pkg, dep)
+				}
 			}
 		}
 	}
 }
 
+// deps lists the packages pkg links, with the build's extra flags.
+func deps(t *testing.T, pkg string, flags ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append(append([]string{"list"}, flags...), "-deps", pkg)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
+	}
+	return strings.Fields(string(out))
+}
+
 // The release build (make build, make image, make bench) sets gRPC's
-// grpcnotrace tag, so that the CNI binary does not initialise request
+// grpcnotrace tag, so that safe-ipam-etcd does not initialise request
 // tracing it never turns on: golang.org/x/net/trace and the html/template
 // it brings.
 func TestReleaseBuildLinksNoGRPCTracing(t *testing.T) {
-	out, err := exec.Command("go", "list", "-tags", "grpcnotrace", "-deps", ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if dep == "golang.org/x/net/trace" || dep == "html/template" {
-			t.Errorf("the release CNI build links %s", dep)
+	for _, pkg := range []string{".", "../safe-ipam-etcd"} {
+		for _, dep := range deps(t, pkg, "-tags", "grpcnotrace") {
+			if dep == "golang.org/x/net/trace" || dep == "html/template" {
+				t.Errorf("the release build of %s links %s", pkg, dep)
+			}
 		}
 	}
 }

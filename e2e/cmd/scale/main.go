@@ -44,7 +44,7 @@ func run(o scale.Options, audit int) error {
 	}
 	defer os.RemoveAll(dir)
 	o.Dir, o.Bin = filepath.Join(dir, "run"), filepath.Join(dir, "bin")
-	pkgs := []string{"./plugin/safe-ipam", "./plugin/safe-ipam-admin", "./e2e/cmd/calico-ipam", "./e2e/cmd/peakrss"}
+	pkgs := []string{"./plugin/safe-ipam", "./plugin/safe-ipam-etcd", "./plugin/safe-ipam-admin", "./e2e/cmd/calico-ipam", "./e2e/cmd/peakrss"}
 	build := gobuild.Build{Out: o.Bin + string(os.PathSeparator), Pkgs: pkgs, Flags: []string{"-ldflags", bench.ReleaseLDFlags}}
 	if err := build.Run(context.Background()); err != nil {
 		return err

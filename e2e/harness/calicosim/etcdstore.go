@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 )
 
 // etcdStore keeps IPAM data in etcd (datastore etcdv3). Each commit is one
@@ -73,7 +74,7 @@ func (s etcdStore) blocks(ctx context.Context, fam calico.Family) ([]netip.Prefi
 
 func (s etcdStore) readBlock(ctx context.Context, cidr netip.Prefix) (*blockRef, error) {
 	var blk calico.Block
-	rev, err := calico.ReadJSON(ctx, s.cli, calico.BlockKey(cidr), &blk)
+	rev, err := etcdread.ReadJSON(ctx, s.cli, calico.BlockKey(cidr), &blk)
 	if err != nil || rev == 0 {
 		return nil, err
 	}
@@ -86,7 +87,7 @@ func (s etcdStore) readBlock(ctx context.Context, cidr netip.Prefix) (*blockRef,
 func (s etcdStore) claim(ctx context.Context, node string, blk *calico.Block) (*blockRef, error) {
 	affKey := calico.AffinityKey(node, blk.CIDR)
 	var stale calico.Affinity
-	affRev, err := calico.ReadJSON(ctx, s.cli, affKey, &stale)
+	affRev, err := etcdread.ReadJSON(ctx, s.cli, affKey, &stale)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +122,7 @@ func (s etcdStore) commitAllocation(ctx context.Context, ref *blockRef, handle s
 
 func (s etcdStore) readHandle(ctx context.Context, handle string) (*handleRef, error) {
 	h := calico.NewHandle()
-	rev, err := calico.ReadJSON(ctx, s.cli, calico.HandleKey(handle), h)
+	rev, err := etcdread.ReadJSON(ctx, s.cli, calico.HandleKey(handle), h)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 )
 
 // NodeMissingError is calico-ipam's failure when the Node resource of the
@@ -25,7 +26,7 @@ func (e *NodeMissingError) Error() string {
 // CheckNode fails with *NodeMissingError unless the Node resource exists.
 func CheckNode(ctx context.Context, cli *clientv3.Client, name string) error {
 	var n calico.Node
-	rev, err := calico.ReadJSON(ctx, cli, calico.NodeKey(name), &n)
+	rev, err := etcdread.ReadJSON(ctx, cli, calico.NodeKey(name), &n)
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", name, err)
 	}

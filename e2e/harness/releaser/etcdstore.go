@@ -14,6 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 )
 
 // resourcePrefix is where Calico's etcdv3 datastore keeps its resources.
@@ -138,7 +139,7 @@ func (e *etcdStore) affinities(ctx context.Context, node string) ([]netip.Prefix
 
 func (e *etcdStore) affinity(ctx context.Context, node string, cidr netip.Prefix) (*affinityRef, error) {
 	a := &affinityRef{node: node, cidr: cidr}
-	rev, err := calico.ReadJSON(ctx, e.cli, calico.AffinityKey(node, cidr), &a.affinity)
+	rev, err := etcdread.ReadJSON(ctx, e.cli, calico.AffinityKey(node, cidr), &a.affinity)
 	if err != nil || rev == 0 {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ const (
 	LinkLocalGateway = "linklocal-gateway"
 	SafeIPAM         = about.CNIBinary
 	SafeIPAMAdmin    = about.AdminBinary
+	SafeIPAMEtcd     = about.EtcdBinary
 	CalicoIPAM       = "calico-ipam"
 	// CalicoSim is the simulator, built beside a real calico-ipam to play
 	// Calico's main plugin (see MainPlugin).
@@ -29,7 +30,7 @@ const (
 )
 
 // Programs lists every program a testbed CNI_PATH must hold.
-var Programs = []string{Cnitool, PTP, Loopback, LinkLocalGateway, SafeIPAM, SafeIPAMAdmin, CalicoIPAM}
+var Programs = []string{Cnitool, PTP, Loopback, LinkLocalGateway, SafeIPAM, SafeIPAMEtcd, SafeIPAMAdmin, CalicoIPAM}
 
 const module = "github.com/safe-ipam/safe-ipam"
 
@@ -41,6 +42,7 @@ var packages = map[string]string{
 	LinkLocalGateway: module + "/e2e/cmd/linklocal-gateway",
 	SafeIPAM:         module + "/plugin/" + SafeIPAM,
 	SafeIPAMAdmin:    module + "/plugin/" + SafeIPAMAdmin,
+	SafeIPAMEtcd:     module + "/plugin/" + SafeIPAMEtcd,
 	CalicoIPAM:       module + "/e2e/cmd/calico-ipam", // the simulator
 }
 

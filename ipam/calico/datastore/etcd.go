@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdrange"
 )
 
@@ -159,7 +160,7 @@ func modRevision(v Version) (int64, error) {
 // Block implements Datastore.
 func (e *EtcdStore) Block(ctx context.Context, cidr netip.Prefix) (*Block, error) {
 	var raw json.RawMessage
-	rev, err := calico.ReadJSON(ctx, e.Client, calico.BlockKey(cidr), &raw)
+	rev, err := etcdread.ReadJSON(ctx, e.Client, calico.BlockKey(cidr), &raw)
 	if err != nil || rev == 0 {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func (e *EtcdStore) Block(ctx context.Context, cidr netip.Prefix) (*Block, error
 // Handle implements Datastore.
 func (e *EtcdStore) Handle(ctx context.Context, id string) (*Handle, error) {
 	h := calico.NewHandle()
-	rev, err := calico.ReadJSON(ctx, e.Client, calico.HandleKey(id), h)
+	rev, err := etcdread.ReadJSON(ctx, e.Client, calico.HandleKey(id), h)
 	if err != nil || rev == 0 {
 		return nil, err
 	}
@@ -265,7 +266,7 @@ func etcdChange(c Change) ([]clientv3.Cmp, []clientv3.Op, error) {
 
 // NodeExists implements Datastore: the Node resource's key.
 func (e *EtcdStore) NodeExists(ctx context.Context, name string) (bool, error) {
-	return calico.NodeKnown(ctx, e.Client, name)
+	return etcdread.NodeKnown(ctx, e.Client, name)
 }
 
 // Nodes implements Datastore: the Node resources' keys alone, page by

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 )
 
 // Settings say how to reach Calico's datastore: plain values, as the
@@ -18,7 +19,7 @@ type Settings struct {
 	// Endpoints and TLS reach Calico's etcd; each TLS file names the
 	// setting (flag or --conf key) that gave it.
 	Endpoints []string
-	TLS       etcdconn.TLSFiles
+	TLS       etcdtls.Files
 	// Kubeconfig reaches the API server of the kubernetes datastore.
 	Kubeconfig string
 }

@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -26,7 +27,7 @@ type Config struct {
 	Endpoints   []string
 	Prefix      string
 	Node        string // whose records this store reads and writes
-	TLS         etcdconn.TLSFiles
+	TLS         etcdtls.Files
 	DialTimeout time.Duration
 }
 

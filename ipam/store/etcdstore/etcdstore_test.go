@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
+	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/storetest"
 )
 
 func TestContract(t *testing.T) {
-	runContract(t, etcdtest.Start(t), etcdconn.TLSFiles{})
+	runContract(t, etcdtest.Start(t), etcdtls.Files{})
 }
 
 // The contract holds over an etcd that requires client certificates, as
@@ -27,7 +27,7 @@ func TestContractTLS(t *testing.T) {
 	runContract(t, server, calicoFiles(server.TLS.CertFile, server.TLS.KeyFile, server.TLS.CAFile))
 }
 
-func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles) {
+func runContract(t *testing.T, server *etcdtest.Server, files etcdtls.Files) {
 	n := 0
 	openCluster := func(t *testing.T) store.Cluster {
 		n++ // a fresh prefix per case keeps cases apart on one server
@@ -45,11 +45,11 @@ func runContract(t *testing.T, server *etcdtest.Server, files etcdconn.TLSFiles)
 }
 
 // calicoFiles names TLS files as Calico's plugin config does.
-func calicoFiles(cert, key, ca string) etcdconn.TLSFiles {
-	return etcdconn.TLSFiles{
-		Cert: etcdconn.File{Path: cert, Setting: "etcd_cert_file"},
-		Key:  etcdconn.File{Path: key, Setting: "etcd_key_file"},
-		CA:   etcdconn.File{Path: ca, Setting: "etcd_ca_cert_file"},
+func calicoFiles(cert, key, ca string) etcdtls.Files {
+	return etcdtls.Files{
+		Cert: etcdtls.File{Path: cert, Setting: "etcd_cert_file"},
+		Key:  etcdtls.File{Path: key, Setting: "etcd_key_file"},
+		CA:   etcdtls.File{Path: ca, Setting: "etcd_ca_cert_file"},
 	}
 }
 
@@ -61,7 +61,7 @@ func TestTLSFaultsNameTheFile(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing-key.pem")
 	for _, tc := range []struct {
 		name  string
-		files etcdconn.TLSFiles
+		files etcdtls.Files
 		want  string
 	}{
 		{"wrong CA", calicoFiles(f.CertFile, f.KeyFile, f.OtherCAFile), "not trusted by CA file " + f.OtherCAFile + " (etcd_ca_cert_file)"},

@@ -1,4 +1,4 @@
-package etcdconn
+package etcdtls
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // the system's roots, which any public CA can satisfy, not against the
 // cluster's own CA. Both still work, so they are warned about, not
 // refused.
-func Exposure(endpoints []string, files TLSFiles) string {
+func Exposure(endpoints []string, files Files) string {
 	var plain []string
 	secure := false
 	for _, ep := range endpoints {

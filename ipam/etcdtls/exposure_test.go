@@ -1,4 +1,4 @@
-package etcdconn
+package etcdtls
 
 import (
 	"strings"
@@ -8,16 +8,16 @@ import (
 // Issue 20, finding 8: plain-text or unverified etcd is said, naming the
 // endpoint or the setting that would fix it.
 func TestExposure(t *testing.T) {
-	ca := TLSFiles{CA: File{Path: "/etc/calico/ca.pem", Setting: "etcd_ca_cert_file"}}
-	noCA := TLSFiles{CA: File{Setting: "etcd_ca_cert_file"}}
+	ca := Files{CA: File{Path: "/etc/calico/ca.pem", Setting: "etcd_ca_cert_file"}}
+	noCA := Files{CA: File{Setting: "etcd_ca_cert_file"}}
 	tests := []struct {
 		name      string
 		endpoints []string
-		files     TLSFiles
+		files     Files
 		want      []string // "" when nothing is exposed
 	}{
 		{"https with a CA", []string{"https://10.0.0.10:2379", "https://10.0.0.11:2379"}, ca, nil},
-		{"plain http", []string{"http://10.0.0.10:2379"}, TLSFiles{}, []string{"http://10.0.0.10:2379", "plain text"}},
+		{"plain http", []string{"http://10.0.0.10:2379"}, Files{}, []string{"http://10.0.0.10:2379", "plain text"}},
 		{"one endpoint plain", []string{"https://10.0.0.10:2379", "http://10.0.0.11:2379"}, ca, []string{"http://10.0.0.11:2379"}},
 		{"https without a CA file", []string{"https://10.0.0.10:2379"}, noCA, []string{"etcd_ca_cert_file", "system's roots"}},
 	}

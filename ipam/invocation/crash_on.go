@@ -1,6 +1,6 @@
 //go:build crashpoints
 
-package main
+package invocation
 
 import (
 	"os"
@@ -10,12 +10,12 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
-// crashPoint kills the process with SIGKILL at the step named by
+// CrashPoint kills the process with SIGKILL at the step named by
 // SAFE_IPAM_CRASH_AT, so tests see exactly what a node crash leaves.
 // With SAFE_IPAM_CRASH_POWER_LOSS=1 the crash is a power loss: the file
 // store's writes that are not synced are undone first, as far as their
 // durability allows. Only builds with -tags crashpoints have it.
-func crashPoint(s guard.Step) {
+func CrashPoint(s guard.Step) {
 	if os.Getenv("SAFE_IPAM_CRASH_AT") != string(s) {
 		return
 	}

@@ -1,4 +1,8 @@
-package etcdconn
+// Package etcdtls names the TLS files safe-ipam reaches etcd with and
+// the settings that named them, loads them with errors that name both,
+// and says how a connection to etcd is exposed. It links no etcd client,
+// so the CNI binary's lean build (package config) can name them.
+package etcdtls
 
 import (
 	"crypto/tls"
@@ -20,19 +24,19 @@ type File struct {
 
 func (f File) String() string { return fmt.Sprintf("%s (%s)", f.Path, f.Setting) }
 
-// TLSFiles are the client certificate, its key and the CA that signs the
+// Files are the client certificate, its key and the CA that signs the
 // servers' certificates. All empty means plain http.
-type TLSFiles struct {
+type Files struct {
 	Cert, Key, CA File
 }
 
 // Enabled says whether any file is set.
-func (t TLSFiles) Enabled() bool { return t.Cert.Path != "" || t.Key.Path != "" || t.CA.Path != "" }
+func (t Files) Enabled() bool { return t.Cert.Path != "" || t.Key.Path != "" || t.CA.Path != "" }
 
 // Config builds the client TLS config from the files, or nil when none is
 // set. Every error names the file and its setting. A CA left unset means
 // the system's roots.
-func (t TLSFiles) Config(now time.Time) (*tls.Config, error) {
+func (t Files) Config(now time.Time) (*tls.Config, error) {
 	if !t.Enabled() {
 		return nil, nil
 	}
@@ -57,7 +61,7 @@ func (t TLSFiles) Config(now time.Time) (*tls.Config, error) {
 // keyPair loads the client certificate and key and checks that the
 // certificate is valid now: etcd would only answer an expired one with a
 // handshake failure that names no file.
-func (t TLSFiles) keyPair(now time.Time) (tls.Certificate, error) {
+func (t Files) keyPair(now time.Time) (tls.Certificate, error) {
 	switch {
 	case t.Cert.Path == "":
 		return tls.Certificate{}, fmt.Errorf("client key file %s is set without a certificate file (%s)", t.Key, t.Cert.Setting)

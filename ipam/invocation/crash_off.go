@@ -1,0 +1,8 @@
+//go:build !crashpoints
+
+package invocation
+
+import "github.com/safe-ipam/safe-ipam/ipam/guard"
+
+// CrashPoint is a no-op outside crash-test builds: Runtime.At.
+var CrashPoint func(guard.Step)

@@ -1,0 +1,53 @@
+package invocation
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"golang.org/x/sys/unix"
+)
+
+// handOver runs the call in the build called name beside this binary,
+// replacing this process: the runtime's stdin, read already, is given to
+// it again from memory, and the environment is the runtime's, so the
+// other build sees the call the runtime made, prints its result and ends
+// with its exit code. Nothing has been opened or changed here by then. It
+// returns only when the other build cannot be run: code 50, naming it.
+func handOver(name string, stdin []byte) error {
+	self, err := os.Executable()
+	if err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("finding its own binary to hand the call to %s: %v", name, err), "")
+	}
+	bin := filepath.Join(filepath.Dir(self), name)
+	if err := stdinFrom(stdin); err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("handing the call to %s: %v", bin, err), "")
+	}
+	err = syscall.Exec(bin, []string{bin}, os.Environ())
+	return types.NewError(types.ErrPluginNotAvailable,
+		fmt.Sprintf("the config names etcd (the record store, or Calico's datastore), which this build reaches through %s, and it must be installed beside %s", name, self),
+		err.Error())
+}
+
+// stdinFrom makes data the process's stdin: a memory file, rewound, on
+// fd 0. It is not closed on exec; the file it was made as is.
+func stdinFrom(data []byte) error {
+	fd, err := unix.MemfdCreate("safe-ipam-stdin", unix.MFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("memfd_create: %w", err)
+	}
+	defer unix.Close(fd)
+	for rest := data; len(rest) > 0; {
+		n, err := unix.Write(fd, rest)
+		if err != nil {
+			return fmt.Errorf("writing the config to memory: %w", err)
+		}
+		rest = rest[n:]
+	}
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		return fmt.Errorf("rewinding: %w", err)
+	}
+	return unix.Dup3(fd, 0, 0)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/about"
+)
+
+// safe-ipam links no etcd client: a call whose config names etcd (here
+// the default store, Calico's etcd) runs in safe-ipam-etcd beside it, with
+// the same stdin, environment, result and exit code; a call over the file
+// store runs without it. Without safe-ipam-etcd, the call over etcd fails
+// with 50 naming it, and nothing is allocated or recorded.
+func TestCNIBuildHandsCallsOverEtcdToSafeIPAMEtcd(t *testing.T) {
+	server := etcdtest.Start(t)
+	etcdConf := calicoTLSConf(t, server, "", "", "")
+	fileConf := hostLocalConf(t, "1.1.0", "")
+	alone := t.TempDir() // safe-ipam and host-local, without safe-ipam-etcd
+	for _, name := range []string{"safe-ipam", "host-local"} {
+		copyFile(t, filepath.Join(binDir, name), filepath.Join(alone, name))
+	}
+	call := func(dir, command, conf string) outcome {
+		cmd := exec.Command(filepath.Join(dir, "safe-ipam"))
+		cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x",
+			"CNI_IFNAME=eth0", "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0", "CNI_PATH=" + dir}
+		cmd.Stdin = strings.NewReader(conf)
+		var stdout bytes.Buffer
+		cmd.Stdout = &stdout
+		err := cmd.Run()
+		return outcome{stdout: stdout.Bytes(), err: err}
+	}
+
+	code, msg := cniError(t, call(alone, "ADD", etcdConf))
+	if code != 50 || !strings.Contains(msg, about.EtcdBinary) {
+		t.Errorf("ADD over etcd without %s: %d %q; want 50 naming it", about.EtcdBinary, code, msg)
+	}
+	assertNothingAllocated(t, etcdConf)
+	if n := records(t, server); n != 0 {
+		t.Errorf("%d records in etcd after the refused ADD, want 0", n)
+	}
+
+	if out := call(alone, "ADD", fileConf); out.err != nil {
+		t.Errorf("ADD over the file store without %s: %v, %s", about.EtcdBinary, out.err, out.stdout)
+	} else if out := call(alone, "DEL", fileConf); out.err != nil {
+		t.Errorf("DEL over the file store without %s: %v, %s", about.EtcdBinary, out.err, out.stdout)
+	}
+
+	out := call(binDir, "ADD", etcdConf)
+	var res struct {
+		IPs []struct{ Address string } `json:"ips"`
+	}
+	if out.err != nil || json.Unmarshal(out.stdout, &res) != nil || len(res.IPs) != 1 {
+		t.Fatalf("ADD over etcd, handed over: %v, %s; want one address", out.err, out.stdout)
+	}
+	if n := records(t, server); n != 1 {
+		t.Errorf("%d records in etcd after ADD, want 1", n)
+	}
+	if out := call(binDir, "DEL", etcdConf); out.err != nil {
+		t.Fatalf("DEL over etcd, handed over: %v, %s", out.err, out.stdout)
+	}
+	if n := records(t, server); n != 0 {
+		t.Errorf("%d records in etcd after DEL, want 0", n)
+	}
+	assertNothingAllocated(t, etcdConf)
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
