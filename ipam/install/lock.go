@@ -84,31 +84,45 @@ func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
 
 // InstallWith is Install that also writes the node settings s (nil:
 // leaves them as they are).
+//
+// The CNI binary it puts on the node is self, unless the node's configs
+// name etcd: then it is the etcd build beside self. The lean build would
+// hand each of those calls to it, one more exec per call; the etcd build
+// runs them itself and any other call too. Both are on the node either
+// way, so a config changed before the watch re-installs still works.
 func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result, error) {
 	return locked(n, dryRun, func() (*Plan, []string, error) {
-		p, err := m.Install(n, self)
-		if err != nil {
-			return nil, nil, err
+		p, etcd, err := n.planChecked(m, self, s)
+		if err == nil && etcd {
+			p, _, err = n.planChecked(m, etcdBuildBeside(self), s)
 		}
-		return p, nil, n.planChecked(p, m, s)
+		return p, nil, err
 	}, m.Name())
 }
 
-// planChecked adds the node settings s to p, and refuses p when the
-// plugin would refuse a config it leaves (checkConfigs).
-func (n Node) planChecked(p *Plan, m Mode, s Settings) error {
+// etcdBuildBeside is the CNI binary's etcd build in self's directory.
+func etcdBuildBeside(self string) string { return filepath.Join(filepath.Dir(self), EtcdBuild) }
+
+// planChecked plans m's install of the CNI binary self with the node
+// settings s, and refuses it when the plugin would refuse a config it
+// leaves (checkConfigs); etcd says whether any of them names etcd.
+func (n Node) planChecked(m Mode, self string, s Settings) (p *Plan, etcd bool, err error) {
+	if p, err = m.Install(n, self); err != nil {
+		return nil, false, err
+	}
 	confs, err := calicoConfs(n, true)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	if s, err = withCalicoEtcd(s, confs); err != nil {
-		return err
+		return nil, false, err
 	}
 	settings, err := n.planSettings(p, s)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	return n.checkConfigs(p, m, confs, settings)
+	etcd, err = n.checkConfigs(p, m, confs, settings)
+	return p, etcd, err
 }
 
 // Uninstall takes safe-ipam off the node in mode m. It refuses while a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -90,7 +89,7 @@ func requireFile(path, what string) error {
 // binary hands calls over etcd must never lack the build it hands them
 // to, on its first install or when upgraded from a release that had none.
 func installBuilds(p *Plan, n Node, path, self string) error {
-	etcd := filepath.Join(filepath.Dir(self), EtcdBuild)
+	etcd := etcdBuildBeside(self)
 	if err := requireFile(etcd, "the CNI binary's build with the etcd client, which install puts beside it"); err != nil {
 		return err
 	}

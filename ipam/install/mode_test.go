@@ -72,6 +72,50 @@ func takeoverProtected(t *testing.T, f *fixture) error {
 	return etcdBuildInstalled(f)
 }
 
+// The CNI binary a node runs is the lean build when its configs name no
+// etcd, and the etcd build when they do: the lean one would hand each of
+// those calls over, one more exec per call. The etcd build is beside it
+// either way.
+func TestModeInstallsTheBuildTheNodeCalls(t *testing.T) {
+	for _, mc := range modes {
+		for _, tc := range []struct {
+			datastore string
+			want      func(f *fixture) string
+		}{
+			{"etcd", func(f *fixture) string { return f.etcd }},
+			{"kubernetes", func(f *fixture) string { return f.self }},
+		} {
+			t.Run(mc.mode.Name()+"/"+tc.datastore, func(t *testing.T) {
+				f := newFixture(t)
+				if tc.datastore == "kubernetes" {
+					kdd := bytes.Replace(f.installer.Network, []byte(`"etcd_endpoints": "http://10.0.0.10:2379"`), []byte(`"datastore_type": "kubernetes"`), 1)
+					if bytes.Equal(kdd, f.installer.Network) {
+						t.Fatalf("the fixture's config names no etcd_endpoints:\n%s", kdd)
+					}
+					f.installer.Network = kdd
+					must(t, f.installer.Run())
+				}
+				if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+					t.Fatal(err)
+				}
+				cniPath := f.node.bin(SafeIPAM)
+				if mc.mode.Name() == ModeTakeover {
+					cniPath = f.node.bin(CalicoIPAM)
+				}
+				if same, err := sameContent(tc.want(f), cniPath); err != nil || !same {
+					t.Errorf("%s is not %s (%v)", cniPath, tc.want(f), err)
+				}
+				if err := etcdBuildInstalled(f); err != nil {
+					t.Error(err)
+				}
+				if err := mc.protected(t, f); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
 // The etcd build lands before the CNI binary that hands calls to it: a
 // node is never left, even between two steps, with a CNI binary whose
 // calls over etcd have nowhere to go.
@@ -83,12 +127,16 @@ func TestModeInstallsEtcdBuildFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			cniPath := f.node.bin(SafeIPAM)
+			if mc.mode.Name() == ModeTakeover {
+				cniPath = f.node.bin(CalicoIPAM)
+			}
 			etcd, cni := -1, -1
 			for i, s := range r.Plan.Steps {
 				switch {
-				case s.from == f.etcd:
+				case s.from != "" && s.Path == f.node.bin(EtcdBuild):
 					etcd = i
-				case s.from == f.self:
+				case s.from != "" && s.Path == cniPath:
 					cni = i
 				}
 			}

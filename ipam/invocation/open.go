@@ -69,12 +69,6 @@ func Lean() Backends {
 // Etcd says whether b reaches etcd.
 func (b Backends) Etcd() bool { return b.CalicoEtcd != nil }
 
-// NamesEtcd says whether a call over cfg reaches etcd: its record store,
-// or Calico's datastore, which the verbs read on rare paths.
-func NamesEtcd(cfg *config.Config) bool {
-	return cfg.Store.Type == config.StoreEtcd || cfg.Calico.Datastore() == config.DatastoreEtcd
-}
-
 // openFileStore is the lean build's store: Open has refused an etcd one.
 func openFileStore(_ context.Context, cfg *config.Config, _, _ string) (store.Store, error) {
 	return filestore.Open(cfg.Store.Dir)
@@ -109,7 +103,7 @@ func (o *Opened) Close() error {
 // verbs that need it, so opening it connects to nothing.
 func Open(ctx context.Context, c Call) (*Opened, error) {
 	cfg := c.Config
-	if c.Backends.Store == nil || (NamesEtcd(cfg) && !c.Backends.Etcd()) {
+	if c.Backends.Store == nil || (cfg.NamesEtcd() && !c.Backends.Etcd()) {
 		// A caller's mistake, not the runtime's: the CNI binary hands such
 		// a call over before it opens anything.
 		return nil, types.NewError(types.ErrInternal, "this build of safe-ipam does not reach the etcd the config names", "")

@@ -87,7 +87,7 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	if err != nil {
 		return err
 	}
-	if NamesEtcd(cfg) && !r.Backends.Etcd() && r.Handover != "" {
+	if cfg.NamesEtcd() && !r.Backends.Etcd() && r.Handover != "" {
 		return handOver(r.Handover, args.StdinData)
 	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
