@@ -96,6 +96,7 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags crashpoints $(PKGS)
+	$(GO) vet -tags floorfile ./e2e/cmd/ipam-floor
 
 # The long chaos run: many random histories (seed printed for replay),
 # the whole crash matrix, outages and every mutant. Its last line is

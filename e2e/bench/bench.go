@@ -168,7 +168,8 @@ const (
 	ReleaseTags    = "grpcnotrace"
 )
 
-// build compiles safe-ipam and the design floor the way `make image` does
+// build compiles safe-ipam's three binaries and the design floor's two the
+// way `make image` does
 // for nodes: static (CGO_ENABLED=0; a dynamic build pays the dynamic
 // loader, 1.4 ms per exec on a busy 2-core machine), stripped, tagged.
 // host-local (the floor) is a plain go build, as issue 13 measured it, but
@@ -185,7 +186,11 @@ func (r *rig) build(ctx context.Context) error {
 	static := []string{"CGO_ENABLED=0"}
 	for _, build := range []gobuild.Build{
 		// With the admin, for "safe-ipam audit".
-		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-etcd", "./plugin/safe-ipam-admin", "./e2e/cmd/ipam-floor"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}, Env: static},
+		{Out: out, Pkgs: []string{"./plugin/safe-ipam", "./plugin/safe-ipam-etcd", "./plugin/safe-ipam-admin"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}, Env: static},
+		// The design floor as the CNI binary's two builds: without the etcd
+		// client for the file store, with it for the etcd store.
+		{Out: filepath.Join(r.binDir, floorBinary(FloorFile)), Pkgs: []string{"./e2e/cmd/ipam-floor"}, Flags: []string{"-tags", ReleaseTags + ",floorfile", "-ldflags", ReleaseLDFlags}, Env: static},
+		{Out: filepath.Join(r.binDir, floorBinary(FloorEtcd)), Pkgs: []string{"./e2e/cmd/ipam-floor"}, Flags: []string{"-tags", ReleaseTags, "-ldflags", ReleaseLDFlags}, Env: static},
 		{Out: out, Pkgs: []string{"github.com/containernetworking/plugins/plugins/ipam/host-local"}, Env: static},
 		{Out: out, Pkgs: pkgs},
 	} {

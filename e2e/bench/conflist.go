@@ -32,6 +32,25 @@ const (
 
 var floorConfigs = []string{FloorFile, FloorEtcd}
 
+// cniBinary is the CNI binary a node of config runs: install puts the
+// etcd build there when the node's records are in etcd, since the lean
+// build would hand each call to it (one more exec).
+func cniBinary(config string) string {
+	if config == Etcd {
+		return "safe-ipam-etcd"
+	}
+	return "safe-ipam"
+}
+
+// floorBinary is the design floor's build for a floor configuration: as
+// the CNI binary's, with the etcd client only for the etcd store.
+func floorBinary(config string) string {
+	if config == FloorEtcd {
+		return "ipam-floor-etcd"
+	}
+	return "ipam-floor"
+}
+
 // floorOf is the design floor of a safe-ipam configuration.
 func floorOf(config string) string {
 	if config == Etcd {
@@ -52,13 +71,13 @@ func (r *rig) plugin(config string) map[string]any {
 		if config == FloorEtcd {
 			floor = map[string]any{"store": "etcd", "endpoints": []string{r.etcd.Endpoint()}, "prefix": "/safe-ipam-floor/v1"}
 		}
-		p = map[string]any{"type": "ipam-floor", "delegate": "calico-ipam", "floor": floor, "ipam": map[string]any{"type": "calico-ipam"}}
+		p = map[string]any{"type": floorBinary(config), "delegate": "calico-ipam", "floor": floor, "ipam": map[string]any{"type": "calico-ipam"}}
 	case File, Etcd:
 		store := map[string]any{"type": "file", "dir": filepath.Join(r.dir, "records")}
 		if config == Etcd {
 			store = map[string]any{"type": "etcd", "endpoints": []string{r.etcd.Endpoint()}, "prefix": "/safe-ipam/v1"}
 		}
-		p = map[string]any{"type": "safe-ipam", "ipam": map[string]any{"type": "safe-ipam", "delegate": map[string]any{"type": "calico-ipam"},
+		p = map[string]any{"type": cniBinary(config), "ipam": map[string]any{"type": cniBinary(config), "delegate": map[string]any{"type": "calico-ipam"},
 			"store": store, "cacheDir": filepath.Join(r.dir, "cache-safe-ipam"), "logFile": filepath.Join(r.dir, "safe-ipam.log"), "logLevel": "warn"}}
 	}
 	for k, v := range calicoKeys {

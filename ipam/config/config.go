@@ -280,10 +280,3 @@ func (c *Config) Node() (string, error) { return c.Calico.Node() }
 
 // Datastore is Calico's datastore as calico-ipam infers it.
 func (c *Config) Datastore() string { return c.Calico.Datastore() }
-
-// NamesEtcd says whether a call over c reaches etcd: its record store, or
-// Calico's datastore, which the verbs read on rare paths. The CNI binary
-// hands such a call to its build with the etcd client.
-func (c *Config) NamesEtcd() bool {
-	return c.Store.Type == StoreEtcd || c.Calico.Datastore() == DatastoreEtcd
-}

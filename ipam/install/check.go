@@ -9,8 +9,8 @@ import (
 // network config it runs for (every ADD and DEL would fail, code 7):
 // each Calico config (confs) whose IPAM goes through safe-ipam once p lands,
 // with the node settings it leaves, parsed by the CNI binary's own
-// parser as the runtime hands it over. It says whether any of them names
-// etcd (config.NamesEtcd).
+// parser as the runtime hands it over. It says whether any of them keeps
+// its records in etcd.
 func (n Node) checkConfigs(p *Plan, m Mode, confs []*cninode.Conf, settings []byte) (etcd bool, err error) {
 	for _, c := range confs {
 		after := cninode.ParseConf(c.Path, p.content(c.Path, c.Raw), c.Perm)
@@ -29,7 +29,7 @@ func (n Node) checkConfigs(p *Plan, m Mode, confs []*cninode.Conf, settings []by
 			if err != nil {
 				return false, refuse("safe-ipam would refuse every CNI call of network %q (%s, plugin %d): %v", after.Network, c.Path, i, err)
 			}
-			etcd = etcd || cfg.NamesEtcd()
+			etcd = etcd || cfg.Store.Type == config.StoreEtcd
 		}
 	}
 	return etcd, nil

@@ -86,10 +86,11 @@ func Install(n Node, m Mode, self string, dryRun bool) (*Result, error) {
 // leaves them as they are).
 //
 // The CNI binary it puts on the node is self, unless the node's configs
-// name etcd: then it is the etcd build beside self. The lean build would
-// hand each of those calls to it, one more exec per call; the etcd build
-// runs them itself and any other call too. Both are on the node either
-// way, so a config changed before the watch re-installs still works.
+// keep records in etcd: then it is the etcd build beside self. The lean
+// build would hand each of those calls to it, one more exec per call; the
+// etcd build runs them itself and any other call too. Both are on the
+// node either way, so a config changed before the watch re-installs still
+// works.
 func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result, error) {
 	return locked(n, dryRun, func() (*Plan, []string, error) {
 		p, etcd, err := n.planChecked(m, self, s)
@@ -105,7 +106,8 @@ func etcdBuildBeside(self string) string { return filepath.Join(filepath.Dir(sel
 
 // planChecked plans m's install of the CNI binary self with the node
 // settings s, and refuses it when the plugin would refuse a config it
-// leaves (checkConfigs); etcd says whether any of them names etcd.
+// leaves (checkConfigs); etcd says whether any of them keeps its records
+// in etcd.
 func (n Node) planChecked(m Mode, self string, s Settings) (p *Plan, etcd bool, err error) {
 	if p, err = m.Install(n, self); err != nil {
 		return nil, false, err

@@ -100,8 +100,17 @@ func installBuilds(p *Plan, n Node, path, self string) error {
 }
 
 // uninstallEtcdBuild plans taking the etcd build off the node, after the
-// CNI binary that hands calls to it (the plan's steps run in order).
+// CNI binary that hands calls to it (the plan's steps run in order). While
+// p leaves a safe-ipam CNI binary on the node, in either mode's place (the
+// other mode's install, or one this uninstall keeps), the etcd build stays
+// with it: that binary may hand it calls.
 func uninstallEtcdBuild(p *Plan, n Node) ([]string, error) {
+	for _, cni := range []string{n.bin(SafeIPAM), n.bin(CalicoIPAM)} {
+		ours, err := cninode.IsSafeIPAM(cni)
+		if err != nil || (ours && !p.removes(cni) && !p.restores(cni)) {
+			return nil, err
+		}
+	}
 	path := n.bin(EtcdBuild)
 	return uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) })
 }

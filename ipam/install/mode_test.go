@@ -72,22 +72,25 @@ func takeoverProtected(t *testing.T, f *fixture) error {
 	return etcdBuildInstalled(f)
 }
 
-// The CNI binary a node runs is the lean build when its configs name no
-// etcd, and the etcd build when they do: the lean one would hand each of
-// those calls over, one more exec per call. The etcd build is beside it
-// either way.
+// The CNI binary a node runs is the lean build when its configs keep
+// records in files, and the etcd build when they keep them in etcd: the
+// lean one would hand each of those calls over, one more exec per call.
+// The etcd build is beside it either way.
 func TestModeInstallsTheBuildTheNodeCalls(t *testing.T) {
 	for _, mc := range modes {
 		for _, tc := range []struct {
-			datastore string
-			want      func(f *fixture) string
+			name     string
+			kdd      bool     // Calico's datastore is Kubernetes (records in files by default)
+			settings Settings // install's node settings
+			want     func(f *fixture) string
 		}{
-			{"etcd", func(f *fixture) string { return f.etcd }},
-			{"kubernetes", func(f *fixture) string { return f.self }},
+			{"records in Calico's etcd", false, nil, func(f *fixture) string { return f.etcd }},
+			{"records in files, Calico on etcd", false, Settings{"store": map[string]string{"type": config.StoreFile}}, func(f *fixture) string { return f.self }},
+			{"records in files, Calico on Kubernetes", true, nil, func(f *fixture) string { return f.self }},
 		} {
-			t.Run(mc.mode.Name()+"/"+tc.datastore, func(t *testing.T) {
+			t.Run(mc.mode.Name()+"/"+tc.name, func(t *testing.T) {
 				f := newFixture(t)
-				if tc.datastore == "kubernetes" {
+				if tc.kdd {
 					kdd := bytes.Replace(f.installer.Network, []byte(`"etcd_endpoints": "http://10.0.0.10:2379"`), []byte(`"datastore_type": "kubernetes"`), 1)
 					if bytes.Equal(kdd, f.installer.Network) {
 						t.Fatalf("the fixture's config names no etcd_endpoints:\n%s", kdd)
@@ -95,7 +98,7 @@ func TestModeInstallsTheBuildTheNodeCalls(t *testing.T) {
 					f.installer.Network = kdd
 					must(t, f.installer.Run())
 				}
-				if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				if _, err := InstallWith(f.node, mc.mode, f.self, tc.settings, false); err != nil {
 					t.Fatal(err)
 				}
 				cniPath := f.node.bin(SafeIPAM)
@@ -113,6 +116,36 @@ func TestModeInstallsTheBuildTheNodeCalls(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// uninstall runs every mode's uninstall in turn: the mode a node was not
+// installed in leaves the etcd build to the CNI binary still there, which
+// hands it calls; the mode it was installed in takes both off.
+func TestUninstallOfTheOtherModeKeepsTheEtcdBuild(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			var other Mode = TakeoverMode{}
+			if mc.mode.Name() == ModeTakeover {
+				other = ConflistMode{}
+			}
+			if _, err := Uninstall(f.node, other, false); err != nil {
+				t.Fatalf("%s uninstall: %v", other.Name(), err)
+			}
+			if err := mc.protected(t, f); err != nil {
+				t.Fatalf("after the %s uninstall: %v", other.Name(), err)
+			}
+			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(f.node.bin(EtcdBuild)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after the %s uninstall: %s is still there (%v)", mc.mode.Name(), EtcdBuild, err)
+			}
+		})
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
@@ -48,26 +49,29 @@ type Call struct {
 }
 
 // Backends open what a call reaches besides the delegate: the record
-// store and Calico's datastore. Every build has the file store and the
-// Kubernetes datastore's reads (Lean); only builds that link the etcd
-// client reach etcd (opener.Backends): the client's package init would
-// cost every call of the CNI binary, so its lean build hands a call whose
-// config names etcd to the build beside it that has it (Runtime.Handover).
+// store and Calico's datastore. Only builds that link the etcd client
+// reach etcd themselves (opener.Backends): the client's package init would
+// cost every call of the CNI binary. So its lean build (Lean) opens the
+// file store only, hands a call whose record store is etcd to the build
+// beside it that has the client (Runtime.Handover), and reads Calico's
+// etcd, on the verbs' rare paths, through that build too (lookup.Beside).
 type Backends struct {
 	// Store opens the record store cfg names for node's records, to
 	// write; in names the file cfg came from, for errors.
 	Store func(ctx context.Context, cfg *config.Config, node, in string) (store.Store, error)
-	// CalicoEtcd reads Calico's etcd datastore; nil in the lean build.
+	// EtcdStore says whether Store opens an etcd store.
+	EtcdStore bool
+	// CalicoEtcd reads Calico's etcd datastore.
 	CalicoEtcd func(c config.Calico, warn lookup.Warn) lookup.Reader
 }
 
-// Lean are the backends of the CNI binary's lean build.
+// Lean are the backends of the CNI binary's lean build: the file store,
+// and Calico's etcd read through the etcd build beside the binary.
 func Lean() Backends {
-	return Backends{Store: openFileStore}
+	return Backends{Store: openFileStore, CalicoEtcd: func(c config.Calico, warn lookup.Warn) lookup.Reader {
+		return lookup.NewBeside(filepath.Join(ownDir(), about.EtcdBinary), c, warn)
+	}}
 }
-
-// Etcd says whether b reaches etcd.
-func (b Backends) Etcd() bool { return b.CalicoEtcd != nil }
 
 // openFileStore is the lean build's store: Open has refused an etcd one.
 func openFileStore(_ context.Context, cfg *config.Config, _, _ string) (store.Store, error) {
@@ -103,10 +107,10 @@ func (o *Opened) Close() error {
 // verbs that need it, so opening it connects to nothing.
 func Open(ctx context.Context, c Call) (*Opened, error) {
 	cfg := c.Config
-	if c.Backends.Store == nil || (cfg.NamesEtcd() && !c.Backends.Etcd()) {
+	if c.Backends.Store == nil || (cfg.Store.Type == config.StoreEtcd && !c.Backends.EtcdStore) {
 		// A caller's mistake, not the runtime's: the CNI binary hands such
 		// a call over before it opens anything.
-		return nil, types.NewError(types.ErrInternal, "this build of safe-ipam does not reach the etcd the config names", "")
+		return nil, types.NewError(types.ErrInternal, "this build of safe-ipam does not open the etcd store the config names", "")
 	}
 	if c.Verb != VerbGC && c.Verb != VerbStatus {
 		if _, _, err := guard.AttachmentOf(cfg.Network, c.Env); err != nil {

@@ -12,6 +12,7 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -29,8 +30,8 @@ type Runtime struct {
 	At func(guard.Step)
 	// Backends are what this build reaches (Lean, or opener.Backends).
 	Backends Backends
-	// Handover names the build beside this one that a call whose config
-	// names etcd is handed to when Backends do not reach etcd.
+	// Handover names the build beside this one that a call whose record
+	// store is etcd is handed to when Backends do not open one.
 	Handover string
 }
 
@@ -74,8 +75,8 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 }
 
 // run parses the config the runtime passed (with the node settings beside
-// the binary), hands the call over when this build does not reach the etcd
-// it names, logs where it says, opens the call under its
+// the binary), hands the call over when this build does not open the etcd
+// store it names, logs where it says, opens the call under its
 // ipam.verbTimeout and runs verb on its Guard. It runs once per process:
 // what it opens, the process's exit closes. A verb stopped by that
 // deadline fails with code 11 (guard.PastDeadline).
@@ -87,7 +88,7 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	if err != nil {
 		return err
 	}
-	if cfg.NamesEtcd() && !r.Backends.Etcd() && r.Handover != "" {
+	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.Handover != "" {
 		return handOver(r.Handover, args.StdinData)
 	}
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
@@ -151,15 +152,38 @@ func ownDir() string {
 }
 
 // Main is a CNI build's main: the trace (exec and init are done when it
-// starts), then an admin command when run without CNI_COMMAND
+// starts), then a read of Calico's etcd for the lean build beside it
+// (lookup.ReadEnv), or an admin command when run without CNI_COMMAND
 // (about.RunAdmin), else the verb through skel. r's Backends and Handover
 // say which build it is.
 func Main(r Runtime, version string) {
 	r.Trace, r.At = logging.NewTrace(), CrashPoint
+	if os.Getenv(lookup.ReadEnv) != "" {
+		os.Exit(serveRead(r.Backends))
+	}
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
 		os.Exit(about.RunAdmin(os.Args[1:], version))
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: r.Add, Del: r.Del, Check: r.Check, GC: r.GC, Status: r.Status},
 		cniversion.PluginSupports(about.CNIVersions...),
 		"safe-ipam "+version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
+}
+
+// serveRead answers one read of Calico's etcd (lookup.Serve) in the
+// build that links the etcd client; the lean build, whose reader of
+// Calico's etcd is this very read, refuses it.
+func serveRead(b Backends) int {
+	open := b.CalicoEtcd
+	if !b.EtcdStore {
+		open = func(config.Calico, lookup.Warn) lookup.Reader {
+			return lookup.Unread("this build of safe-ipam does not read Calico's etcd: " + about.EtcdBinary + " does")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*lookup.Timeout)
+	defer cancel()
+	if err := lookup.Serve(ctx, os.Stdin, os.Stdout, open); err != nil {
+		fmt.Fprintln(os.Stderr, "safe-ipam: answering a read of Calico's etcd:", err)
+		return 1
+	}
+	return 0
 }

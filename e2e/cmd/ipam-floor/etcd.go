@@ -1,3 +1,5 @@
+//go:build !floorfile
+
 package main
 
 import (
@@ -27,6 +29,11 @@ type etcdRecords struct {
 }
 
 const etcdTimeout = 10 * time.Second
+
+// openEtcd is the floor's etcd store; builds with -tags floorfile have none.
+func openEtcd(endpoints []string, prefix string, att attachment) (records, error) {
+	return dialEtcd(endpoints, prefix, att)
+}
 
 func dialEtcd(endpoints []string, prefix string, att attachment) (*etcdRecords, error) {
 	// As ipam/etcdconn does: no logger (stdout carries the result).

@@ -5,9 +5,11 @@
 // in etcd. It checks nothing, logs nothing and handles no failure but by
 // exiting; it is not a plugin to run, only a floor to measure against.
 //
-// It is one binary for both stores, as safe-ipam's CNI binary is, so it
-// links the etcd client and pays its package init on every call. Its
-// config is the delegate's, plus "delegate" (the delegate's type) and
+// It is built as safe-ipam's two CNI builds are: with -tags floorfile it
+// links no etcd client and keeps records in files only, as the lean CNI
+// binary (make bench runs it as ipam-floor); without, it links the client
+// and pays its package init on every call, as safe-ipam-etcd (make bench
+// runs it as ipam-floor-etcd). Its config is the delegate's, plus "delegate" (the delegate's type) and
 // "floor": {"store": "file", "dir": ...} or {"store": "etcd",
 // "endpoints": [...], "prefix": ...}; the delegate gets stdin unchanged.
 package main
@@ -73,7 +75,7 @@ func run(verb string) ([]byte, error) {
 	case "file":
 		rec = &fileRecords{dir: filepath.Join(cfg.Floor.Dir, att.network), att: att}
 	case "etcd":
-		if rec, err = dialEtcd(cfg.Floor.Endpoints, cfg.Floor.Prefix, att); err != nil {
+		if rec, err = openEtcd(cfg.Floor.Endpoints, cfg.Floor.Prefix, att); err != nil {
 			return nil, err
 		}
 	default:

@@ -111,3 +111,19 @@ func (c *Kubernetes) kubeClient() (*kubeapi.Client, error) {
 	c.kube = kube
 	return kube, nil
 }
+
+// Unread is a Reader whose every read fails with why.
+func Unread(why string) Reader { return unread(why) }
+
+type unread string
+
+func (u unread) Close() error { return nil }
+func (u unread) NodeKnown(context.Context, string) (bool, error) {
+	return false, errors.New(string(u))
+}
+func (u unread) Allocation(context.Context, netip.Addr) (guard.Allocation, error) {
+	return guard.Allocation{}, errors.New(string(u))
+}
+func (u unread) HandleAllocations(context.Context, string) (map[netip.Addr]guard.Allocation, error) {
+	return nil, errors.New(string(u))
+}

@@ -56,6 +56,7 @@ func Open(ctx context.Context, cfg *config.Config, node string, o Options) (stor
 // (gc, uninstall).
 func Backends() invocation.Backends {
 	return invocation.Backends{
+		EtcdStore: true,
 		Store: func(ctx context.Context, cfg *config.Config, node, in string) (store.Store, error) {
 			return Open(ctx, cfg, node, Options{In: in})
 		},
