@@ -21,6 +21,10 @@ func (res *Results) WriteTable(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "\nexec: safe-ipam VERSION p50 %.2f ms, host-local VERSION p50 %.2f ms (x%.2f; target x%.2f)\n",
 		res.Exec.SafeIPAMVersionP50, res.Exec.HostLocalVersionP50, res.Exec.Ratio, targetExec)
+	if e := res.Exec.EtcdBuildVersionP50; e > 0 {
+		fmt.Fprintf(w, "exec: safe-ipam-etcd VERSION p50 %.2f ms (x%.2f host-local): the CNI binary where records are in etcd\n",
+			e, e/res.Exec.HostLocalVersionP50)
+	}
 	res.writeAdded(w)
 	res.writeDesignFloor(w)
 	res.writeBreakdown(w)
