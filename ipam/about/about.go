@@ -19,9 +19,9 @@ const (
 	// AdminBinary holds the admin commands.
 	AdminBinary = "safe-ipam-admin"
 	// EtcdBinary is the CNI binary's build with the etcd client: CNIBinary
-	// hands it every call whose config names etcd (the record store, or
-	// Calico's datastore), so that the others do not pay the client's
-	// package init.
+	// hands it every call whose record store is etcd, and each read of
+	// Calico's etcd, so that the others do not pay the client's package
+	// init.
 	EtcdBinary = "safe-ipam-etcd"
 )
 

@@ -129,13 +129,25 @@ func (t Target) confined(dir, setting, cniPath string) error {
 	return fmt.Errorf("%w: %s names %s, which is not in CNI_PATH (%s); set ipam.delegate.outsideCNIPath to true to allow it", ErrOutsideCNIPath, setting, dir, cniPath)
 }
 
+// HandedOverEnv names, in the build a call was handed over to, the CNI
+// binary that handed it over: a delegate that is that binary is refused
+// as one that is this binary is.
+const HandedOverEnv = "SAFE_IPAM_HANDED_OVER_BY"
+
 func isSelf(info os.FileInfo) bool {
 	self, err := os.Executable()
 	if err != nil {
 		return false
 	}
-	selfInfo, err := os.Stat(self)
-	return err == nil && os.SameFile(selfInfo, info)
+	for _, path := range []string{self, os.Getenv(HandedOverEnv)} {
+		if path == "" {
+			continue
+		}
+		if st, err := os.Stat(path); err == nil && os.SameFile(st, info) {
+			return true
+		}
+	}
+	return false
 }
 
 // Negotiate picks the version to speak with the delegate: the requested

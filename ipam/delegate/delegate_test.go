@@ -69,8 +69,20 @@ func TestFind(t *testing.T) {
 		{name: "binary by path missing", target: Target{Type: "x", Binary: filepath.Join(other, "nope")}, path: other, missing: true},
 		{name: "binary is itself", target: Target{Type: "calico-ipam", Binary: filepath.Join(other, "me")}, path: other, fails: true},
 	}
+	// The build a call was handed over to refuses the CNI binary that
+	// handed it over (safe-ipam and safe-ipam-etcd would run each other).
+	write(other, "handed-over-by", 0o755)
+	tests = append(tests, struct {
+		name, path, want string
+		target           Target
+		missing, fails   bool
+		outside          bool
+	}{name: "the binary that handed the call over", target: Target{Type: "handed-over-by"}, path: other, fails: true})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "the binary that handed the call over" {
+				t.Setenv(HandedOverEnv, filepath.Join(other, "handed-over-by"))
+			}
 			got, _, err := find(tt.target, tt.path)
 			switch {
 			case tt.outside:

@@ -34,7 +34,7 @@ const (
 	SafeIPAM     = cninode.SafeIPAM
 	// EtcdBuild is the CNI binary's build with the etcd client, which
 	// every mode puts beside the CNI binary: the CNI binary hands it each
-	// call whose config names etcd.
+	// call whose record store is etcd, and reads of Calico's etcd.
 	EtcdBuild = about.EtcdBinary
 )
 

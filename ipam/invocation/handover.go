@@ -8,6 +8,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
+
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 )
 
 // handOver runs the call in the build called name beside this binary,
@@ -25,9 +27,12 @@ func handOver(name string, stdin []byte) error {
 	if err := stdinFrom(stdin); err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("handing the call to %s: %v", bin, err), "")
 	}
-	err = syscall.Exec(bin, []string{bin}, os.Environ())
+	// The other build must refuse a delegate that is this binary as it
+	// refuses itself: each would run the other until the deadline.
+	env := append(os.Environ(), delegate.HandedOverEnv+"="+self)
+	err = syscall.Exec(bin, []string{bin}, env)
 	return types.NewError(types.ErrPluginNotAvailable,
-		fmt.Sprintf("the config names etcd (the record store, or Calico's datastore), which this build reaches through %s, and it must be installed beside %s", name, self),
+		fmt.Sprintf("the record store is etcd, which this build reaches through %s, and it must be installed beside %s", name, self),
 		err.Error())
 }
 

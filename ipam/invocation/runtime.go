@@ -179,7 +179,7 @@ func serveRead(b Backends) int {
 			return lookup.Unread("this build of safe-ipam does not read Calico's etcd: " + about.EtcdBinary + " does")
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*lookup.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), lookup.ServeTimeout)
 	defer cancel()
 	if err := lookup.Serve(ctx, os.Stdin, os.Stdout, open); err != nil {
 		fmt.Fprintln(os.Stderr, "safe-ipam: answering a read of Calico's etcd:", err)

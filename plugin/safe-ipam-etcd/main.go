@@ -1,12 +1,14 @@
 // Command safe-ipam-etcd is the CNI binary's build with the etcd client:
-// the same verbs as safe-ipam, which hands it every call whose config
-// names etcd (the record store, or Calico's datastore), so that the calls
-// that do not reach etcd never pay the client's package init. Install
-// puts it beside safe-ipam; a runtime may also run it directly. Run
-// without CNI_COMMAND it answers as safe-ipam does.
+// the same verbs as safe-ipam, which hands it every call whose record
+// store is etcd and each of its rare reads of Calico's etcd, so that the
+// calls that do not reach etcd never pay the client's package init.
+// Install puts it beside the CNI binary, and makes it the CNI binary of a
+// node whose records are in etcd. Run without CNI_COMMAND it answers as
+// safe-ipam does.
 package main
 
 import (
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
@@ -14,6 +16,13 @@ import (
 // Version is set at build time with -ldflags "-X main.Version=...".
 var Version = "dev"
 
+// mark keeps cninode.Mark in this binary: releases before it existed tell
+// safe-ipam's binaries by their main package or by the Mark, and know no
+// plugin/safe-ipam-etcd; without it, such a release rolled back onto a
+// node would take this build for Calico's binary and keep it as the
+// original to restore.
+var mark = []byte(cninode.Mark)
+
 func main() {
-	invocation.Main(invocation.Runtime{Backends: opener.Backends()}, Version)
+	invocation.Main(invocation.Runtime{Backends: opener.Backends()}, Version+string(mark[:0]))
 }

@@ -11,9 +11,10 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
-// safe-ipam links no etcd client: a call whose config names etcd (here
+// safe-ipam links no etcd client: a call whose record store is etcd (here
 // the default store, Calico's etcd) runs in safe-ipam-etcd beside it, with
 // the same stdin, environment, result and exit code; a call over the file
 // store runs without it. Without safe-ipam-etcd, the call over etcd fails
@@ -79,5 +80,19 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := os.WriteFile(to, data, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Releases before safe-ipam-etcd existed tell safe-ipam's binaries by
+// their main package or by cninode.Mark; rolled back onto a node, they must
+// still know the etcd build for safe-ipam's, or they keep it as Calico's
+// original to restore.
+func TestEtcdBuildCarriesTheMark(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(binDir, about.EtcdBinary))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(cninode.Mark)) {
+		t.Errorf("%s does not carry cninode.Mark", about.EtcdBinary)
 	}
 }

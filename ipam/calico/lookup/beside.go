@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -20,6 +22,9 @@ import (
 // the verbs' rare paths, so an ordinary pod's calls never pay the etcd
 // client's init.
 const ReadEnv = "SAFE_IPAM_READ_CALICO_ETCD"
+
+// ServeTimeout bounds one read in the etcd build: connecting, then reading.
+const ServeTimeout = 2 * Timeout
 
 // The reads a Request asks for.
 const (
@@ -90,10 +95,12 @@ func (b *Beside) read(ctx context.Context, req Request) (Response, error) {
 	if err != nil {
 		return Response{}, fmt.Errorf("reading Calico's etcd: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*Timeout)
+	// A little more than the read's own bounds (ServeTimeout), so that its
+	// error and warnings come back rather than a kill.
+	ctx, cancel := context.WithTimeout(ctx, ServeTimeout+2*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, b.bin)
-	cmd.Env = []string{ReadEnv + "=1"}
+	cmd.Env = append(os.Environ(), ReadEnv+"=1") // proxies and GODEBUG, as the in-process reads had
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
