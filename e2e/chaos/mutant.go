@@ -71,9 +71,9 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
-			File:   "ipam/retention/retention.go",
-			Old:    "case r.Listed(rec.ContainerID, rec.IfName):",
-			New:    "case false && r.Listed(rec.ContainerID, rec.IfName):",
+			File:   "ipam/rulebook/record.go",
+			Old:    "case l != nil && l.listsAttachment(rec.ContainerID, rec.IfName):",
+			New:    "case false && l.listsAttachment(rec.ContainerID, rec.IfName):",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return CrashScript(guard.GCForgotten, FollowRetry, Modern, EtcdStore) })
 			},

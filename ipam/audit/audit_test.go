@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -379,7 +380,7 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 	stale := w.allocate(blk, "node1", "net1.c5", podAttrs("web-5"))
 	st := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
 	rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c5", IfName: "eth0"}, PodNamespace: "default",
-		PodName: "web-5", Node: "node1", Handle: "net1.c5", State: record.Committed, IPs: []string{stale + "/26"}, Created: time.Now(), Updated: time.Now()}
+		PodName: "web-5", Node: "node1", Handle: "net1.c5", State: record.Committed, IPs: []string{stale + "/26"}, Created: time.Now().Add(-time.Hour), Updated: time.Now().Add(-time.Hour)}
 	if _, err := st.Commit(context.Background(), nil, rec); err != nil { // with its address index entry
 		t.Fatal(err)
 	}
@@ -410,6 +411,46 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 	}
 	if len(index) != 0 {
 		t.Errorf("index entries of the forgotten record are left: %v", index)
+	}
+}
+
+// Issue 41, item 2.1 (severity 1): two machines under one Calico node
+// name (a stale nodename) share node1's records in etcd. This machine's
+// runtime says nothing of the other machine's sandboxes, so a record the
+// other host wrote is never forgotten on its word (nor is its quarantine
+// released): repair refuses it, as GC, gc and doctor keep it, and the
+// running pod's address stays fenced.
+func TestRepairKeepsAnotherHostsRecord(t *testing.T) {
+	w := newWorld(t)
+	ip := w.allocate(blk, "node1", "net1.theirs", podAttrs("web-7"))
+	st := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
+	old := time.Now().Add(-time.Hour)
+	rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "theirs", IfName: "eth0"}, PodNamespace: "default",
+		PodName: "web-7", Node: "node1", Host: "other-machine", Handle: "net1.theirs", State: record.Committed, IPs: []string{ip + "/26"}, Created: old, Updated: old}
+	if _, err := st.Commit(context.Background(), nil, rec); err != nil {
+		t.Fatal(err)
+	}
+	kept := w.allocate(blk, "node1", "net1.c6", podAttrs("web-6"))
+	w.record("net1", "c6", "node1", kept, "web-6")
+	live := w.liveFile(liveness.Running{ContainerID: "c6", IfName: "eth0", PodNamespace: "default", PodName: "web-6"})
+	_, rep, _ := w.run(true, "--live", live, "--apply")
+	for _, a := range rep.Actions {
+		if a.Record == "net1/theirs/eth0" || a.Handle == "net1.theirs" {
+			t.Fatalf("repair acted on another host's record: %+v", a)
+		}
+	}
+	var refused string
+	for _, r := range rep.Refused {
+		if slices.Contains(r.Finding.Records, "net1/theirs/eth0") {
+			refused = r.Why
+		}
+	}
+	if !strings.Contains(refused, "written by host other-machine") {
+		t.Errorf("refused %+v; want the other host's record refused, naming the host", rep.Refused)
+	}
+	recs, err := st.List(context.Background(), "net1")
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("records after repair: %v (%v); want both", recs, err)
 	}
 }
 

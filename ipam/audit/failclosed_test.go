@@ -53,7 +53,10 @@ func (w *world) simAddArgs(mode calicosim.HandleMode, cid, namespace, pod string
 // pod or its addresses (a valid entry). Such a source cannot tell whether
 // the pod runs, so repair must refuse, saying what the source lacks, and
 // the address must stay allocated. A source that names pods may release
-// the handle of a pod it does not list.
+// the handle of a pod it does not list. Calico 2.x wrote no owner
+// attributes, so the address's node is unknown (the block's affinity is
+// not its node): only a source that speaks for every node judges it
+// (issue 41, item 2.2; TestNodeLocalSourceOverABorrowedBlock).
 func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -79,7 +82,7 @@ func TestPodNameHandleNeedsASourceThatNamesPods(t *testing.T) {
 			}
 			// Calico 2.x wrote no timestamps; --min-age 0 leaves the pod-name
 			// rule as the only one that can hold the release back.
-			code, rep, _ := w.run(true, "--live", w.liveFile(live...), "--min-age", "0", "--apply")
+			code, rep, _ := w.run(true, "--live", w.liveFile(live...), "--node=", "--min-age", "0", "--apply")
 			snap, err := calicosim.State(context.Background(), w.cli())
 			if err != nil {
 				t.Fatal(err)
@@ -116,7 +119,7 @@ func TestUndatedAllocationWaitsForAFullSettle(t *testing.T) {
 			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
 			live := w.liveFile(liveness.Running{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
 			before := w.dump()
-			code, rep, _ := w.run(true, append([]string{"--live", live, "--apply"}, tt.args...)...)
+			code, rep, _ := w.run(true, append([]string{"--live", live, "--node=", "--apply"}, tt.args...)...)
 			changed := !reflect.DeepEqual(before, w.dump())
 			if changed != tt.released {
 				t.Fatalf("exit %d, changed %v, want %v; actions %+v refused %+v", code, changed, tt.released, rep.Actions, rep.Refused)
@@ -141,6 +144,62 @@ func TestLiveAddressFreeInCalicoIsAnEarlyRelease(t *testing.T) {
 			_, rep, _ := w.run(false, "--live", live)
 			if f := find(rep.Findings, audit.EarlyRelease); f == nil || f.Address != "10.244.0.9" {
 				t.Fatalf("findings %+v; want 10.244.0.9 early-released", rep.Findings)
+			}
+		})
+	}
+}
+
+// Issue 41, item 2.2: a pod on node2 may hold an address of node1's block
+// (borrowed). An allocation without owner attributes (Calico 2.x wrote
+// none; a container handle may have none either) has no known node: a
+// source that speaks for node1 only (its runtime) cannot say its owner is
+// gone, so repair refuses, and the address stays. A source for every node
+// judges it.
+func TestNodeLocalSourceOverABorrowedBlock(t *testing.T) {
+	tests := []struct {
+		name     string
+		seed     func(w *world) string // the handle
+		node     string                // the source's --node
+		released bool
+	}{
+		{"pod-name handle, node-local source", func(w *world) string {
+			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
+			return "default.web-0"
+		}, "node1", false},
+		{"container handle without owner attributes, node-local source", func(w *world) string {
+			w.allocate(blk, "node1", "net1.borrowed", nil)
+			return "net1.borrowed"
+		}, "node1", false},
+		{"pod-name handle, a source for every node", func(w *world) string {
+			w.simAdd(calicosim.LegacyHandles, "v2era", "default", "web-0")
+			return "default.web-0"
+		}, "", true},
+		{"container handle without owner attributes, a source for every node", func(w *world) string {
+			w.allocate(blk, "node1", "net1.borrowed", nil)
+			return "net1.borrowed"
+		}, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			handle := tt.seed(w)
+			live := w.liveFile(liveness.Running{ContainerID: "other", IfName: "eth0", PodNamespace: "default", PodName: "db-0"})
+			code, rep, _ := w.run(true, "--live", live, "--node="+tt.node, "--network", "net1", "--min-age", "0", "--settle", "10ms", "--apply")
+			snap, err := calicosim.State(context.Background(), w.cli())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if held := len(snap.AllocationsOf(handle)) == 1; held == tt.released {
+				t.Fatalf("exit %d: %s held %v, want released %v; actions %+v refused %+v", code, handle, held, tt.released, rep.Actions, rep.Refused)
+			}
+			said := ""
+			for _, f := range rep.Findings {
+				if f.Handle == handle {
+					said += f.Why + f.Unjudged
+				}
+			}
+			if !tt.released && !strings.Contains(said, "no owner node") {
+				t.Fatalf("findings %+v; want the unknown owner node named", rep.Findings)
 			}
 		})
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // Kind names a finding.
@@ -94,7 +95,9 @@ type analysis struct {
 	otherHandles                  map[string]int
 	otherIDs                      []string
 	one                           [1]*record.Record // recordsHere's list of one
-	findings                      []Finding
+	// listing is the liveness source as the rulebook's witness.
+	listing  *rulebook.Listing
+	findings []Finding
 }
 
 // Analyze returns every finding, in a stable order.
@@ -110,6 +113,7 @@ func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
 	if a.opts.Now.IsZero() {
 		a.opts.Now = time.Now()
 	}
+	a.listing = opts.Liveness.Listing()
 	a.indexBlocks()
 	a.indexRecords()
 	// The checks only read the indexes: the records' (the longest, a
@@ -234,11 +238,16 @@ func (a *analysis) checkRecords() {
 	a.checkQuarantines()
 }
 
-// knownGone: a liveness source covering the record's node positively
-// does not list its attachment (the orphan-record rule).
-func (a *analysis) knownGone(rec *record.Record) bool {
-	l := a.opts.Liveness
-	return l.Covers(rec.Node) && !l.ListsAttachment(rec.ContainerID, rec.IfName)
+// knownGone: the rulebook would release the record: a witness that
+// covers it positively does not list its attachment.
+func (a *analysis) knownGone(rec *record.Record) bool { return a.recordVerdict(rec, false).Release }
+
+// recordVerdict is the rulebook's verdict on rec on the audit's evidence:
+// the liveness source, the store's kind, and --min-age as the grace.
+// forget is repair's forgetting of an orphan record.
+func (a *analysis) recordVerdict(rec *record.Record, forget bool) rulebook.Verdict {
+	w := rulebook.Witness{Node: a.snap.RecordsNode, Shared: a.snap.RecordsNode == "", Listing: a.listing, Now: a.opts.Now, Grace: a.opts.MinAge, Forget: forget}
+	return w.Judge(rec)
 }
 
 // runs: a covering liveness source lists the record's attachment.
@@ -311,8 +320,14 @@ func (a *analysis) checkOrphans() {
 		if !live.Covers(rec.Node) || live.ListsAttachment(rec.ContainerID, rec.IfName) {
 			continue
 		}
-		a.add(Finding{Kind: OrphanRecord, Handle: rec.Handle, Node: rec.Node, Records: []string{rec.Attachment.String()},
-			Address: Addrs(rec.IPs), Why: fmt.Sprintf("%s record of an attachment %s does not list", rec.State, live.Source)})
+		f := Finding{Kind: OrphanRecord, Handle: rec.Handle, Node: rec.Node, Records: []string{rec.Attachment.String()},
+			Address: Addrs(rec.IPs), Why: fmt.Sprintf("%s record of an attachment %s does not list", rec.State, live.Source)}
+		if v := a.recordVerdict(rec, true); v.Release {
+			f.Releasable = true
+		} else {
+			f.Unjudged = v.Why
+		}
+		a.add(f)
 	}
 }
 
@@ -365,7 +380,7 @@ func (a *analysis) judgeVMHandle(allocs []*snapshot.Allocation) (kind Kind, why,
 		return Unverified, judged + " (" + owner + ")", ""
 	}
 	return Leak, "a KubeVirt VM's handle that no record holds and no running pod owns: a leak if its VM is deleted (a stopped VM keeps its address); check the VM, and release the handle in Calico only once it is gone",
-		"judged by its VM, which this audit does not read: never released by repair"
+		rulebook.Handle(a.handleCase(rulebook.VMKeyed, "", allocs)).Unjudged
 }
 
 // vmPodMaybeRunning says which pod Calico names as an owner of allocs
@@ -393,79 +408,42 @@ func (a *analysis) vmPodMaybeRunning(allocs []*snapshot.Allocation) string {
 	return ""
 }
 
-// judgeHandle decides what an unrecorded handle is. Only a handle whose
-// owner a covering liveness source can name, whose addresses it does not
-// list, and whose newest address is old enough for any ADD to have
-// finished, may be called a leak (or a releasable pod-name handle). The
-// last result says why the owner could not be judged, if so.
+// judgeHandle decides what an unrecorded handle (or a pod-name handle)
+// is, by the rulebook (rulebook.Handle). The last result says why the
+// owner could not be judged, if so.
 func (a *analysis) judgeHandle(handle string, podName bool, allocs []*snapshot.Allocation) (kind Kind, why string, dead bool, unjudged string) {
-	owner, named := handle, podName
+	c := a.handleCase(rulebook.PodNameKeyed, handle, allocs)
 	if !podName {
-		owner, named = a.containerOf(handle)
+		owner, named := a.containerOf(handle)
+		c.Generation, c.Owner = rulebook.ContainerKeyed, owner
+		if !named {
+			c.Generation = rulebook.Unnamed
+		}
 	}
-	unjudged = a.unjudgeable(named, podName, allocs)
+	v := rulebook.Handle(c)
 	switch {
 	case podName:
-		dead = unjudged == "" && !a.ownerLive(owner, podName, allocs)
-		return PodNameHandle, podNameWhy(owner), dead, unjudged
-	case unjudged != "":
-		return Unverified, "no record, and " + unjudged, false, ""
-	case a.ownerLive(owner, podName, allocs):
+		return PodNameHandle, podNameWhy(c.Owner), v.Release, v.Unjudged
+	case v.Unjudged != "":
+		return Unverified, "no record, and " + v.Unjudged, false, ""
+	case v.Live:
 		return "", "", false, ""
 	}
-	return Leak, fmt.Sprintf("no record, and %s does not list owner %s", a.opts.Liveness.Source, owner), true, ""
+	return Leak, "no record, and " + v.Why, true, ""
+}
+
+// handleCase is the rulebook's evidence for a handle's allocations.
+func (a *analysis) handleCase(gen rulebook.Generation, owner string, allocs []*snapshot.Allocation) rulebook.HandleCase {
+	c := rulebook.HandleCase{Generation: gen, Owner: owner, RecordsOf: a.snap.RecordsNode, Listing: a.listing,
+		MinAge: a.opts.MinAge, SettledFor: a.opts.SettledFor, Now: a.opts.Now, Allocs: make([]rulebook.Alloc, len(allocs))}
+	for i, al := range allocs {
+		c.Allocs[i] = rulebook.Alloc{Addr: al.Addr, Node: al.OwnerNode(), Time: al.Time()}
+	}
+	return c
 }
 
 func podNameWhy(owner string) string {
 	return fmt.Sprintf("keyed by pod name: any DEL of a container of pod %s can free these addresses", owner)
-}
-
-// unjudgeable says why liveness cannot speak for these addresses, or "".
-func (a *analysis) unjudgeable(named, podName bool, allocs []*snapshot.Allocation) string {
-	l := a.opts.Liveness
-	if !named {
-		return "the handle names no container of a known network (pass --network), so liveness cannot speak for it"
-	}
-	if of := a.snap.RecordsNode; of != "" && !podName {
-		for _, al := range allocs {
-			if al.Node != of {
-				return fmt.Sprintf("safe-ipam's records of node %s are not read here (the store read holds node %s's only)", al.Node, of)
-			}
-		}
-	}
-	for _, al := range allocs {
-		if !l.Covers(al.Node) {
-			return "no liveness source covers its node: cannot tell a leak from a pod not behind safe-ipam"
-		}
-	}
-	if podName {
-		if gap := l.PodNamesGap(); gap != "" {
-			return gap
-		}
-	}
-	for _, al := range allocs {
-		if al.Time().IsZero() && a.opts.SettledFor < a.opts.MinAge {
-			return fmt.Sprintf("allocated with no timestamp, so its age is unknown: only repair --apply with --settle of at least --min-age (%s) judges it", a.opts.MinAge)
-		}
-		if !al.Time().IsZero() && a.opts.Now.Sub(al.Time()) < a.opts.MinAge {
-			return fmt.Sprintf("allocated %s ago: its ADD may still be running", a.opts.Now.Sub(al.Time()).Round(time.Second))
-		}
-	}
-	return ""
-}
-
-// ownerLive: the source lists the owner, or any of the addresses.
-func (a *analysis) ownerLive(owner string, podName bool, allocs []*snapshot.Allocation) bool {
-	l := a.opts.Liveness
-	for _, al := range allocs {
-		if l.ListsAddr(al.Addr) {
-			return true
-		}
-	}
-	if podName {
-		return l.ListsPod(owner)
-	}
-	return l.ListsContainer(owner)
 }
 
 // containerOf names the container a handle belongs to:

@@ -29,7 +29,7 @@ func TestRepairForgetReleasesQuarantines(t *testing.T) {
 	addr := w.allocate(blk, "node1", "net1.c7", podAttrs("web-7"))
 	st := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
 	holder := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c5", IfName: "eth0"}, PodNamespace: "default",
-		PodName: "web-5", Node: "node1", Handle: "net1.c5", State: record.Committed, IPs: []string{addr + "/26"}, Created: time.Now(), Updated: time.Now()}
+		PodName: "web-5", Node: "node1", Handle: "net1.c5", State: record.Committed, IPs: []string{addr + "/26"}, Created: time.Now().Add(-time.Hour), Updated: time.Now().Add(-time.Hour)}
 	holder, err := st.Commit(ctx, nil, holder)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/retention"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
@@ -391,19 +391,16 @@ func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*
 		return
 	}
 	out.StaleBy = j.view.Source
-	switch {
-	case !j.view.Covers(node):
-		out.StaleError = fmt.Sprintf("%s speaks for node %q, not %q", j.view.Source, j.view.Node, node)
-		return
-	case len(j.view.Attachments) == 0 && len(recs) > 0:
-		out.StaleError = j.view.Source + " lists nothing running while records exist; a wrongly mounted socket or directory looks empty"
+	listing, shared := j.view.Listing(), cfg.Store.Type == config.StoreEtcd
+	if why := rulebook.TrustListing(listing, node, shared, recs); why != "" {
+		out.StaleError = why
 		return
 	}
-	rules := retention.Rules{Listed: j.view.ListsAttachment, Now: time.Now(), Grace: cfg.GCGracePeriod, YoungWritten: true, Host: record.ThisHost()}
+	w := rulebook.Witness{Node: node, Shared: shared, Listing: listing, Now: time.Now(), Grace: cfg.GCGracePeriod}
 	for _, rec := range recs {
-		if rules.Why(rec) == "" {
+		if w.Judge(rec).Release {
 			out.Stale++
-			if rules.Now.Sub(rec.Updated) > StaleOverdue {
+			if w.Now.Sub(rec.Updated) > StaleOverdue {
 				out.Overdue++
 			}
 		}

@@ -14,10 +14,12 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 const usage = `Usage: safe-ipam gc --conf FILE [%s]
-                    [--dead-nodes [--dead-node-grace DURATION]] [--apply] [--every DURATION]
+                    [--dead-nodes [--dead-node-grace DURATION] [--dead-node-max-share FRACTION]]
+                    [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
 declares CNI 1.0.0 at most; containerd never sends GC). With a liveness
@@ -35,11 +37,17 @@ every other node that Calico's datastore, as calico-ipam reaches it from
 FILE, answers it does not know: kube-controllers frees a deleted node's
 addresses, and its records would fence them for ever. As kube-controllers
 does, a node's records go only once two sweeps found it gone, the later at
-least --dead-node-grace after the first (the sweeps note it in the store).
-A datastore that does not answer releases nothing. Records are cluster-wide
-only in the etcd store. With --every, the gc of one node per cluster
-sweeps: the nodes elect it in the store (etcd's election, under the
-store's prefix); the others only ask who leads.
+least --dead-node-grace after the first by etcd's clock (the sweeps note it
+in the store, with a lease of the grace). A datastore that does not answer
+releases nothing, and so does a Nodes listing that lacks this very node or
+more than --dead-node-max-share of the nodes with records at once (a wrong
+prefix or endpoint, a datastore restored from an old backup): the round
+fails, says why, and sets the metric safe_ipam_gc_dead_node_sweep_refused.
+Records are cluster-wide only in the etcd store. With --every and --apply,
+the gc of one node per cluster sweeps: the nodes elect it in the store
+(etcd's election, under the store's prefix); the others only ask who
+leads, and a leader whose sweep fails gives the lead up. A dry run never
+campaigns: it sweeps read-only when nobody leads.
 
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
@@ -102,6 +110,7 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know (with --every, on the one node elected to)")
 	fs.DurationVar(&r.deadGrace, "dead-node-grace", DefaultDeadNodeGrace, "release a gone node's records on a sweep at least `DURATION` after the sweep that first found it gone")
+	fs.Float64Var(&r.maxGoneShare, "dead-node-max-share", rulebook.DefaultMaxGoneShare, "release nothing when Calico's Nodes lack more than this `FRACTION` of the nodes with records at once")
 	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	return r
 }
@@ -115,6 +124,7 @@ type runner struct {
 	apply          *admin.Apply
 	deadNodes      bool
 	deadGrace      time.Duration
+	maxGoneShare   float64
 	every          time.Duration
 	stdout, stderr io.Writer
 	metricsAddr    admin.MetricsAddr
@@ -128,7 +138,7 @@ type runner struct {
 
 // tally counts a round's records: released, and found to release but not
 // released (a dry run, or a release that failed).
-type tally struct{ released, stale int }
+type tally struct{ released, stale, refused int }
 
 // round is one gc: this node's records judged by the liveness source,
 // then other nodes' records judged by Calico's Nodes. Its exit code is
@@ -212,26 +222,33 @@ func (r *runner) collectNode(ctx context.Context) int {
 // on the node elected to sweep.
 func (r *runner) collectDeadNodes(ctx context.Context) int {
 	if r.every > 0 {
-		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every)
+		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, r.apply.On)
 		if err != nil {
 			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
 		}
-		if leader != r.conf.Node {
+		if leader != r.conf.Node && (r.apply.On || leader != "") {
+			if leader == "" {
+				leader = "nobody (this node holds off after a failed sweep)"
+			}
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %s sweeps the records of network %s; not this node\n", leader, r.conf.File.Network)
 			return admin.ExitOK
 		}
 	}
-	return r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+	code := r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
 		cfg := r.conf.File.SafeIPAM
 		ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.conf.Conf))
 		if err != nil {
 			return nil, nil, 0, err
 		}
 		defer closeDS()
+		node.MaxGoneShare = r.maxGoneShare
 		plan, report, err := node.PlanDeadNodes(ctx, ds, r.deadGrace)
 		if errors.Is(err, ErrNodeLocalStore) {
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)
 			return nil, nil, 0, nil
+		}
+		if errors.Is(err, ErrUntrustedNodes) {
+			r.tally.refused = 1
 		}
 		if err == nil && r.apply.On {
 			err = node.NoteSweep(ctx, plan)
@@ -241,6 +258,13 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		}
 		return report, func() error { return node.ApplyDeadNodes(ctx, plan, report) }, plan.Len(), nil
 	})
+	if code == admin.ExitError && r.every > 0 {
+		// Leading means sweeping successfully: a leader whose sweep failed
+		// (a bad endpoint, expired TLS files) gives the lead up and holds
+		// off, so that another node sweeps.
+		r.sweeper.resign(sweepTTL)
+	}
+	return code
 }
 
 // plan is one collection's planning on the opened node: its report, how

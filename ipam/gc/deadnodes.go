@@ -9,7 +9,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/retention"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -39,16 +39,24 @@ var ErrNodeLocalStore = errors.New("the file store holds this node's records onl
 // DaemonSet's period (5 minutes), so that its next sweep does.
 const DefaultDeadNodeGrace = 4 * time.Minute
 
+// ErrUntrustedNodes is a Nodes listing the rulebook does not take for
+// evidence of any node's death (rulebook.TrustNodes): it lacks the
+// sweeping node, or too large a share of the nodes at once.
+var ErrUntrustedNodes = errors.New("Calico's Nodes listing not trusted")
+
 // DeadPlan is what gc --dead-nodes would release.
 type DeadPlan struct {
 	// Release are the records of nodes that are gone, by node.
 	Release map[string][]*record.Record
-	// notes are what the sweep found, by node: gone since then, or back
-	// (zero) and its note to forget. NoteSweep writes them: a dry run
-	// writes nothing.
-	notes   map[string]time.Time
-	rules   retention.Rules
-	cluster store.Cluster // the store the records were listed from
+	// notes are what the sweep found, by node: gone first now (true), or
+	// back or without records (false), its note to forget. NoteSweep
+	// writes them: a dry run writes nothing.
+	notes map[string]bool
+	grace time.Duration
+	// witnesses are the evidence each released node's records were
+	// judged on, for Collect to judge a changed record again.
+	witnesses map[string]rulebook.Witness
+	cluster   store.Cluster // the store the records were listed from
 }
 
 // Len is how many records the plan releases.
@@ -63,22 +71,23 @@ func (p *DeadPlan) Len() int {
 // sweep is one PlanDeadNodes: what it read, and the plan and report it
 // builds.
 type sweep struct {
-	node    *Node
-	cluster store.Cluster
-	known   map[string]bool
-	gone    map[string]time.Time
-	now     time.Time
-	grace   time.Duration
-	plan    *DeadPlan
-	report  *Report
+	node      *Node
+	cluster   store.Cluster
+	known     map[string]bool
+	sightings map[string]store.Sighting
+	plan      *DeadPlan
+	report    *Report
 }
 
 // PlanDeadNodes counts every node's records of the network and lists
 // Calico's Nodes once; the records of a node Calico does not know are
-// released when an earlier sweep, at least grace before, found it gone
-// too. The plan notes each node it finds gone, and forgets the notes of
-// nodes that came back or have no records left, for NoteSweep to write.
-// Every read error is an error, and the plan is then empty.
+// released when an earlier sweep found it gone too, and the grace it set
+// has passed by the store's clock (rulebook.Death). A listing the
+// rulebook does not trust (TrustNodes) plans nothing and notes nothing.
+// The plan notes each node it finds gone first, with grace, and forgets
+// the notes of nodes that came back or have no records left, for
+// NoteSweep to write. Every read error is an error, and the plan is then
+// empty.
 func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace time.Duration) (*DeadPlan, *Report, error) {
 	cluster, ok := n.store.(store.Cluster)
 	if !ok {
@@ -92,16 +101,18 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 	if err != nil {
 		return nil, nil, fmt.Errorf("which nodes are gone? %w; nothing is released", err)
 	}
-	gone, err := cluster.GoneSince(ctx, n.Network)
+	sightings, err := cluster.Sightings(ctx, n.Network)
 	if err != nil {
 		return nil, nil, err
 	}
-	rules := n.guard.DeadNodeRules()
-	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, gone: gone, now: time.Now(), grace: grace,
-		plan:   &DeadPlan{Release: map[string][]*record.Record{}, notes: map[string]time.Time{}, rules: rules, cluster: cluster},
+	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, sightings: sightings,
+		plan:   &DeadPlan{Release: map[string][]*record.Record{}, notes: map[string]bool{}, grace: grace, witnesses: map[string]rulebook.Witness{}, cluster: cluster},
 		report: &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}
 	for _, name := range names {
 		sw.known[name] = true
+	}
+	if why := rulebook.TrustNodes(rulebook.NodesListing{Self: n.Name, Known: sw.known, Recorded: sortedKeys(counts), MaxGoneShare: n.MaxGoneShare}); why != "" {
+		return nil, nil, fmt.Errorf("%w: %s", ErrUntrustedNodes, why)
 	}
 	for _, node := range sortedKeys(counts) {
 		sw.report.Records += counts[node]
@@ -115,53 +126,35 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 
 // judge decides about the records of node, count of them.
 func (sw *sweep) judge(ctx context.Context, node string, count int) error {
-	since, noted := sw.gone[node]
-	switch {
-	case node == sw.node.Name:
+	if node == sw.node.Name {
 		return nil // this node's own records are the liveness source's
-	case sw.known[node]:
+	}
+	sg, noted := sw.sightings[node]
+	death := &rulebook.Death{Known: sw.known[node], Noted: noted, Since: sg.Since, Grace: sg.Grace, Passed: sg.Passed}
+	if death.Known {
 		sw.report.KeptUnread += count
 		if noted {
-			sw.plan.notes[node] = time.Time{}
+			sw.plan.notes[node] = false
 		}
 		return nil
-	case !noted:
-		return sw.keep(ctx, node, "node "+node+" is gone, found so first now: a sweep "+sw.grace.String()+" or more later releases its records", true)
-	case sw.now.Sub(since) < sw.grace:
-		return sw.keep(ctx, node, "node "+node+" is gone since "+since.Format(time.RFC3339)+": a sweep "+sw.grace.String()+" or more after that releases its records", false)
+	}
+	if !noted {
+		sw.plan.notes[node] = true
 	}
 	recs, err := sw.cluster.ForNode(node).List(ctx, sw.node.Network)
 	if err != nil {
 		return err
 	}
+	w := sw.node.guard.ForNode(node, sw.cluster.ForNode(node)).DeadNodeWitness(death)
 	for _, rec := range recs {
-		if rec.Node == "" {
-			// A record that does not decode names no node: no node's death
-			// is evidence against it.
-			sw.report.Kept = append(sw.report.Kept, entry(rec, "damaged (it does not decode), so it names no node and no node's death is evidence against it: skipped; its own node's DEL or GC releases it"))
+		v := w.Judge(rec)
+		if !v.Release {
+			sw.report.Kept = append(sw.report.Kept, entry(rec, v.Why))
 			continue
 		}
-		if why := sw.plan.rules.Why(rec); why != "" {
-			sw.report.Kept = append(sw.report.Kept, entry(rec, why))
-			continue
-		}
+		sw.plan.witnesses[node] = w
 		sw.plan.Release[node] = append(sw.plan.Release[node], rec)
-		sw.report.Release = append(sw.report.Release, entry(rec, "node "+node+" is gone: Calico has no Node "+node))
-	}
-	return nil
-}
-
-// keep lists node's records as kept for why, noting the node gone first.
-func (sw *sweep) keep(ctx context.Context, node, why string, note bool) error {
-	if note {
-		sw.plan.notes[node] = sw.now
-	}
-	recs, err := sw.cluster.ForNode(node).List(ctx, sw.node.Network)
-	if err != nil {
-		return err
-	}
-	for _, rec := range recs {
-		sw.report.Kept = append(sw.report.Kept, entry(rec, why))
+		sw.report.Release = append(sw.report.Release, entry(rec, v.Why))
 	}
 	return nil
 }
@@ -169,9 +162,9 @@ func (sw *sweep) keep(ctx context.Context, node, why string, note bool) error {
 // forgetRest forgets the notes of nodes without records: released, or
 // forgotten by uninstall.
 func (sw *sweep) forgetRest(counts map[string]int) {
-	for node := range sw.gone {
+	for node := range sw.sightings {
 		if counts[node] == 0 {
-			sw.plan.notes[node] = time.Time{}
+			sw.plan.notes[node] = false
 		}
 	}
 }
@@ -181,7 +174,13 @@ func (sw *sweep) forgetRest(counts map[string]int) {
 // writes nothing to the store (the next sweep that applies notes them).
 func (n *Node) NoteSweep(ctx context.Context, p *DeadPlan) error {
 	for _, node := range sortedKeys(p.notes) {
-		if err := p.cluster.SetGone(ctx, n.Network, node, p.notes[node]); err != nil {
+		var err error
+		if p.notes[node] {
+			err = p.cluster.NoteGone(ctx, n.Network, node, p.grace)
+		} else {
+			err = p.cluster.ForgetGone(ctx, n.Network, node)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -196,7 +195,7 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 		g := n.guard.ForNode(node, p.cluster.ForNode(node))
 		failed := len(errs)
 		for _, rec := range p.Release[node] {
-			if err := g.Collect(ctx, rec, n.CNIPath, p.rules); err != nil {
+			if err := g.Collect(ctx, rec, n.CNIPath, p.witnesses[node]); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -220,7 +219,7 @@ func (n *Node) forgetGoneNote(ctx context.Context, cluster store.Cluster, node s
 	if err != nil || len(left) > 0 {
 		return nil // the next sweep forgets it (forgetRest)
 	}
-	if err := cluster.SetGone(ctx, n.Network, node, time.Time{}); err != nil {
+	if err := cluster.ForgetGone(ctx, n.Network, node); err != nil {
 		return []error{err}
 	}
 	return nil

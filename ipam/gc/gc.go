@@ -19,6 +19,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // ErrUntrusted is a source that answered but cannot be believed.
@@ -71,20 +72,14 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("liveness source: %w", err)
 	}
-	if err := view.NeedContainers("gc"); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrUntrusted, err)
+	listing := view.Listing()
+	if why := rulebook.TrustListing(listing, c.Node.Name, c.Node.Shared(), recs); why != "" {
+		return nil, nil, fmt.Errorf("%w: %s", ErrUntrusted, why)
 	}
-	if !view.Covers(c.Node.Name) {
-		return nil, nil, fmt.Errorf("%w: %s speaks for node %q, not %q", ErrUntrusted, view.Source, view.Node, c.Node.Name)
-	}
-	if len(view.Attachments) == 0 && len(recs) > 0 {
-		return nil, nil, fmt.Errorf("%w: %s lists nothing running while node %s has %d records of %s; a wrongly mounted socket or directory looks empty",
-			ErrUntrusted, view.Source, c.Node.Name, len(recs), c.Node.Network)
-	}
-	plan := c.Node.Plan(recs, view.ListsAttachment)
+	plan := c.Node.Plan(recs, listing)
 	r := &Report{Network: c.Node.Network, Node: c.Node.Name, Liveness: view.Source, Records: plan.Records, OtherHosts: plan.OtherHosts}
 	for _, rec := range plan.Release {
-		r.Release = append(r.Release, entry(rec, "not listed by "+view.Source))
+		r.Release = append(r.Release, entry(rec, plan.witness.Judge(rec).Why))
 	}
 	for _, k := range plan.Keep {
 		r.Kept = append(r.Kept, entry(k.Record, k.Why))

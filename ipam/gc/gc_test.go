@@ -21,6 +21,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
@@ -46,6 +47,38 @@ echo "$CNI_COMMAND $CNI_CONTAINERID" >> "$(dirname "$0")/calls"
 
 type node struct {
 	dir, conf, bin, records string
+	// etcd, when set, holds the records (a store machines share).
+	etcd *etcdtest.Server
+}
+
+// newEtcdNode is newNode with its records in etcd.
+func newEtcdNode(t *testing.T) *node {
+	n := newNode(t)
+	n.etcd = etcdtest.Start(t)
+	data, err := os.ReadFile(n.conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = bytes.Replace(data, []byte(`{"dir":"`+n.records+`","type":"file"}`), []byte(`{"endpoints":["`+n.etcd.Endpoint()+`"],"type":"etcd"}`), 1)
+	if err := os.WriteFile(n.conf, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// store opens the node's record store, and closes it when the test ends
+// (the etcd store's client is the test server's).
+func (n *node) store(t *testing.T) store.Store {
+	t.Helper()
+	if n.etcd != nil {
+		return etcdstore.NewWithClient(n.etcd.Client(), config.DefaultEtcdPrefix, "node1", 5*time.Second)
+	}
+	st, err := filestore.Open(n.records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 func newNode(t *testing.T) *node {
@@ -79,11 +112,7 @@ func (n *node) record(t *testing.T, cid, ifname string, age time.Duration) {
 // recordBy is record as host wrote it ("": an older record, no host).
 func (n *node) recordBy(t *testing.T, host, cid, ifname string, age time.Duration) {
 	t.Helper()
-	st, err := filestore.Open(n.records)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := n.store(t)
 	at := time.Now().Add(-age).UTC()
 	rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: cid, IfName: ifname},
 		PodNamespace: "default", PodName: "pod-" + cid, Node: "node1", Host: host, Handle: "k8s-pod-network." + cid,
@@ -95,11 +124,7 @@ func (n *node) recordBy(t *testing.T, host, cid, ifname string, age time.Duratio
 
 func (n *node) left(t *testing.T) []string {
 	t.Helper()
-	st, err := filestore.Open(n.records)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := n.store(t)
 	recs, err := st.List(context.Background(), "k8s-pod-network")
 	if err != nil {
 		t.Fatal(err)
@@ -174,10 +199,11 @@ func TestDryRunThenApply(t *testing.T) {
 }
 
 // Two machines under one Calico node name (a stale nodename) share the
-// node's records: gc judges only its own host's records, and those
-// without a host, against its runtime; another host's are kept and said.
+// node's records in a store machines share (etcd): gc judges only its own
+// host's records, and those without a host, against its runtime; another
+// host's are kept and said.
 func TestKeepsAnotherHostsRecords(t *testing.T) {
-	n := newNode(t)
+	n := newEtcdNode(t)
 	n.record(t, "running", "eth0", time.Hour)
 	n.recordBy(t, "other-machine", "theirs", "eth0", time.Hour)
 	n.recordBy(t, record.ThisHost(), "mine", "eth0", time.Hour)
@@ -195,6 +221,29 @@ func TestKeepsAnotherHostsRecords(t *testing.T) {
 	}
 	if !strings.Contains(out, "written by host other-machine") || !strings.Contains(out, "WARNING: host(s) other-machine") {
 		t.Errorf("the report does not say whose record it kept:\n%s", out)
+	}
+}
+
+// Issue 41, item 2.5: a file store is this machine's alone, so a record
+// written under an older host name (hostnamectl, cloud-init, DHCP, often
+// across a reboot) is still this machine's: gc judges it against the
+// runtime, and releases it when the runtime does not list it, instead of
+// keeping it as "another host's" for ever.
+func TestAHostRenameKeepsAFileStoresRecordsItsOwn(t *testing.T) {
+	n := newNode(t)
+	n.record(t, "running", "eth0", time.Hour)
+	n.recordBy(t, "the-old-host-name", "before-rename", "eth0", time.Hour)
+	n.recordBy(t, "the-old-host-name", "still-running", "eth0", time.Hour)
+	live := n.live(t, []liveness.Running{{ContainerID: "running", IfName: "eth0"}, {ContainerID: "still-running", IfName: "eth0"}})
+	code, out, errOut := n.run(t, "--live", live, "--apply")
+	if code != admin.ExitOK {
+		t.Fatalf("apply: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"running/eth0", "still-running/eth0"}) {
+		t.Errorf("records after apply: %v; want the renamed host's gone record released", got)
+	}
+	if strings.Contains(out, "WARNING") {
+		t.Errorf("a file store's records named another host:\n%s", out)
 	}
 }
 
@@ -384,7 +433,7 @@ func newDeadNodesWorld(t *testing.T) *deadNodesWorld {
 	}
 	// A sweep an hour ago found node1 gone (when Calico forgot it): its
 	// records go on this sweep. TestDeadNodesTwoSweeps starts before it.
-	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Now().Add(-time.Hour)); err != nil {
+	if err := st.NoteGone(context.Background(), "k8s-pod-network", "node1", 0); err != nil {
 		t.Fatal(err)
 	}
 	return w
@@ -593,23 +642,29 @@ func TestDeadNodesWithALivenessSource(t *testing.T) {
 func TestDeadNodesTwoSweeps(t *testing.T) {
 	w := newDeadNodesWorld(t)
 	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
-	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Time{}); err != nil {
+	if err := st.ForgetGone(context.Background(), "k8s-pod-network", "node1"); err != nil {
 		t.Fatal(err)
 	}
 	w.calicoNode(t, "node2")
 	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
 	all := []string{"node1/c1", "node2/c2", "node3/c3"}
+	// Two of the three nodes gone at once is more than the default share.
+	share := "--dead-node-max-share=0.7"
 	for i, step := range []struct {
 		args   []string
-		known  string // a node Calico knows again before the sweep
+		wait   time.Duration // before the sweep
+		known  string        // a node Calico knows again before the sweep
 		want   []string
 		output string
 	}{
-		{[]string{"--apply"}, "", all, "found so first now"},
-		{[]string{"--apply"}, "", all, "a sweep 4m0s or more after that"},
-		{[]string{"--apply", "--dead-node-grace=0s"}, "node3", []string{"node2/c2", "node3/c3"}, "1 to release, 1 kept"},
-		{[]string{"--apply", "--dead-node-grace=0s"}, "", []string{"node2/c2", "node3/c3"}, "0 to release, 1 kept"},
+		{[]string{"--apply", share, "--dead-node-grace=2s"}, 0, "", all, "found so first now"},
+		// The grace is the one noted, by etcd's clock: a later sweep's flag
+		// does not shorten it.
+		{[]string{"--apply", share, "--dead-node-grace=0s"}, 0, "", all, "a sweep 2s or more after that"},
+		{[]string{"--apply", share}, 3 * time.Second, "node3", []string{"node2/c2", "node3/c3"}, "1 to release, 1 kept"},
+		{[]string{"--apply", share}, 0, "", []string{"node2/c2", "node3/c3"}, "0 to release, 1 kept"},
 	} {
+		time.Sleep(step.wait)
 		if step.known != "" {
 			w.calicoNode(t, step.known)
 		}
@@ -618,7 +673,7 @@ func TestDeadNodesTwoSweeps(t *testing.T) {
 			t.Fatalf("sweep %d: exit %d, records %v (want %v)\n%s", i+1, code, got, step.want, out)
 		}
 	}
-	gone, err := st.GoneSince(context.Background(), "k8s-pod-network")
+	gone, err := st.Sightings(context.Background(), "k8s-pod-network")
 	if err != nil || len(gone) != 0 {
 		t.Errorf("notes after node1's records went and node3 came back: %v, %v; want none", gone, err)
 	}
@@ -629,11 +684,14 @@ func TestDeadNodesTwoSweeps(t *testing.T) {
 func TestDeadNodesDryRunNotesNothing(t *testing.T) {
 	w := newDeadNodesWorld(t)
 	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
-	if err := st.SetGone(context.Background(), "k8s-pod-network", "node1", time.Time{}); err != nil {
+	if err := st.ForgetGone(context.Background(), "k8s-pod-network", "node1"); err != nil {
 		t.Fatal(err)
 	}
-	since := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
-	if err := st.SetGone(context.Background(), "k8s-pod-network", "node3", since); err != nil {
+	if err := st.NoteGone(context.Background(), "k8s-pod-network", "node3", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	before, err := st.Sightings(context.Background(), "k8s-pod-network")
+	if err != nil {
 		t.Fatal(err)
 	}
 	w.calicoNode(t, "node2")
@@ -642,8 +700,8 @@ func TestDeadNodesDryRunNotesNothing(t *testing.T) {
 	if code, out := w.gc(t, conf); code != admin.ExitOK || !strings.Contains(out, "found so first now") {
 		t.Fatalf("dry run: exit %d\n%s", code, out)
 	}
-	gone, err := st.GoneSince(context.Background(), "k8s-pod-network")
-	if err != nil || len(gone) != 1 || !gone["node3"].Equal(since) {
+	gone, err := st.Sightings(context.Background(), "k8s-pod-network")
+	if err != nil || len(gone) != 1 || gone["node3"] != before["node3"] {
 		t.Errorf("notes after a dry run: %v, %v; want node3's alone, as before it", gone, err)
 	}
 }

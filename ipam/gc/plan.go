@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/retention"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
@@ -21,7 +20,7 @@ import (
 // records whose DEL never came would stay forever. gc lists this node's
 // records, then reads a liveness source, and releases what the source
 // positively does not list, exactly as the GC verb does: by the same
-// rules (package keep), through the same release (guard.Collect).
+// rules (package rulebook), through the same release (guard.Collect).
 
 // Plan is what a gc would do with this node's records of the network.
 type Plan struct {
@@ -33,7 +32,7 @@ type Plan struct {
 	// the records, which were kept unjudged: machines sharing this
 	// node's Calico name.
 	OtherHosts []string
-	rules      retention.Rules
+	witness    rulebook.Witness
 }
 
 // Kept is a record gc leaves alone, and why.
@@ -49,9 +48,12 @@ type Node struct {
 	Name    string
 	Network string
 	CNIPath string
-	guard   *guard.Guard
-	store   store.Store
-	opened  *invocation.Opened
+	// MaxGoneShare is the dead-node sweep's --dead-node-max-share (0: the
+	// rulebook's default).
+	MaxGoneShare float64
+	guard        *guard.Guard
+	store        store.Store
+	opened       *invocation.Opened
 }
 
 // OpenNode wires a Node from a CNI config file of the node.
@@ -87,17 +89,15 @@ func (n *Node) List(ctx context.Context) ([]*record.Record, error) {
 	return recs, nil
 }
 
-// Plan judges recs by GC's rules, where listed says what runs. Any
-// record written less than gcGracePeriod ago is kept too: its sandbox may
-// not be listed by any source yet.
-func (n *Node) Plan(recs []*record.Record, listed func(containerID, ifname string) bool) *Plan {
-	p := &Plan{Records: len(recs), rules: n.guard.GCRules(listed, true)}
+// Plan judges recs by the rulebook, on listing's word. Any record
+// written less than gcGracePeriod ago is kept too: its sandbox may not be
+// listed by any source yet (a liveness source lags).
+func (n *Node) Plan(recs []*record.Record, listing *rulebook.Listing) *Plan {
+	w := n.guard.Witness(listing, false)
+	p := &Plan{Records: len(recs), witness: w, OtherHosts: rulebook.OtherHosts(listing, w.Shared, recs)}
 	for _, rec := range recs {
-		if p.rules.OtherHost(rec) && !slices.Contains(p.OtherHosts, rec.Host) {
-			p.OtherHosts = append(p.OtherHosts, rec.Host)
-		}
-		if why := p.rules.Why(rec); why != "" {
-			p.Keep = append(p.Keep, Kept{Record: rec, Why: why})
+		if v := w.Judge(rec); !v.Release {
+			p.Keep = append(p.Keep, Kept{Record: rec, Why: v.Why})
 			continue
 		}
 		p.Release = append(p.Release, rec)
@@ -105,13 +105,16 @@ func (n *Node) Plan(recs []*record.Record, listed func(containerID, ifname strin
 	return p
 }
 
+// Shared says whether the node's store holds other machines' records too.
+func (n *Node) Shared() bool { return n.guard.Witness(nil, false).Shared }
+
 // Apply releases the plan's records as the GC verb does, going on past
 // errors and reporting them all. A record that changed since it was
 // listed is judged again as it is now.
 func (n *Node) Apply(ctx context.Context, p *Plan) error {
 	var errs []error
 	for _, rec := range p.Release {
-		if err := n.guard.Collect(ctx, rec, n.CNIPath, p.rules); err != nil {
+		if err := n.guard.Collect(ctx, rec, n.CNIPath, p.witness); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -28,12 +28,17 @@ const sweepTTL = 3
 type sweeper struct {
 	st    store.Store
 	where string
+	// holdOff is how many more rounds this node does not campaign, after
+	// a sweep of its failed.
+	holdOff int
 }
 
-// lead says which node sweeps the network of conf, campaigning for this
-// one, conf.Node, when none does. A file store holds one node's records:
-// there is nothing to elect, this node sweeps, and finds nothing to do.
-func (s *sweeper) lead(ctx context.Context, conf *admin.NodeConf, ttl time.Duration) (string, error) {
+// lead says which node sweeps the network of conf ("" for none),
+// campaigning for this one, conf.Node, when none does and campaign is set
+// (a dry run writes nothing, so never campaigns) and it does not hold
+// off. A file store holds one node's records: there is nothing to elect,
+// this node sweeps, and finds nothing to do.
+func (s *sweeper) lead(ctx context.Context, conf *admin.NodeConf, ttl time.Duration, campaign bool) (string, error) {
 	if conf.NodeErr != nil {
 		return "", conf.NodeErr
 	}
@@ -54,7 +59,18 @@ func (s *sweeper) lead(ctx context.Context, conf *admin.NodeConf, ttl time.Durat
 	if !ok {
 		return conf.Node, nil
 	}
-	return cluster.Lead(ctx, cfg.Network, ttl)
+	if s.holdOff > 0 {
+		s.holdOff--
+		campaign = false
+	}
+	return cluster.Lead(ctx, cfg.Network, ttl, campaign)
+}
+
+// resign gives the lead up, if this node had it, and holds off from
+// campaigning for rounds rounds.
+func (s *sweeper) resign(rounds int) {
+	s.close()
+	s.holdOff = rounds
 }
 
 // close gives the lead up, if this node had it.

@@ -7,30 +7,37 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // A gone node's records are judged by its death, whichever host wrote
-// them: the GC rules of a live node keep another host's record, the dead
-// node's rules (the sweep's, and an ADD settling a dead holder) do not.
-func TestDeadNodeRulesJudgeEveryHost(t *testing.T) {
+// them: a live node's runtime keeps another host's record in a store
+// machines share, the dead node's evidence (the sweep's, and an ADD
+// settling a dead holder) does not.
+func TestDeadNodeWitnessJudgesEveryHost(t *testing.T) {
 	g := New(Parts{Config: &config.Config{GCGracePeriod: time.Minute}, Node: "node1"})
 	old := time.Now().Add(-time.Hour)
+	runtime := &rulebook.Listing{Source: "the runtime", Node: "node1", Host: record.ThisHost(), Entries: 1}
 	tests := []struct {
 		host string
-		live string // why the live node's rules keep it
+		live string // why the live node's runtime keeps it
 	}{
 		{"", ""},
 		{record.ThisHost(), ""},
 		{"other-machine", "written by host other-machine"},
 	}
 	for _, tt := range tests {
-		rec := &record.Record{Host: tt.host, State: record.Committed, Created: old, Updated: old}
-		if why := g.DeadNodeRules().Why(rec); why != "" {
-			t.Errorf("host %q: the dead node's rules keep it: %s", tt.host, why)
+		rec := &record.Record{Host: tt.host, Node: "node1", State: record.Committed, Created: old, Updated: old}
+		if v := g.DeadNodeWitness(&rulebook.Death{Noted: true, Passed: true}).Judge(rec); !v.Release {
+			t.Errorf("host %q: the dead node's evidence keeps it: %s", tt.host, v.Why)
 		}
-		never := func(string, string) bool { return false }
-		if why := g.GCRules(never, false).Why(rec); (tt.live == "") != (why == "") || tt.live != "" && !strings.Contains(why, tt.live) {
-			t.Errorf("host %q: a live node's rules say %q, want %q", tt.host, why, tt.live)
+		if v := g.DeadNodeWitness(&rulebook.Death{Noted: true}).Judge(rec); v.Release {
+			t.Errorf("host %q: released before the noted grace passed", tt.host)
+		}
+		w := g.Witness(runtime, false)
+		w.Shared = true
+		if v := w.Judge(rec); v.Release != (tt.live == "") || tt.live != "" && !strings.Contains(v.Why, tt.live) {
+			t.Errorf("host %q: a live node's runtime says %+v, want %q", tt.host, v, tt.live)
 		}
 	}
 }

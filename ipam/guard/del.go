@@ -14,7 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
-	"github.com/safe-ipam/safe-ipam/ipam/retention"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -168,16 +168,16 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 	if err != nil {
 		return storeError("listing records of "+g.cfg.Network, err)
 	}
-	if valid == nil && len(recs) > 0 {
-		return g.distrustNoSandbox(len(recs))
+	w := g.Witness(g.runtimeListing(valid), false)
+	if why := rulebook.TrustListing(w.Listing, g.node, w.Shared, recs); why != "" {
+		return g.distrustNoSandbox(why)
 	}
-	rules := g.GCRules(func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] }, false)
 	var errs []error
 	for _, rec := range recs {
-		if rules.Why(rec) != "" {
+		if !w.Judge(rec).Release {
 			continue
 		}
-		if err := g.Collect(ctx, rec, env.Path, rules); err != nil {
+		if err := g.Collect(ctx, rec, env.Path, w); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -189,21 +189,34 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 	return joinErrors("GC", errs)
 }
 
-// GCRules are the GC rules (package keep) with this Guard's clock and
-// gcGracePeriod; youngWritten is for a collection from outside the
-// runtime (safe-ipam gc).
-func (g *Guard) GCRules(listed func(containerID, ifname string) bool, youngWritten bool) retention.Rules {
-	return retention.Rules{Listed: listed, Now: g.now(), Grace: g.cfg.GCGracePeriod, YoungWritten: youngWritten, Host: g.host}
+// runtimeListing is the runtime's valid attachments at GC as the
+// rulebook's witness: this machine's runtime, for this node, and settled
+// (the runtime lists a sandbox before it sends GC). An empty list is the
+// runtime's word that nothing runs; null (libcni's nil list) is not.
+func (g *Guard) runtimeListing(valid map[[2]string]bool) *rulebook.Listing {
+	source := "the runtime's " + validAttachmentsKey
+	if valid == nil {
+		source += ", which is null,"
+	}
+	return &rulebook.Listing{Source: source, Node: g.node, Host: g.host, Entries: len(valid), SaysNone: valid != nil,
+		Attachment: func(containerID, ifname string) bool { return valid[[2]string{containerID, ifname}] }}
 }
 
-// DeadNodeRules are the GC rules for the records of a node Calico no
-// longer knows: no runtime lists them, and the evidence is the node's
-// death, not this host's runtime, so they are judged whichever host wrote
-// them.
-func (g *Guard) DeadNodeRules() retention.Rules {
-	rules := g.GCRules(func(string, string) bool { return false }, false)
-	rules.Host = ""
-	return rules
+// Witness is the rulebook's evidence for this node's records: listing
+// (nil for none), this Guard's clock and gcGracePeriod, and whether the
+// store holds other machines' records too. forget is repair's.
+func (g *Guard) Witness(listing *rulebook.Listing, forget bool) rulebook.Witness {
+	_, shared := g.store.(store.Cluster)
+	return rulebook.Witness{Node: g.node, Shared: shared, Listing: listing, Now: g.now(), Grace: g.cfg.GCGracePeriod, Forget: forget}
+}
+
+// DeadNodeWitness is the evidence against the records of this Guard's
+// node (a ForNode Guard) when Calico no longer knows it: its death, not a
+// runtime, so they are judged whichever host wrote them.
+func (g *Guard) DeadNodeWitness(death *rulebook.Death) rulebook.Witness {
+	w := g.Witness(nil, false)
+	w.Death = death
+	return w
 }
 
 // Collect releases one record as DEL does: mark, delegate DEL (with
@@ -212,7 +225,7 @@ func (g *Guard) DeadNodeRules() retention.Rules {
 // judges the record as it is now by rules, so a GC that succeeds has
 // released every attachment the rules do not keep. The GC verb and
 // safe-ipam gc both collect through it.
-func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, rules retention.Rules) error {
+func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, w rulebook.Witness) error {
 	env := delegate.Env{Path: cniPath}
 	att := rec.Attachment
 	for attempt := 0; ; attempt++ {
@@ -220,7 +233,7 @@ func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string,
 		marker.Owner = g.Owner
 		marked, err := g.store.Swap(ctx, att, rec, marker)
 		if errors.Is(err, store.ErrConflict) && attempt < 3 {
-			if rec = marked; rec == nil || rules.Why(rec) != "" {
+			if rec = marked; rec == nil || !w.Judge(rec).Release {
 				return nil
 			}
 			continue
@@ -325,15 +338,13 @@ func validAttachments(stdin []byte) (map[[2]string]bool, bool, error) {
 	return valid, true, nil
 }
 
-// distrustNoSandbox is GC's answer to a runtime that lists no sandbox of
-// the network while the node holds records of it: as with safe-ipam gc's
-// empty liveness source, an empty answer is never taken for "nothing
-// runs" (a runtime that lost its state, or a wrongly mounted one, looks
-// the same; incident 003). Nothing is released.
-func (g *Guard) distrustNoSandbox(records int) error {
-	msg := fmt.Sprintf("%s is null: the runtime lists no sandbox of network %s, while node %s has %d records of it; "+
-		"an empty list is not taken for \"nothing runs\", so GC releases nothing (safe-ipam gc collects them once the runtime lists its sandboxes)",
-		validAttachmentsKey, g.cfg.Network, g.node, records)
+// distrustNoSandbox is GC's answer to a runtime whose list the rulebook
+// does not trust (it lists no sandbox of the network while the node
+// holds records it would judge): as with safe-ipam gc's empty liveness
+// source, an empty answer is never taken for "nothing runs" (incident
+// 003). Nothing is released.
+func (g *Guard) distrustNoSandbox(why string) error {
+	msg := fmt.Sprintf("GC releases nothing: %s (safe-ipam gc collects them once the runtime lists its sandboxes)", why)
 	g.log.Warn("GC released nothing", "why", msg)
 	return types.NewError(types.ErrTryAgainLater, msg, "")
 }

@@ -5,10 +5,12 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
 // freeBehindBack releases handle in the fake delegate without safe-ipam,
@@ -95,15 +97,20 @@ func TestGCReleasesQuarantinesWithTheHolder(t *testing.T) {
 // Issue 19, item 4: a record of a node that is gone (Calico's etcd
 // answers and has no Node of that name: kube-controllers deleted it and
 // freed the node's addresses) does not fence. The ADD given its address
-// releases it, with its quarantines, and proceeds. Any doubt fences.
+// releases it, with its quarantines, and proceeds. Any doubt fences, and
+// so does a node found gone once (issue 41, item 2.8): as for the sweep,
+// one rule, two sightings a grace apart, the grace on etcd's clock.
 func TestFencingSettlesAHolderOnADeadNode(t *testing.T) {
 	tests := []struct {
 		name       string
-		holderNode bool   // Calico still has the holder's Node
-		calicoEtcd string // "" is the shared etcd
+		holderNode bool          // Calico still has the holder's Node
+		noted      time.Duration // a sweep noted the node gone with this grace; -1: no sweep
+		calicoEtcd string        // "" is the shared etcd
 		settles    map[string]bool
 	}{
-		{name: "the holder's node is gone", settles: map[string]bool{"etcd": true}},
+		{name: "the holder's node is gone, a sweep found it gone a grace ago", settles: map[string]bool{"etcd": true}},
+		{name: "the holder's node is gone, found so once only", noted: -1},
+		{name: "the holder's node is gone, within the grace a sweep noted", noted: time.Hour},
 		{name: "the holder's node is known", holderNode: true},
 		{name: "Calico's etcd does not answer", calicoEtcd: "http://127.0.0.1:9"},
 	}
@@ -121,6 +128,11 @@ func TestFencingSettlesAHolderOnADeadNode(t *testing.T) {
 				r.node = dead
 				ips, _ := resultIPs(r.add("holder"))
 				r.freeBehindBack("net1.holder") // kube-controllers frees the dead node's addresses
+				if cluster, ok := r.store().(store.Cluster); ok && tt.noted >= 0 {
+					if err := cluster.NoteGone(context.Background(), "net1", dead, tt.noted); err != nil {
+						t.Fatal(err)
+					}
+				}
 
 				r.node = alive
 				res, err := r.run("ADD", env("new"), r.conf())

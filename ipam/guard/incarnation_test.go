@@ -10,6 +10,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -64,13 +65,12 @@ func TestAPodNameHandleIsReleasedOnlyForTheRecordedIncarnation(t *testing.T) {
 				t.Fatal(err)
 			}
 			g := r.guardOver(r.store(), r.conf())
-			never := func(string, string) bool { return false }
 			switch tt.via {
 			case "dead-node":
 				other := g.ForNode(recNode, st)
-				err = other.Collect(ctx, committed, binDir, other.GCRules(never, false))
+				err = other.Collect(ctx, committed, binDir, other.DeadNodeWitness(&rulebook.Death{Noted: true, Passed: true}))
 			case "gc":
-				err = g.Collect(ctx, committed, binDir, g.GCRules(never, false))
+				err = g.Collect(ctx, committed, binDir, g.Witness(&rulebook.Listing{Source: "a listing of nothing else", Node: recNode, Entries: 1}, false))
 			case "del":
 				e := env("adopted")
 				err = g.Del(ctx, delegate.Env{ContainerID: e.ContainerID, IfName: e.IfName, NetNS: e.NetNS, Path: e.Path, Args: e.Args})

@@ -10,6 +10,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // releasePodHandle releases the namespace.podname handle of an adopted
@@ -85,28 +86,12 @@ func (g *Guard) podHandleProvenOwn(ctx context.Context, rec *record.Record, own 
 		if !mine[ip] {
 			return fmt.Sprintf("handle %s also holds %s, which is not this attachment's", rec.Handle, ip)
 		}
-		if why := ownerIsRecord(held[ip].Owner, rec, own); why != "" {
+		if why := rulebook.PodHandleOwner(held[ip].Owner, rec, own == runtimeDEL); why != "" {
 			return fmt.Sprintf("handle %s holds %s, but %s", rec.Handle, ip, why)
 		}
 	}
 	if len(held) == 0 || len(mine) == 0 {
 		return "nothing to compare"
-	}
-	return ""
-}
-
-// ownerIsRecord says why owner attributes do not name rec's pod on rec's
-// node, or "".
-func ownerIsRecord(owner map[string]string, rec *record.Record, own evidence) string {
-	switch {
-	case len(owner) == 0 && own == runtimeDEL:
-		return ""
-	case len(owner) == 0:
-		return "Calico records no owner for it (Calico 2.x): nothing shows it is not a later incarnation's"
-	case !ownedBy(owner, rec.PodNamespace, rec.PodName):
-		return fmt.Sprintf("Calico names its owner %s/%s", owner[ownerNamespace], owner[ownerPod])
-	case rec.Node == "" || owner[ownerNode] != rec.Node:
-		return fmt.Sprintf("Calico allocated it on node %q, not the record's node %q: another incarnation's", owner[ownerNode], rec.Node)
 	}
 	return ""
 }

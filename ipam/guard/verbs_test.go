@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
 func forEachStore(t *testing.T, fn func(t *testing.T, r *rig)) {
@@ -514,10 +516,7 @@ func TestGCRefusesMalformedValidAttachments(t *testing.T) {
 func TestGCTakesANullListAsNoSandbox(t *testing.T) {
 	forEachStore(t, func(t *testing.T, r *rig) {
 		r.cniVersion = "1.1.0"
-		var m map[string]any
-		_ = json.Unmarshal(r.conf(), &m)
-		m["cni.dev/valid-attachments"] = nil
-		null, _ := json.Marshal(m)
+		null := nullGCConf(r)
 		if _, err := r.run("GC", delegate.Env{Path: binDir}, null); err != nil {
 			t.Fatalf("GC of a null list with no record: %v", err)
 		}
@@ -525,6 +524,41 @@ func TestGCTakesANullListAsNoSandbox(t *testing.T) {
 		_, err := r.run("GC", delegate.Env{Path: binDir}, null)
 		if cniCode(err) != types.ErrTryAgainLater || !strings.Contains(err.Error(), "is null") || strings.Contains(err.Error(), "must be a list") {
 			t.Fatalf("GC of a null list with a record: %v; want code 11 saying the null list is not trusted", err)
+		}
+		if len(r.records()) != 1 || len(r.held()["net1.c1"]) != 1 {
+			t.Fatalf("GC of a null list released something: records %v, held %v", r.records(), r.held())
+		}
+	})
+}
+
+// nullGCConf is a GC config whose cni.dev/valid-attachments is null.
+func nullGCConf(r *rig) []byte {
+	var m map[string]any
+	_ = json.Unmarshal(r.conf(), &m)
+	m["cni.dev/valid-attachments"] = nil
+	null, _ := json.Marshal(m)
+	return null
+}
+
+// Issue 41, item 2.9: in a store machines share, records another host
+// wrote under this node's name are not this runtime's to judge, so they
+// do not make a null list untrusted: GC answers 0, and keeps them. A
+// file store is this machine's alone (a host rename changes nothing), so
+// there the record counts, and GC answers 11.
+func TestGCOfANullListWithAnotherHostsRecordsOnly(t *testing.T) {
+	forEachStore(t, func(t *testing.T, r *rig) {
+		r.cniVersion = "1.1.0"
+		null := nullGCConf(r)
+		r.add("c1")
+		rec := r.record("c1")
+		other := *rec
+		other.Host = "other-machine"
+		if _, err := r.store().Swap(context.Background(), rec.Attachment, rec, &other); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.run("GC", delegate.Env{Path: binDir}, null)
+		if _, shared := r.store().(store.Cluster); shared && err != nil || !shared && cniCode(err) != types.ErrTryAgainLater {
+			t.Fatalf("GC of a null list, the only record another host's, in a %s store: %v", r.kind, err)
 		}
 		if len(r.records()) != 1 || len(r.held()["net1.c1"]) != 1 {
 			t.Fatalf("GC of a null list released something: records %v, held %v", r.records(), r.held())

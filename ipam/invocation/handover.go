@@ -21,9 +21,16 @@ import (
 func handOver(name string, stdin []byte) error {
 	self, err := os.Executable()
 	if err != nil {
-		return types.NewError(types.ErrInternal, fmt.Sprintf("finding its own binary to hand the call to %s: %v", name, err), "")
+		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("finding its own binary to hand the call to %s: %v", name, err), "")
 	}
 	bin := filepath.Join(filepath.Dir(self), name)
+	// A call handed over already, or a file under the etcd build's name
+	// that is this very binary, is a lean build in the etcd build's place:
+	// handing over again would run itself until the runtime kills it.
+	if by := os.Getenv(delegate.HandedOverEnv); by != "" || sameFile(self, bin) {
+		return types.NewError(types.ErrPluginNotAvailable,
+			fmt.Sprintf("%s is not the etcd build (it hands calls over itself): install safe-ipam's %s there", bin, name), "")
+	}
 	if err := stdinFrom(stdin); err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("handing the call to %s: %v", bin, err), "")
 	}
@@ -34,6 +41,13 @@ func handOver(name string, stdin []byte) error {
 	return types.NewError(types.ErrPluginNotAvailable,
 		fmt.Sprintf("the record store is etcd, which this build reaches through %s, and it must be installed beside %s", name, self),
 		err.Error())
+}
+
+// sameFile says whether a and b name one file.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
 }
 
 // stdinFrom makes data the process's stdin: a memory file, rewound, on

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // Running is an attachment known to be running.
@@ -181,4 +182,25 @@ func ReadChosen(ctx context.Context, src Source, required bool) (*View, string, 
 		return nil, fmt.Sprintf("none (%v)", err), nil
 	}
 	return v, "", nil
+}
+
+// Listing is the view as the rulebook's witness. Every source is read on
+// this machine (a runtime, its CNI cache, a file an operator put here), so
+// it is taken to say nothing of what another machine under the same
+// Calico node name runs: records another host wrote are never judged by
+// it. Every source may lag behind an ADD that just returned.
+func (v *View) Listing() *rulebook.Listing {
+	if v == nil {
+		return nil
+	}
+	l := &rulebook.Listing{Source: v.Source, Node: v.Node, Entries: len(v.Attachments), Lags: true,
+		Attachment: v.ListsAttachment, Container: v.ListsContainer, Pod: v.ListsPod, Addr: v.ListsAddr, PodNamesGap: v.PodNamesGap()}
+	switch {
+	case v.PodsOnly:
+		l.Names = rulebook.Pods
+	case v.ContainersOnly:
+		l.Names = rulebook.Containers
+	}
+	l.Host = record.ThisHost()
+	return l
 }

@@ -73,6 +73,9 @@ type GC struct {
 	// Stale is what the last round found to release and did not (a dry
 	// run, or a release that failed).
 	Stale prometheus.Gauge
+	// SweepRefused is 1 while the last dead-node sweep was refused
+	// (rulebook.TrustNodes), else 0.
+	SweepRefused prometheus.Gauge
 	// LastSuccess is when a round last succeeded (Unix seconds).
 	LastSuccess prometheus.Gauge
 }
@@ -88,8 +91,10 @@ func NewGC(reg prometheus.Registerer) *GC {
 			Help: "Records the last round found to release and did not (a dry run, or a failed release)."}),
 		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "last_success_timestamp_seconds",
 			Help: "When a gc round last succeeded (Unix time)."}),
+		SweepRefused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_refused",
+			Help: "1 when the last dead-node sweep released nothing because Calico's Nodes listing was not trusted (it lacked this node, or too large a share of the nodes with records at once), else 0."}),
 	}
-	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess)
+	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess, g.SweepRefused)
 	return g
 }
 

@@ -122,12 +122,13 @@ func planReclaim(f audit.Finding, recs map[string]*record.Record, live *liveness
 		Why: "re-claim the free address for the record that still holds it"}, ""
 }
 
-// planForget forgets a committed record whose attachment a liveness
-// source positively does not list: no DEL or GC of it will come (its
-// sandbox went while safe-ipam was off the node, or a DEL never came),
-// and kept, it would fence its addresses for ever. Calico's allocations
-// are left alone; an address still under the record's handle is then a
-// leak, judged as any other.
+// planForget forgets a committed record the rulebook lets go without a
+// DEL (the audit's verdict on it, rulebook.Record with Forget): a
+// liveness source that covers it positively does not list its attachment,
+// no DEL or GC of it will come (its sandbox went while safe-ipam was off
+// the node, or a DEL never came), and kept, it would fence its addresses
+// for ever. Calico's allocations are left alone; an address still under
+// the record's handle is then a leak, judged as any other.
 func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	if live == nil || len(f.Records) != 1 {
 		return nil, "no liveness source: an unknown set of running pods never means none run"
@@ -136,10 +137,8 @@ func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.
 	switch {
 	case rec == nil:
 		return nil, "record not found"
-	case live.PodsOnly || !live.Covers(rec.Node) || live.ListsAttachment(rec.ContainerID, rec.IfName):
-		return nil, "the liveness source does not prove its attachment gone"
-	case rec.State != record.Committed:
-		return nil, fmt.Sprintf("a %s record is a DEL or ADD at work: its DEL, ADD or GC settles it", rec.State)
+	case !f.Releasable:
+		return nil, "not proven gone: " + f.Unjudged
 	}
 	return &Action{Kind: ForgetRecord, Handle: rec.Handle, Record: rec.Attachment.String(), Address: audit.Addrs(rec.IPs), rec: rec,
 		Why: "forget the record of an attachment that is gone: no DEL or GC will come for it"}, ""

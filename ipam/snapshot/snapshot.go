@@ -108,9 +108,21 @@ func (a *Allocation) setTime(t time.Time) {
 }
 
 type rareAttrs struct {
-	kind      string
-	alternate map[string]string
-	time      time.Time // a timestamp outside what Allocation.at holds
+	// noOwnerNode: Calico's owner attributes name no node (Calico 2.x).
+	noOwnerNode bool
+	kind        string
+	alternate   map[string]string
+	time        time.Time // a timestamp outside what Allocation.at holds
+}
+
+// OwnerNode is the node Calico's owner attributes name, "" when they
+// name none: Node is then the block's affinity, which is not the
+// allocation's node (a pod on another node may borrow from the block).
+func (a *Allocation) OwnerNode() string {
+	if a.rare != nil && a.rare.noOwnerNode {
+		return ""
+	}
+	return a.Node
 }
 
 // Type is set by Calico for its own (tunnel) addresses.
@@ -228,6 +240,11 @@ func (s *Snapshot) addBlock(b *calico.Block) {
 		}
 		if n := attr.Secondary["node"]; n != "" {
 			al.Node = s.name(n)
+		} else {
+			if al.rare == nil {
+				al.rare = &rareAttrs{}
+			}
+			al.rare.noOwnerNode = true
 		}
 		if ts, err := time.Parse(calicoTime, attr.Secondary["timestamp"]); err == nil {
 			al.setTime(ts)

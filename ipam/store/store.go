@@ -103,20 +103,35 @@ type Cluster interface {
 // found gone, so that a node's records go only once two sweeps found it
 // gone, whichever processes swept.
 type Sweeps interface {
-	// Lead campaigns to sweep network's records, with a lease of ttl kept
-	// alive while the store stays open, unless a live process leads; it
-	// returns the leader's name, this store's node when it leads now.
+	// Lead says who sweeps network's records. With campaign it campaigns,
+	// with a lease of ttl kept alive while the store stays open, unless a
+	// live process leads; it returns the leader's name, this store's node
+	// when it leads now. A leader's key without a live lease is no leader.
 	// Closing the store gives the lead up.
-	Lead(ctx context.Context, network string, ttl time.Duration) (string, error)
+	Lead(ctx context.Context, network string, ttl time.Duration, campaign bool) (string, error)
 	// RecordCounts is how many records of network each node has, read at
 	// one point from the keys alone, without the records.
 	RecordCounts(ctx context.Context, network string) (map[string]int, error)
-	// GoneSince is, for each node an earlier sweep of network found gone,
-	// when a sweep first found it gone.
-	GoneSince(ctx context.Context, network string) (map[string]time.Time, error)
-	// SetGone notes that a sweep found node gone at since, or with a zero
-	// since forgets the note (the node is back, or its records are gone).
-	SetGone(ctx context.Context, network, node string, since time.Time) error
+	// Sightings is what earlier sweeps of network noted of the nodes they
+	// found gone, by node.
+	Sightings(ctx context.Context, network string) (map[string]Sighting, error)
+	// NoteGone notes that a sweep found node gone, first now, and that
+	// grace must pass before a later sweep may release its records.
+	NoteGone(ctx context.Context, network, node string, grace time.Duration) error
+	// ForgetGone forgets the note (the node is back, or its records are
+	// gone).
+	ForgetGone(ctx context.Context, network, node string) error
+}
+
+// Sighting is what a sweep noted of a node it found gone.
+type Sighting struct {
+	// Since is when, by the noting sweep's clock: for reports only.
+	Since time.Time
+	Grace time.Duration
+	// Passed says the grace has passed since, by the store's clock (an
+	// etcd lease of the grace), never a machine's wall clock: a sweeper
+	// whose clock runs ahead cannot shorten it.
+	Passed bool
 }
 
 // Without is qs less those in drop.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
@@ -46,6 +47,29 @@ func TestCNIBuildHandsCallsOverEtcdToSafeIPAMEtcd(t *testing.T) {
 	if n := records(t, server); n != 0 {
 		t.Errorf("%d records in etcd after the refused ADD, want 0", n)
 	}
+
+	// Issue 41, item 2.10: a lean build under the etcd build's name, as a
+	// copy or as the very file (a hard link), fails at once, naming it.
+	for _, place := range []func(from, to string){func(from, to string) { copyFile(t, from, to) }, func(from, to string) {
+		if err := os.Link(from, to); err != nil {
+			t.Fatal(err)
+		}
+	}} {
+		misplaced := t.TempDir()
+		copyFile(t, filepath.Join(binDir, "safe-ipam"), filepath.Join(misplaced, "safe-ipam"))
+		place(filepath.Join(misplaced, "safe-ipam"), filepath.Join(misplaced, about.EtcdBinary))
+		done := make(chan outcome, 1)
+		go func() { done <- call(misplaced, "ADD", etcdConf) }()
+		select {
+		case out := <-done:
+			if code, msg := cniError(t, out); code != 50 || !strings.Contains(msg, filepath.Join(misplaced, about.EtcdBinary)) {
+				t.Errorf("ADD over etcd with a lean build as %s: %d %q; want 50 naming the file", about.EtcdBinary, code, msg)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("ADD over etcd with a lean build as %s still runs after 20s: it hands the call to itself", about.EtcdBinary)
+		}
+	}
+	assertNothingAllocated(t, etcdConf)
 
 	if out := call(alone, "ADD", fileConf); out.err != nil {
 		t.Errorf("ADD over the file store without %s: %v, %s", about.EtcdBinary, out.err, out.stdout)

@@ -158,15 +158,15 @@ func TestOneProcessLeadsTheSweeps(t *testing.T) {
 		s    *Store
 		want string
 	}{{a, "node-a"}, {b, "node-a"}, {a, "node-a"}, {b, "node-a"}} {
-		if got, err := tc.s.Lead(context.Background(), "net1", time.Minute); err != nil || got != tc.want {
+		if got, err := tc.s.Lead(context.Background(), "net1", time.Minute, true); err != nil || got != tc.want {
 			t.Fatalf("Lead of %s = %q, %v; want %q", tc.s.node, got, err, tc.want)
 		}
 	}
-	if got, err := b.Lead(context.Background(), "net2", time.Minute); err != nil || got != "node-b" {
+	if got, err := b.Lead(context.Background(), "net2", time.Minute, true); err != nil || got != "node-b" {
 		t.Fatalf("Lead of another network = %q, %v; want node-b", got, err)
 	}
 	a.Close()
-	if got, err := b.Lead(context.Background(), "net1", time.Minute); err != nil || got != "node-b" {
+	if got, err := b.Lead(context.Background(), "net1", time.Minute, true); err != nil || got != "node-b" {
 		t.Fatalf("Lead once the leader closed = %q, %v; want node-b", got, err)
 	}
 }

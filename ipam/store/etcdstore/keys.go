@@ -206,3 +206,7 @@ func leaderPrefix(prefix, network string) string { return sweepsPrefix(prefix, n
 
 // gonePrefix holds the nodes sweeps of network found gone.
 func gonePrefix(prefix, network string) string { return sweepsPrefix(prefix, network) + "gone/" }
+
+// gracePrefix holds, for each node noted gone, a key tied to a lease of
+// the sweep's grace: gone once the grace has passed.
+func gracePrefix(prefix, network string) string { return sweepsPrefix(prefix, network) + "grace/" }

@@ -2,8 +2,10 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -32,7 +34,7 @@ type leads struct {
 const campaignWait = 3 * time.Second
 
 // Lead implements store.Sweeps.
-func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration) (string, error) {
+func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration, campaign bool) (string, error) {
 	s.leads.mu.Lock()
 	defer s.leads.mu.Unlock()
 	if sess := s.leads.sessions[network]; sess != nil {
@@ -46,12 +48,9 @@ func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration) (st
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+campaignWait)
 	defer cancel()
 	pfx := leaderPrefix(s.prefix, network)
-	resp, err := s.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
-	if err != nil {
-		return "", fmt.Errorf("%w: reading who sweeps %s: %v", store.ErrUnavailable, network, err)
-	}
-	if len(resp.Kvs) > 0 {
-		return string(resp.Kvs[0].Value), nil
+	leader, err := s.leader(ctx, pfx)
+	if err != nil || leader != "" || !campaign {
+		return leader, err
 	}
 	sess, err := concurrency.NewSession(s.client, concurrency.WithTTL(max(int(ttl.Seconds()), 5)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
@@ -71,6 +70,34 @@ func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration) (st
 	}
 	s.leads.sessions[network] = sess
 	return s.node, nil
+}
+
+// leader is the candidate under pfx that leads: the oldest key whose lease
+// lives ("" when none). A key without a live lease (written by hand, or
+// restored without its lease) leads nobody, and would keep every
+// campaign waiting behind it for ever: it is deleted, unless it changed
+// since it was read.
+func (s *Store) leader(ctx context.Context, pfx string) (string, error) {
+	resp, err := s.client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	if err != nil {
+		return "", fmt.Errorf("%w: reading who sweeps: %v", store.ErrUnavailable, err)
+	}
+	for _, kv := range resp.Kvs {
+		if kv.Lease != 0 {
+			ttl, err := s.client.TimeToLive(ctx, clientv3.LeaseID(kv.Lease))
+			if err != nil {
+				return "", fmt.Errorf("%w: reading the sweeper's lease: %v", store.ErrUnavailable, err)
+			}
+			if ttl.TTL > 0 {
+				return string(kv.Value), nil
+			}
+		}
+		key := string(kv.Key)
+		if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
+			return "", fmt.Errorf("%w: deleting a sweeper's key without a live lease: %v", store.ErrUnavailable, err)
+		}
+	}
+	return "", nil
 }
 
 // resign gives up every lead, revoking its lease: the next candidate
@@ -107,39 +134,78 @@ func (s *Store) RecordCounts(ctx context.Context, network string) (map[string]in
 // keysPage bounds one page of keys alone: some 100 bytes each.
 const keysPage = 10000
 
-// GoneSince implements store.Sweeps.
-func (s *Store) GoneSince(ctx context.Context, network string) (map[string]time.Time, error) {
+// A sweep's note that a node is gone is two keys: the note, with when
+// and the grace, and a key tied to an etcd lease of the grace. The grace
+// has passed once etcd expired that lease: the store's clock, not the
+// noting machine's, which may run ahead.
+type goneNote struct {
+	Since time.Time `json:"since"`
+	Grace string    `json:"grace"`
+}
+
+// Sightings implements store.Sweeps: the notes and the grace keys, at one
+// revision.
+func (s *Store) Sightings(ctx context.Context, network string) (map[string]store.Sighting, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	pfx := gonePrefix(s.prefix, network)
-	resp, err := s.client.Get(ctx, pfx, clientv3.WithPrefix())
+	notes, waiting := gonePrefix(s.prefix, network), gracePrefix(s.prefix, network)
+	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(notes, clientv3.WithPrefix()), clientv3.OpGet(waiting, clientv3.WithPrefix(), clientv3.WithKeysOnly())).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the nodes sweeps of %s found gone: %v", store.ErrUnavailable, network, err)
 	}
-	out := map[string]time.Time{}
-	for _, kv := range resp.Kvs {
-		since, err := time.Parse(time.RFC3339, string(kv.Value))
-		if err != nil {
-			since = time.Now() // an unreadable note counts as a first sighting: it delays, never hastens
+	inGrace := map[string]bool{}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		inGrace[string(kv.Key[len(waiting):])] = true
+	}
+	out := map[string]store.Sighting{}
+	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+		var n goneNote
+		var grace time.Duration
+		err := json.Unmarshal(kv.Value, &n)
+		if err == nil {
+			grace, err = time.ParseDuration(n.Grace)
 		}
-		out[string(kv.Key[len(pfx):])] = since
+		if err != nil {
+			// An older release's note (its writer's wall clock), or an
+			// unreadable one: not a sighting. The next sweep notes the node
+			// again, on the store's clock: it delays, never hastens.
+			continue
+		}
+		node := string(kv.Key[len(notes):])
+		out[node] = store.Sighting{Since: n.Since, Grace: grace, Passed: !inGrace[node]}
 	}
 	return out, nil
 }
 
-// SetGone implements store.Sweeps.
-func (s *Store) SetGone(ctx context.Context, network, node string, since time.Time) error {
+// NoteGone implements store.Sweeps.
+func (s *Store) NoteGone(ctx context.Context, network, node string, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	key := gonePrefix(s.prefix, network) + node
-	var err error
-	if since.IsZero() {
-		_, err = s.client.Delete(ctx, key)
-	} else {
-		_, err = s.client.Put(ctx, key, since.UTC().Format(time.RFC3339))
-	}
+	note, err := json.Marshal(goneNote{Since: time.Now().UTC(), Grace: grace.String()})
 	if err != nil {
+		return err
+	}
+	ops := []clientv3.Op{clientv3.OpPut(gonePrefix(s.prefix, network)+node, string(note))}
+	if grace > 0 {
+		lease, err := s.client.Grant(ctx, int64(math.Ceil(grace.Seconds())))
+		if err != nil {
+			return fmt.Errorf("%w: a lease for node %s's grace: %v", store.ErrUnavailable, node, err)
+		}
+		ops = append(ops, clientv3.OpPut(gracePrefix(s.prefix, network)+node, "", clientv3.WithLease(lease.ID)))
+	}
+	if _, err := s.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		return fmt.Errorf("%w: noting node %s of %s gone: %v", store.ErrUnavailable, node, network, err)
+	}
+	return nil
+}
+
+// ForgetGone implements store.Sweeps.
+func (s *Store) ForgetGone(ctx context.Context, network, node string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	_, err := s.client.Txn(ctx).Then(clientv3.OpDelete(gonePrefix(s.prefix, network)+node), clientv3.OpDelete(gracePrefix(s.prefix, network)+node)).Commit()
+	if err != nil {
+		return fmt.Errorf("%w: forgetting that node %s of %s is gone: %v", store.ErrUnavailable, node, network, err)
 	}
 	return nil
 }

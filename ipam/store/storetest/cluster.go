@@ -98,25 +98,35 @@ func sweeps(t *testing.T, s store.Cluster) {
 	if err != nil || len(counts) != 2 || counts["node1"] != 1 || counts["node2"] != 2 {
 		t.Errorf("RecordCounts(net1) = %v, %v; want node1 1, node2 2", counts, err)
 	}
-	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := s.SetGone(ctx, "net1", "node2", since); err != nil {
+	if err := s.NoteGone(ctx, "net1", "node2", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetGone(ctx, "net1", "node4", since); err != nil {
+	if err := s.NoteGone(ctx, "net1", "node4", 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetGone(ctx, "net1", "node4", time.Time{}); err != nil {
+	if err := s.NoteGone(ctx, "net1", "node5", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	gone, err := s.GoneSince(ctx, "net1")
-	if err != nil || len(gone) != 1 || !gone["node2"].Equal(since) {
-		t.Errorf("GoneSince(net1) = %v, %v; want node2 since %v alone", gone, err, since)
+	if err := s.ForgetGone(ctx, "net1", "node5"); err != nil {
+		t.Fatal(err)
 	}
-	if other, err := s.GoneSince(ctx, "net2"); err != nil || len(other) != 0 {
-		t.Errorf("GoneSince(net2) = %v, %v; want none", other, err)
+	seen, err := s.Sightings(ctx, "net1")
+	switch {
+	case err != nil || len(seen) != 2:
+		t.Errorf("Sightings(net1) = %v, %v; want node2 and node4", seen, err)
+	case seen["node2"].Passed || seen["node2"].Grace != time.Hour:
+		t.Errorf("node2's sighting = %+v: its hour of grace has not passed", seen["node2"])
+	case !seen["node4"].Passed:
+		t.Errorf("node4's sighting = %+v: no grace, so passed", seen["node4"])
+	}
+	if other, err := s.Sightings(ctx, "net2"); err != nil || len(other) != 0 {
+		t.Errorf("Sightings(net2) = %v, %v; want none", other, err)
+	}
+	if leader, err := s.Lead(ctx, "net1", time.Minute, false); err != nil || leader != "" {
+		t.Errorf("Lead(net1) without campaigning, nobody leading = %q, %v; want nobody", leader, err)
 	}
 	for range 2 {
-		if leader, err := s.Lead(ctx, "net1", time.Minute); err != nil || leader != "node1" {
+		if leader, err := s.Lead(ctx, "net1", time.Minute, true); err != nil || leader != "node1" {
 			t.Errorf("Lead(net1) of the only candidate = %q, %v; want node1", leader, err)
 		}
 	}

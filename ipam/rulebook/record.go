@@ -1,0 +1,176 @@
+package rulebook
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/record"
+)
+
+// Witness is what a path knows besides the records it judges: the
+// witnesses of what runs, the store's kind, the clock and the grace.
+type Witness struct {
+	// Node is the node whose records are judged, for a record that does
+	// not name its node (an older safe-ipam's); "" uses the record's.
+	Node string
+	// Shared says the store holds more than one machine's records (etcd,
+	// keyed by Calico node name, which two machines may share: a stale
+	// nodename). A file store is one machine's, whatever its host name
+	// says now: a host rename keeps its records its own.
+	Shared bool
+	// The witnesses: a listing of what runs, or the records' node's death.
+	// With neither, nothing is released.
+	Listing *Listing
+	Death   *Death
+	Now     time.Time
+	// Grace is the config's gcGracePeriod.
+	Grace time.Duration
+	// Forget: the record goes without a DEL (repair); only a committed
+	// record may, since a pending or releasing one is an ADD or DEL at
+	// work, which settles it.
+	Forget bool
+	// OwnerRuns says whether the process a record names still runs; nil
+	// asks the record (record.Owner.Alive).
+	OwnerRuns func(*record.Owner) bool
+}
+
+// Judge judges rec on w's evidence (Record).
+func (w Witness) Judge(rec *record.Record) Verdict {
+	return Record(RecordCase{Witness: w, Record: rec})
+}
+
+// RecordCase is what a path knows of one record when it would release it
+// (mark, delegate DEL, forget: GC, gc, the sweep, a dead holder) or
+// forget it without a DEL (repair's orphan records).
+type RecordCase struct {
+	Witness
+	Record *record.Record
+}
+
+// Record judges one record. The rules, in order (docs/design.md, "The
+// rulebook"):
+//
+//	R1 no witness                                     keep
+//	R2 a death witness, the record names no node      keep (damaged)
+//	R3 a listing that does not cover the record's node keep
+//	R4 a listing of pods                              keep (no container is proven gone)
+//	R5 a machine's listing, a shared store, a record
+//	   another machine wrote                          keep (a stale nodename)
+//	R6 the listing lists the attachment               keep
+//	R7 pending, and its ADD's process runs            keep
+//	R8 pending for less than gcGracePeriod            keep
+//	R9 a listing that lags, written < gcGracePeriod   keep
+//	R10 the node is not proven gone (Death.Gone)      keep
+//	R11 forget, and the record is not committed       keep
+//	otherwise                                         release
+func Record(c RecordCase) Verdict {
+	rec, l := c.Record, c.Listing
+	switch {
+	case l == nil && c.Death == nil:
+		return keep("no witness says what runs: an unknown set of running pods never means none run")
+	case l == nil && rec.Node == "":
+		return keep("damaged (it does not decode), so it names no node and no node's death is evidence against it; its own node's DEL or GC releases it")
+	case l != nil && !l.Covers(c.node()):
+		return keep("%s speaks for node %q, not the record's node %q", l.Source, l.Node, c.node())
+	case l != nil && l.Names == Pods:
+		return keep("%s names pods, not containers: it cannot prove a container gone", l.Source)
+	case l != nil && c.otherHost():
+		return keep("written by host %s under this node's Calico name: a stale nodename? %s reads host %s's runtime only", rec.Host, l.Source, l.Host)
+	case l != nil && l.listsAttachment(rec.ContainerID, rec.IfName):
+		return keep("listed as running")
+	case rec.State == record.Pending && c.ownerRuns(rec.Owner):
+		return keep("pending: the ADD that wrote it still runs")
+	case rec.State == record.Pending && c.Now.Sub(rec.Created) < c.Grace:
+		return keep("pending for less than gcGracePeriod (%s): an ADD in flight", c.Grace)
+	case l != nil && l.Lags && c.Now.Sub(LastWritten(rec)) < c.Grace:
+		return keep("written less than gcGracePeriod (%s) ago: its sandbox may not be listed yet", c.Grace)
+	}
+	if l == nil {
+		if gone, why := c.Death.Gone(rec.Node); !gone {
+			return keep("%s", why)
+		}
+	}
+	if c.Forget && rec.State != record.Committed {
+		return keep("a %s record is a DEL or ADD at work: its DEL, ADD or GC settles it", rec.State)
+	}
+	if l == nil {
+		return release("node %s is gone: Calico has no Node %s", rec.Node, rec.Node)
+	}
+	return release("not listed by %s", l.Source)
+}
+
+func (c RecordCase) node() string {
+	if c.Record.Node != "" {
+		return c.Record.Node
+	}
+	return c.Node
+}
+
+// otherHost: the listing reads one machine's runtime, the store holds
+// several machines' records, and another machine wrote this one. A
+// record without a host (an older safe-ipam's) is judged as before.
+func (c RecordCase) otherHost() bool {
+	h := c.Record.Host
+	return c.Shared && c.Listing.Host != "" && h != "" && h != c.Listing.Host
+}
+
+func (c RecordCase) ownerRuns(o *record.Owner) bool {
+	if c.OwnerRuns != nil {
+		return c.OwnerRuns(o)
+	}
+	return o.Alive()
+}
+
+// LastWritten is when rec was created or last changed.
+func LastWritten(rec *record.Record) time.Time {
+	if rec.Updated.After(rec.Created) {
+		return rec.Updated
+	}
+	return rec.Created
+}
+
+// OtherHosts are the hosts other than the listing's that wrote some of
+// recs in a shared store: machines sharing this node's Calico name, whose
+// records every collection keeps.
+func OtherHosts(l *Listing, shared bool, recs []*record.Record) []string {
+	var hosts []string
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		c := RecordCase{Witness: Witness{Listing: l, Shared: shared}, Record: rec}
+		if l != nil && c.otherHost() && !seen[rec.Host] {
+			seen[rec.Host] = true
+			hosts = append(hosts, rec.Host)
+		}
+	}
+	return hosts
+}
+
+// TrustListing says why a listing is no evidence for recs at all (""
+// when it is): it speaks for another node, names no containers, or lists
+// nothing while records it would judge exist (a runtime that lost its
+// state, or a wrongly mounted socket, looks empty: incident 003). Records
+// another machine wrote are not judged by it, so they do not count.
+func TrustListing(l *Listing, node string, shared bool, recs []*record.Record) string {
+	switch {
+	case l == nil:
+		return "no witness says what runs"
+	case !l.Covers(node):
+		return fmt.Sprintf("%s speaks for node %q, not %q", l.Source, l.Node, node)
+	case l.Names == Pods:
+		return fmt.Sprintf("%s names pods, not containers: it cannot prove a container gone", l.Source)
+	}
+	if l.Entries > 0 || l.SaysNone {
+		return ""
+	}
+	judged := 0
+	for _, rec := range recs {
+		if !(RecordCase{Witness: Witness{Listing: l, Shared: shared}, Record: rec}).otherHost() {
+			judged++
+		}
+	}
+	if judged == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s lists nothing running while node %s has %d records it would judge; an empty answer is not taken for \"nothing runs\" (a runtime that lost its state, or a wrongly mounted socket or directory, looks the same)",
+		l.Source, node, judged)
+}
