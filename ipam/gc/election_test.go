@@ -1,0 +1,145 @@
+package gc_test
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/gc"
+)
+
+// Issue 41, item 2.7: a Nodes listing that lacks this very node, or most
+// of the nodes with records at once (an empty one, twice: a wrong prefix,
+// a datastore restored from an old backup), releases nothing and notes
+// nothing; the sweep fails and says why, and the metric says it too.
+func TestDeadNodesRefusesAMassGoneListing(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		known []string
+		want  string
+	}{
+		{"an empty listing", nil, "lack this very node"},
+		{"this node alone of three", []string{"node2"}, "lack 2 of the 3 nodes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newDeadNodesWorld(t)
+			for _, n := range tt.known {
+				w.calicoNode(t, n)
+			}
+			conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+			for sweep := 1; sweep <= 2; sweep++ {
+				code, out := w.gc(t, conf, "--apply")
+				if code != admin.ExitError || len(w.records(t)) != 3 || calls(t, w.bin) != nil || !strings.Contains(out, tt.want) {
+					t.Fatalf("sweep %d: exit %d, records %v, calls %v; want exit 2, nothing released, saying %q\n%s", sweep, code, w.records(t), calls(t, w.bin), tt.want, out)
+				}
+			}
+			if notes, _ := w.etcd.Dump(config.DefaultEtcdPrefix + "/sweeps/k8s-pod-network/gone/"); len(notes) != 1 {
+				t.Errorf("notes after refused sweeps: %v; want node1's from before alone", notes)
+			}
+			addr := freeAddr(t)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan int, 1)
+			go func() {
+				var out bytes.Buffer
+				done <- gc.RunContext(ctx, []string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--apply", "--every", "50ms", "--metrics-addr", addr}, &out, &out)
+			}()
+			defer func() { cancel(); <-done }()
+			deadline := time.Now().Add(10 * time.Second)
+			for metric(t, addr, "safe_ipam_gc_dead_node_sweep_refused") != "1" {
+				if time.Now().After(deadline) {
+					t.Fatalf("safe_ipam_gc_dead_node_sweep_refused = %q; want 1", metric(t, addr, "safe_ipam_gc_dead_node_sweep_refused"))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// Issue 41, item 2.6: leading means sweeping successfully. A dry-run loop
+// writes nothing, so it never campaigns (it would win and never sweep);
+// a leader whose sweeps fail gives its lead up; a leader's key without a
+// live lease is nobody's lead.
+func TestSweepElection(t *testing.T) {
+	leaderKeys := func(w *deadNodesWorld) int {
+		keys, err := w.etcd.Dump(config.DefaultEtcdPrefix + "/sweeps/k8s-pod-network/leader/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(keys)
+	}
+	loop := func(w *deadNodesWorld, conf string, rounds time.Duration, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), rounds)
+		defer cancel()
+		var out bytes.Buffer
+		gc.RunContext(ctx, append([]string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--every", "100ms"}, args...), &out, &out)
+		return out.String()
+	}
+	t.Run("a dry run never campaigns", func(t *testing.T) {
+		w := newDeadNodesWorld(t)
+		w.calicoNode(t, "node2")
+		w.calicoNode(t, "node3")
+		conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var out bytes.Buffer
+		done := make(chan struct{})
+		go func() {
+			gc.RunContext(ctx, []string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--every", "100ms"}, &out, &out)
+			close(done)
+		}()
+		time.Sleep(time.Second)
+		if n := leaderKeys(w); n != 0 {
+			t.Errorf("a dry-run loop holds %d leader key(s); want none", n)
+		}
+		<-done
+		if !strings.Contains(out.String(), "would release") || strings.Contains(out.String(), "sweeps the records") {
+			t.Errorf("the dry-run loop did not sweep read-only while nobody leads:\n%s", out.String())
+		}
+		if len(w.records(t)) != 3 {
+			t.Errorf("a dry run released: %v", w.records(t))
+		}
+	})
+	t.Run("a leader whose sweeps fail resigns", func(t *testing.T) {
+		w := newDeadNodesWorld(t)
+		// Calico's datastore unreachable: every sweep fails.
+		conf := w.conf(t, `"etcd_endpoints":"http://127.0.0.1:9"`)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			var out bytes.Buffer
+			gc.RunContext(ctx, []string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--apply", "--every", "200ms", "--timeout", "2s"}, &out, &out)
+			close(done)
+		}()
+		defer func() { cancel(); <-done }()
+		held, freed := false, false
+		for !freed && ctx.Err() == nil {
+			n := leaderKeys(w)
+			held, freed = held || n > 0, held && n == 0
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !freed {
+			t.Errorf("the failing leader kept its lead (ever held it: %v)", held)
+		}
+	})
+	t.Run("a leader key without a live lease leads nobody", func(t *testing.T) {
+		w := newDeadNodesWorld(t)
+		w.calicoNode(t, "node2")
+		w.calicoNode(t, "node3")
+		conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+		key := config.DefaultEtcdPrefix + "/sweeps/k8s-pod-network/leader/stale"
+		if _, err := w.etcd.Client().Put(context.Background(), key, "node9", clientv3.WithPrevKV()); err != nil {
+			t.Fatal(err)
+		}
+		out := loop(w, conf, 5*time.Second, "--apply")
+		if strings.Contains(out, "node9 sweeps") || !strings.Contains(out, "node node1 is gone") {
+			t.Errorf("a leaseless leader key was obeyed, or node2 never swept:\n%s", out)
+		}
+	})
+}
