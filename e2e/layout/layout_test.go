@@ -259,3 +259,43 @@ func TestTopLevelIsTheSpecifiedOne(t *testing.T) {
 		}
 	}
 }
+
+// Issue 41: whether a record, handle or allocation may be released or
+// forgotten is decided in one place, ipam/rulebook. Every product file
+// that releases or forgets (guard.Collect, guard.Forget, a repair's
+// release or forget action, the records' Forget) asks it there: it names
+// the rulebook, or acts only on the audit's Releasable, the rulebook's
+// verdict. A new path that releases without asking fails here.
+func TestReleasesAskTheRulebook(t *testing.T) {
+	root := moduleRoot(t)
+	// Spelled in pieces, so that this file does not match itself.
+	calls := []string{".Collect" + "(ctx", "Guard.Forget" + "(ctx", "Records.Forget" + "(ctx", "Kind: " + "ReleaseHandle", "Kind: " + "ForgetRecord"}
+	found := 0
+	for _, dir := range []string{"ipam", "plugin"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for _, c := range calls {
+				if !bytes.Contains(b, []byte(c)) {
+					continue
+				}
+				found++
+				if !bytes.Contains(b, []byte("rulebook.")) && !bytes.Contains(b, []byte(".Releasable")) {
+					t.Errorf("%s releases or forgets (%s) without asking the rulebook: judge through rulebook (a Witness, Handle, UninstallQuarantines) or act on its verdict", rel(path), c)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if found < 6 {
+		t.Errorf("found %d release or forget calls; the product has more (did a name change?)", found)
+	}
+}

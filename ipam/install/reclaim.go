@@ -14,6 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 // A quarantine exists because Calico handed a running pod's address (its
@@ -69,7 +70,7 @@ func (r *Reclaimer) Close() {
 // holder is taken to run (fail closed), and its quarantined addresses are
 // re-claimed for it.
 func (r *Reclaimer) FateOf(rec *record.Record) guard.QuarantineFate {
-	if rec.State == record.Releasing {
+	if rulebook.UninstallQuarantines(rec, false).Release {
 		return nil
 	}
 	return r.Fate

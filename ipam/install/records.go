@@ -21,6 +21,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
@@ -192,7 +193,7 @@ type quarantineFates struct {
 // addresses are re-claimed for it, released only when release says so.
 func (q *quarantineFates) fate(rec *record.Record, release bool) guard.QuarantineFate {
 	q.count(rec, release)
-	if release {
+	if rulebook.UninstallQuarantines(rec, release).Release {
 		return nil
 	}
 	return q.reclaimer.FateOf(rec)
@@ -201,7 +202,7 @@ func (q *quarantineFates) fate(rec *record.Record, release bool) guard.Quarantin
 func (q *quarantineFates) count(rec *record.Record, release bool) {
 	switch {
 	case len(rec.Quarantined) == 0:
-	case rec.State == record.Releasing:
+	case rulebook.UninstallQuarantines(rec, false).Release:
 		q.released += len(rec.Quarantined)
 	case release:
 		q.released += len(rec.Quarantined)

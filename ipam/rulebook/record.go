@@ -174,3 +174,20 @@ func TrustListing(l *Listing, node string, shared bool, recs []*record.Record) s
 	return fmt.Sprintf("%s lists nothing running while node %s has %d records it would judge; an empty answer is not taken for \"nothing runs\" (a runtime that lost its state, or a wrongly mounted socket or directory, looks the same)",
 		l.Source, node, judged)
 }
+
+// UninstallQuarantines judges the quarantines of holder when uninstall
+// forgets it (no DEL of safe-ipam will come for them): they may be
+// released only when holder's DEL or GC had begun (releasing), which would
+// have released them, or when the operator says so (--release-quarantines).
+// Any other holder is taken to run (fail closed: a committed record is no
+// evidence its pod is gone), so its quarantined addresses stay allocated,
+// re-claimed for it.
+func UninstallQuarantines(holder *record.Record, operatorSays bool) Verdict {
+	switch {
+	case holder.State == record.Releasing:
+		return release("the DEL or GC of %s had begun: released as that DEL would have", holder.Attachment)
+	case operatorSays:
+		return release("--release-quarantines: released on the operator's word, although %s is taken to run", holder.Attachment)
+	}
+	return keep("%s is taken to run (a %s record): its quarantined addresses stay allocated, re-claimed for it", holder.Attachment, holder.State)
+}
