@@ -585,9 +585,13 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 	}
 	// Two sweeps, as the DaemonSet's loop makes: the first finds a dead
 	// node gone, the second releases its records (no grace here: the
-	// periods are the script's steps).
+	// periods are the script's steps). A sighting is the first alone.
+	sweeps := 2
+	if call.Verb == DeadNodesSighting {
+		sweeps = 1
+	}
 	var out Outcome
-	for range 2 {
+	for range sweeps {
 		out, err = c.runAdmin(ctx, call, "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--apply")
 		if err != nil || !out.OK() {
 			break

@@ -37,6 +37,11 @@ const (
 	// DeadNodesGC is the DaemonSet's `safe-ipam gc --dead-nodes --apply`
 	// on Node.
 	DeadNodesGC Verb = "GC-DEAD-NODES"
+	// DeadNodesSighting is one sweep of `safe-ipam gc --dead-nodes --apply`
+	// on Node, with no grace: it notes the nodes it finds gone, and
+	// releases none of their records yet (the rulebook needs two
+	// sightings); an ADD given a dead holder's address may settle it then.
+	DeadNodesSighting Verb = "GC-DEAD-NODES-SIGHTING"
 	// Uninstall is `safe-ipam uninstall` on Node: its records are
 	// forgotten and their quarantines released (guard.Forget, as uninstall
 	// does), and its calls go to calico-ipam alone until Reinstall.
@@ -155,7 +160,7 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.releaseInCalico(ctx, call.Att)
 	case call.Verb == NodeDeath:
 		return Outcome{}, c.kill(ctx, call.Node)
-	case call.Verb == DeadNodesGC:
+	case call.Verb == DeadNodesGC, call.Verb == DeadNodesSighting:
 		return c.deadNodesGC(ctx, call)
 	case call.Verb == UninstallRead:
 		return Outcome{}, c.readForUninstall(ctx, call.Node)

@@ -123,13 +123,16 @@ type Model struct {
 	// succeeded since (no new record of a dead node can appear).
 	dead          map[string]bool
 	deadCollected bool
+	// sighted are the dead nodes a sweep of gc --dead-nodes found gone
+	// (the rulebook's first sighting, which an ADD's own read completes).
+	sighted map[string]bool
 	// uninstalled are the nodes where calico-ipam runs alone.
 	uninstalled map[string]bool
 }
 
 // NewModel starts a history's model.
 func NewModel(s Setup) *Model {
-	return &Model{Setup: s, current: map[string]*Attachment{}, dead: map[string]bool{}, uninstalled: map[string]bool{}}
+	return &Model{Setup: s, current: map[string]*Attachment{}, dead: map[string]bool{}, sighted: map[string]bool{}, uninstalled: map[string]bool{}}
 }
 
 // Incarnate makes a new sandbox for pod on node; the pod's previous
@@ -200,6 +203,9 @@ func (m *Model) Apply(call Call, out Outcome) {
 		m.deadCollected = false
 	case DeadNodesGC:
 		m.deadCollected = m.deadCollected || out.OK()
+		m.sight(out)
+	case DeadNodesSighting:
+		m.sight(out)
 	case Uninstall:
 		m.uninstalled[call.Node] = true
 		for _, a := range m.Atts {
@@ -232,6 +238,17 @@ func (m *Model) Apply(call Call, out Outcome) {
 				a.State = Deleted
 			}
 		}
+	}
+}
+
+// sight notes, after a sweep that succeeded, that every dead node was
+// found gone.
+func (m *Model) sight(out Outcome) {
+	if !out.OK() {
+		return
+	}
+	for node := range m.dead {
+		m.sighted[node] = true
 	}
 }
 
@@ -290,14 +307,17 @@ func (m *Model) needsDeadNodesGC() bool {
 
 // blocked is invariant 4 for one ADD: fencing may fail it only while the
 // holder still runs, or the runtime still owes its DEL or GC. A holder the
-// runtime deleted, or whose node died, blocks for nothing. An outage is
-// left out: a Calico datastore that does not answer is no evidence.
+// runtime deleted blocks for nothing, and so does one whose node died once
+// a sweep of gc --dead-nodes found the node gone: before that, Calico's
+// answer alone is one sighting, which the rulebook never takes for proof
+// (issue 41, item 2.8). An outage is left out: a Calico datastore that
+// does not answer is no evidence.
 func (m *Model) blocked(call Call, out Outcome, outage Outage) (Violation, bool) {
 	if call.Verb != Add || outage != NoOutage {
 		return Violation{}, false
 	}
 	holder := m.fencedBy(out)
-	if holder == nil || (holder.State != Deleted && !holder.Gone) {
+	if holder == nil || (holder.State != Deleted && !(holder.Gone && m.sighted[holder.Node])) {
 		return Violation{}, false
 	}
 	why := "deleted by the runtime"

@@ -427,9 +427,11 @@ const (
 // NodeDeathScript: web-0 runs on node1 with address X; node1 dies, and
 // kube-controllers frees X and node1's block; node2, with no block yet,
 // claims that block and is handed X for web-1. With the etcd store
-// node1's record still holds X: the ADD must settle it (or gc
-// --dead-nodes did first), never fence on it (invariant 4). With a file
-// store node1's records died with it.
+// node1's record still holds X: once a sweep of gc --dead-nodes found
+// node1 gone (the rulebook's two sightings: this one and the ADD's own
+// read), the ADD must settle it, or gc --dead-nodes did first, never
+// fence on it (invariant 4). With a file store node1's records died with
+// it.
 func NodeDeathScript(store StoreKind, settle string) *Script {
 	s := &Script{
 		Name:  fmt.Sprintf("node-death/%s/%s", store, settle),
@@ -437,11 +439,38 @@ func NodeDeathScript(store StoreKind, settle string) *Script {
 	}
 	s.start("web-0", node1, "", Succeeds)
 	s.then(func(*Model) Step { return NodeDeathStep(node1) })
-	if settle == SettleByGC {
+	switch {
+	case settle == SettleByGC:
 		s.then(func(*Model) Step {
 			return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
 		})
+	case store == EtcdStore:
+		s.then(func(*Model) Step {
+			return single(Call{Verb: DeadNodesSighting, Node: "node2"}, Succeeds, "one sweep of the DaemonSet's gc --dead-nodes on node2 finds node1 gone")
+		})
 	}
+	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
+}
+
+// FoundGoneOnceScript (issue 41, item 2.8): as NodeDeathScript, but no
+// sweep has found node1 gone yet when node2's ADD is handed X. One
+// reading that Calico lacks node1's Node is no proof (a node missing from
+// one listing: re-registering, a restored backup): the ADD is fenced
+// (11), as the sweep would keep the record, and its allocation is
+// quarantined with node1's record. The DaemonSet's gc --dead-nodes then
+// finds node1 gone twice and releases the record with the quarantine, and
+// web-1 starts in a new sandbox (invariants 2 and 4).
+func FoundGoneOnceScript() *Script {
+	s := &Script{
+		Name:  "node-death/found-gone-once",
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s.start("web-1", "node2", "", TryAgain)
+	s.then(func(*Model) Step {
+		return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
+	})
 	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
 }
 
@@ -573,6 +602,7 @@ func LifecycleScripts() []func() *Script {
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) },
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
 		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
+		FoundGoneOnceScript,
 		ComebackScript,
 	}
 }

@@ -40,9 +40,10 @@ does, a node's records go only once two sweeps found it gone, the later at
 least --dead-node-grace after the first by etcd's clock (the sweeps note it
 in the store, with a lease of the grace). A datastore that does not answer
 releases nothing, and so does a Nodes listing that lacks this very node or
-more than --dead-node-max-share of the nodes with records at once (a wrong
-prefix or endpoint, a datastore restored from an old backup): the round
-fails, says why, and sets the metric safe_ipam_gc_dead_node_sweep_refused.
+more than --dead-node-max-share of the nodes known (listed, or holding
+records) at once (a wrong prefix or endpoint, a datastore restored from an
+old backup): the round fails, says why, and sets the metric
+safe_ipam_gc_dead_node_sweep_refused.
 Records are cluster-wide only in the etcd store. With --every and --apply,
 the gc of one node per cluster sweeps: the nodes elect it in the store
 (etcd's election, under the store's prefix); the others only ask who
@@ -110,7 +111,7 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know (with --every, on the one node elected to)")
 	fs.DurationVar(&r.deadGrace, "dead-node-grace", DefaultDeadNodeGrace, "release a gone node's records on a sweep at least `DURATION` after the sweep that first found it gone")
-	fs.Float64Var(&r.maxGoneShare, "dead-node-max-share", rulebook.DefaultMaxGoneShare, "release nothing when Calico's Nodes lack more than this `FRACTION` of the nodes with records at once")
+	fs.Float64Var(&r.maxGoneShare, "dead-node-max-share", rulebook.DefaultMaxGoneShare, "release nothing when Calico's Nodes lack more than this `FRACTION` of the nodes known (listed, or holding records) at once")
 	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	return r
 }

@@ -25,7 +25,7 @@ func TestDeadNodesRefusesAMassGoneListing(t *testing.T) {
 		want  string
 	}{
 		{"an empty listing", nil, "lack this very node"},
-		{"this node alone of three", []string{"node2"}, "lack 2 of the 3 nodes"},
+		{"this node alone of three", []string{"node2"}, "lack 2 of the 3 nodes known"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newDeadNodesWorld(t)

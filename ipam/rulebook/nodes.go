@@ -6,8 +6,9 @@ import (
 	"strings"
 )
 
-// DefaultMaxGoneShare is the share of the nodes that hold records above
-// which a sweep releases nothing: like the Kubernetes node lifecycle
+// DefaultMaxGoneShare is the share of the nodes known (listed by Calico,
+// or holding records) that may be gone at once; above it a sweep releases
+// nothing: like the Kubernetes node lifecycle
 // controller's unhealthy-zone threshold, a listing that suddenly lacks
 // many nodes is more likely the observer's fault (a wrong prefix, a
 // datastore restored from an old backup, a misconfigured endpoint) than
@@ -23,15 +24,16 @@ type NodesListing struct {
 	Known map[string]bool
 	// Recorded are the nodes that hold records of the network.
 	Recorded []string
-	// MaxGoneShare is the largest share of Recorded that may be gone at
-	// once (DefaultMaxGoneShare when 0).
+	// MaxGoneShare is the largest share of the nodes known (Known and
+	// Recorded together) that may be gone at once (DefaultMaxGoneShare
+	// when 0).
 	MaxGoneShare float64
 }
 
 // TrustNodes says why a Nodes listing is no evidence of any node's death
-// ("" when it is): it lacks the sweeping node itself, or it would have a
-// larger share of the nodes with records gone at once than MaxGoneShare.
-// Then nothing is released, and no node is noted gone.
+// ("" when it is): it lacks the sweeping node itself, or more than
+// MaxGoneShare of the nodes known (listed, or holding records) are gone
+// at once. Then nothing is released, and no node is noted gone.
 func TrustNodes(n NodesListing) string {
 	if !n.Known[n.Self] {
 		return fmt.Sprintf("Calico's Nodes lack this very node %s, which runs: the listing is wrong (a wrong prefix or endpoint, a datastore restored from an old backup), so no node's absence from it is evidence", n.Self)
@@ -46,10 +48,11 @@ func TrustNodes(n NodesListing) string {
 	if share <= 0 {
 		share = DefaultMaxGoneShare
 	}
-	if len(n.Recorded) == 0 || float64(len(gone)) <= share*float64(len(n.Recorded)) {
+	all := len(n.Known) + len(gone)
+	if float64(len(gone)) <= share*float64(all) {
 		return ""
 	}
 	sort.Strings(gone)
-	return fmt.Sprintf("Calico's Nodes lack %d of the %d nodes that hold records (%s), more than the share %.2f that may go at once: more likely a fault of the listing than of the nodes; nothing is released",
-		len(gone), len(n.Recorded), strings.Join(gone, ", "), share)
+	return fmt.Sprintf("Calico's Nodes lack %d of the %d nodes known (listed, or holding records: %s gone), more than the share %.2f that may go at once: more likely a fault of the listing than of the nodes; nothing is released",
+		len(gone), all, strings.Join(gone, ", "), share)
 }

@@ -143,10 +143,12 @@ func TestTrustNodes(t *testing.T) {
 		{"all known", rulebook.NodesListing{Self: "a", Known: known(four...), Recorded: four}, ""},
 		{"one of four gone", rulebook.NodesListing{Self: "a", Known: known("a", "b", "c"), Recorded: four}, ""},
 		{"two of four gone: the share, not more", rulebook.NodesListing{Self: "a", Known: known("a", "b"), Recorded: four}, ""},
-		{"three of four gone", rulebook.NodesListing{Self: "a", Known: known("a"), Recorded: four}, "lack 3 of the 4"},
+		{"three of four gone", rulebook.NodesListing{Self: "a", Known: known("a"), Recorded: four}, "lack 3 of the 4 nodes known"},
 		{"an empty listing", rulebook.NodesListing{Self: "a", Known: known(), Recorded: four}, "lack this very node"},
 		{"a listing without this node", rulebook.NodesListing{Self: "a", Known: known("b", "c", "d"), Recorded: four}, "lack this very node"},
 		{"a share set higher", rulebook.NodesListing{Self: "a", Known: known("a"), Recorded: four, MaxGoneShare: 0.8}, ""},
+		{"the only node with records gone, one known", rulebook.NodesListing{Self: "a", Known: known("a"), Recorded: []string{"b"}}, ""},
+		{"nodes without records count", rulebook.NodesListing{Self: "a", Known: known("a", "x", "y"), Recorded: []string{"b", "c"}}, ""},
 	}
 	for _, tt := range tests {
 		if got := rulebook.TrustNodes(tt.n); (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
