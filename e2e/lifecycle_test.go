@@ -460,3 +460,45 @@ func (n *calicoNode) setIPAM(t *testing.T, key string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// Issue 41, item 2.3: in pod mode (delegateHandles: pod) safe-ipam has a
+// Calico 2.x calico-ipam key each pod's addresses by container, and Calico
+// 2.x's DEL releases namespace.podname only. Uninstall must leave Calico's
+// data in the form Calico alone frees on the pod's DEL: the running pod's
+// address goes under its pod-name handle, so that its DEL through Calico
+// alone, once safe-ipam is gone, frees it, and nothing is left.
+func TestUninstallInPodModeLeavesWhatCalicoFrees(t *testing.T) {
+	ctx := testContext(t)
+	c := newCluster(t, "uipod")
+	dumpOnFailure(t, c)
+	if err := c.Seed(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	n := newCalicoNode(t, c)
+	n.runner.Generation = testbed.Legacy
+	n.setIPAM(t, "delegateHandles", "pod")
+	n.admin(t, 0, "install")
+	p := podSandbox(t, ctx, c, "p")
+	x := n.add(t, ctx, p)
+	out := n.admin(t, 0, "uninstall")
+	if !strings.Contains(out, "moved the addresses of 1 record(s)") {
+		t.Errorf("uninstall does not say it moved p's address under its pod's name:\n%s", out)
+	}
+	snap, err := c.Calico(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := snap.AllocationsOf("default.p"); len(held) != 1 {
+		t.Fatalf("after uninstall, default.p holds %v; want p's %s", held, x)
+	}
+	if err := n.runner.Del(ctx, calicoNetwork, p); err != nil { // Calico 2.x alone now
+		t.Fatal(err)
+	}
+	if calicoHolds(t, ctx, c, x) {
+		t.Fatalf("p's DEL through Calico alone left %s allocated: leaked", x)
+	}
+	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")})
+	if err != nil || len(left) > 0 {
+		t.Errorf("after the DEL: %v, %v", left, err)
+	}
+}

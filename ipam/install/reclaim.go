@@ -47,6 +47,9 @@ type Reclaimer struct {
 	ds        datastore.Datastore
 	closeDS   func()
 	Reclaimed int
+	// Rekeyed counts the records whose addresses went under their pod's
+	// name (pod mode).
+	Rekeyed int
 	// Kept are the holders whose quarantine stays under the fenced
 	// sandbox's handle, and why.
 	Kept []string
@@ -113,30 +116,87 @@ func (r *Reclaimer) reclaim(ctx context.Context, holder *record.Record, q record
 	if holder.Handle == "" {
 		return &keepIt{"its record names no handle"}
 	}
-	if r.ds == nil {
-		ds, closeDS, err := datastore.OpenCalico(ctx, r.Calico)
-		if err != nil {
-			return err
-		}
-		r.ds, r.closeDS = ds, closeDS
+	if err := r.open(ctx); err != nil {
+		return err
 	}
 	for _, ip := range q.IPs {
 		addr, ok := record.ParseAddr(ip)
 		if !ok {
 			return &keepIt{fmt.Sprintf("%q is no address", ip)}
 		}
-		if err := r.move(ctx, holder, q, addr); err != nil {
+		if err := r.move(ctx, holder, r.fencedHandles(q), addr); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// move puts addr, held under the fenced sandbox's handle, under the
-// holder's, retrying when calico-ipam wrote meanwhile.
-func (r *Reclaimer) move(ctx context.Context, holder *record.Record, q record.Quarantine, addr netip.Addr) error {
+func (r *Reclaimer) open(ctx context.Context) error {
+	if r.ds != nil {
+		return nil
+	}
+	ds, closeDS, err := datastore.OpenCalico(ctx, r.Calico)
+	if err != nil {
+		return err
+	}
+	r.ds, r.closeDS = ds, closeDS
+	return nil
+}
+
+// podHandle is, in pod mode (delegateHandles: pod), the handle Calico
+// 2.x's DEL of rec's pod releases (namespace.podname), "" elsewhere: in
+// pod mode safe-ipam had calico-ipam key rec's addresses by container, a
+// handle Calico 2.x's DEL by pod name never frees once safe-ipam is gone.
+func (r *Reclaimer) podHandle(rec *record.Record) string {
+	if r.Handles != config.HandlesPod || rec.PodNamespace == "" || rec.PodName == "" {
+		return ""
+	}
+	return rec.PodNamespace + "." + rec.PodName
+}
+
+// ownHandle is the handle rec's addresses must be under for Calico alone
+// to free them on its pod's DEL.
+func (r *Reclaimer) ownHandle(rec *record.Record) string {
+	if h := r.podHandle(rec); h != "" {
+		return h
+	}
+	return rec.Handle
+}
+
+// Rekey leaves, in pod mode, the addresses of rec (a holder taken to run)
+// in the form Calico alone frees on its pod's DEL: under
+// namespace.podname, as Calico 2.x would have allocated them (never
+// worse than Calico alone). An address Calico no longer holds under rec's
+// handle (freed behind its back) is left where it is. Elsewhere it does
+// nothing.
+func (r *Reclaimer) Rekey(ctx context.Context, rec *record.Record) error {
+	to := r.podHandle(rec)
+	if to == "" || rec.Handle == "" || rec.Handle == to || rec.State != record.Committed {
+		return nil
+	}
+	if err := r.open(ctx); err != nil {
+		return err
+	}
+	for _, ip := range rec.IPs {
+		addr, ok := record.ParseAddr(ip)
+		if !ok {
+			continue
+		}
+		var keep *keepIt
+		if err := r.move(ctx, rec, []string{rec.Handle}, addr); err != nil && !errors.As(err, &keep) {
+			return fmt.Errorf("moving %s of %s under %s in Calico's datastore: %w", addr, rec.Attachment, to, err)
+		}
+	}
+	r.Rekeyed++
+	return nil
+}
+
+// move puts addr, held under one of the handles from, under the
+// holder's own handle (ownHandle), retrying when calico-ipam wrote
+// meanwhile.
+func (r *Reclaimer) move(ctx context.Context, holder *record.Record, from []string, addr netip.Addr) error {
 	for attempt := 0; attempt < 3; attempt++ {
-		err := r.moveOnce(ctx, holder, q, addr)
+		err := r.moveOnce(ctx, holder, from, addr)
 		if !errors.Is(err, datastore.ErrConflict) {
 			return err
 		}
@@ -144,8 +204,9 @@ func (r *Reclaimer) move(ctx context.Context, holder *record.Record, q record.Qu
 	return errors.New("Calico's data kept changing while re-claiming")
 }
 
-func (r *Reclaimer) moveOnce(ctx context.Context, holder *record.Record, q record.Quarantine, addr netip.Addr) error {
-	from, b, err := r.heldUnder(ctx, holder, q, addr)
+func (r *Reclaimer) moveOnce(ctx context.Context, holder *record.Record, fromIDs []string, addr netip.Addr) error {
+	own := r.ownHandle(holder)
+	from, b, err := r.heldUnder(ctx, own, fromIDs, addr)
 	if err != nil || b == nil {
 		return err // b nil: the holder's handle has it already
 	}
@@ -156,15 +217,15 @@ func (r *Reclaimer) moveOnce(ctx context.Context, holder *record.Record, q recor
 	if err := b.Block.Release(ord); err != nil {
 		return err
 	}
-	if err := b.Block.AllocateOrdinal(ord, holder.Handle, r.attributes(holder)); err != nil {
+	if err := b.Block.AllocateOrdinal(ord, own, r.attributes(holder)); err != nil {
 		return err
 	}
-	to, err := r.ds.Handle(ctx, holder.Handle)
+	to, err := r.ds.Handle(ctx, own)
 	if err != nil {
 		return err
 	}
 	if to == nil {
-		to = &datastore.Handle{ID: holder.Handle}
+		to = &datastore.Handle{ID: own}
 	}
 	if to.Handle == nil {
 		to.Handle = calico.NewHandle()
@@ -182,19 +243,19 @@ func (r *Reclaimer) moveOnce(ctx context.Context, holder *record.Record, q recor
 	return r.ds.Write(ctx, datastore.Change{Handle: from})
 }
 
-// heldUnder finds the fenced sandbox's handle that holds addr, and its
-// block; a nil block when the holder's own handle holds it already (a
-// run cut short after the move).
-func (r *Reclaimer) heldUnder(ctx context.Context, holder *record.Record, q record.Quarantine, addr netip.Addr) (*datastore.Handle, *datastore.Block, error) {
-	for _, id := range r.fencedHandles(q) {
+// heldUnder finds the handle of from that holds addr, and its block; a
+// nil block when the holder's own handle holds it already (a run cut
+// short after the move).
+func (r *Reclaimer) heldUnder(ctx context.Context, own string, from []string, addr netip.Addr) (*datastore.Handle, *datastore.Block, error) {
+	for _, id := range from {
 		if h, b, err := r.blockHolding(ctx, id, addr); err != nil || b != nil {
 			return h, b, err
 		}
 	}
-	if _, b, err := r.blockHolding(ctx, holder.Handle, addr); err != nil || b != nil {
+	if _, b, err := r.blockHolding(ctx, own, addr); err != nil || b != nil {
 		return nil, nil, err
 	}
-	return nil, nil, &keepIt{fmt.Sprintf("Calico holds %s under no handle of the fenced sandbox", addr)}
+	return nil, nil, &keepIt{fmt.Sprintf("Calico holds %s under none of %s", addr, strings.Join(from, ", "))}
 }
 
 // blockHolding reads handle id and the block in which it holds addr; a

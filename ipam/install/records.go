@@ -167,6 +167,10 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 			q.count(rec, release)
 			continue
 		}
+		// Before the record goes, so that a run cut short does it again.
+		if err := q.reclaimer.Rekey(ctx, rec); err != nil {
+			return i, q, err
+		}
 		if err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release)); err != nil {
 			return i, q, err
 		}
@@ -220,6 +224,9 @@ func (q *quarantineFates) notes(network string, dryRun bool) []string {
 		if q.wouldReclaim > 0 {
 			notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q for their holders, which run, in Calico (else keep them and name the holders)", re, q.wouldReclaim, network))
 		}
+	}
+	if n := q.reclaimer.Rekeyed; n > 0 {
+		notes = append(notes, fmt.Sprintf("moved the addresses of %d record(s) of network %q under their pods' namespace.podname handles in Calico (delegateHandles: pod): Calico 2.x's DEL of each pod releases them once safe-ipam is gone", n, network))
 	}
 	if n := q.reclaimer.Reclaimed; n > 0 {
 		notes = append(notes, fmt.Sprintf("%s %d quarantined allocation(s) of network %q for their holders: Calico keeps each address under its running holder's own handle again, so Calico alone never hands it out while the holder runs; the fenced pods already run on other addresses", re, n, network))
