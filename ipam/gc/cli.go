@@ -14,11 +14,13 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 )
 
 const usage = `Usage: safe-ipam gc --conf FILE [%s]
-                    [--dead-nodes [--dead-node-grace DURATION] [--dead-node-max-share FRACTION]]
+                    [--former-node NAME] [--dead-nodes [--dead-node-grace DURATION]
+                    [--dead-node-max-share FRACTION]]
                     [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
@@ -31,6 +33,13 @@ are records another host wrote under this node's Calico name (a stale
 nodename: two machines share it), with a warning. Fails
 closed: a source that cannot be read, or that lists nothing while the node
 has records, releases nothing.
+
+With --former-node NAME (the etcd store) it also judges, by the same source,
+the records this machine wrote under NAME, a Calico node name it had before:
+after a stale nodename is fixed, or a node renamed, while pods ran, their
+DELs look under the new name, and the records under NAME would fence their
+addresses for ever. Records another machine wrote under NAME, and those
+without a host, are kept.
 
 With --dead-nodes it also releases the records (and their quarantines) of
 every other node that Calico's datastore, as calico-ipam reaches it from
@@ -77,6 +86,9 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := r.checkConf(); err != nil {
 		return cmd.FailUsage(err)
 	}
+	if len(r.formerNodes) > 0 && !live.Explicit() {
+		return cmd.FailUsage(errors.New("--former-node needs a liveness source: this machine's runtime judges the records it wrote under that name"))
+	}
 	if !live.Explicit() && !r.deadNodes {
 		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or") + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
 	}
@@ -112,6 +124,13 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know (with --every, on the one node elected to)")
 	fs.DurationVar(&r.deadGrace, "dead-node-grace", DefaultDeadNodeGrace, "release a gone node's records on a sweep at least `DURATION` after the sweep that first found it gone")
 	fs.Float64Var(&r.maxGoneShare, "dead-node-max-share", rulebook.DefaultMaxGoneShare, "release nothing when Calico's Nodes lack more than this `FRACTION` of the nodes known (listed, or holding records) at once")
+	fs.Func("former-node", "also judge, by the liveness source, the records this machine wrote under `NAME`, a Calico node name it had before (a stale nodename fixed, a rename); repeatable", func(v string) error {
+		if err := record.ValidateNode(v); err != nil {
+			return err
+		}
+		r.formerNodes = append(r.formerNodes, v)
+		return nil
+	})
 	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	return r
 }
@@ -126,6 +145,7 @@ type runner struct {
 	deadNodes      bool
 	deadGrace      time.Duration
 	maxGoneShare   float64
+	formerNodes    []string
 	every          time.Duration
 	stdout, stderr io.Writer
 	metricsAddr    admin.MetricsAddr
@@ -208,14 +228,18 @@ func (r *runner) checkConf() error {
 // collectNode releases this node's records the liveness source does not
 // list.
 func (r *runner) collectNode(ctx context.Context) int {
-	return r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
-		c := &Collector{Node: node, Source: r.live.Source()}
-		plan, report, err := c.Plan(ctx)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		return report, func() error { return c.Apply(ctx, plan, report) }, len(plan.Release), nil
-	})
+	code := admin.ExitOK
+	for _, former := range append([]string{""}, r.formerNodes...) {
+		code = max(code, r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+			c := &Collector{Node: node, Source: r.live.Source(), Former: former}
+			plan, report, err := c.Plan(ctx)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			return report, func() error { return c.Apply(ctx, plan, report) }, len(plan.Release), nil
+		}))
+	}
+	return code
 }
 
 // collectDeadNodes is --dead-nodes: the records of other nodes that

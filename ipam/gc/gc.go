@@ -57,6 +57,11 @@ type Entry struct {
 type Collector struct {
 	Node   *Node
 	Source liveness.Source
+	// Former, when set, is a Calico node name this machine had before:
+	// the collection judges the records it wrote under that name.
+	Former string
+	// target is the node whose records the plan judged.
+	target *Node
 }
 
 // Plan lists the records first and reads the source second: a sandbox
@@ -64,7 +69,15 @@ type Collector struct {
 // garbage. Every source error, and an empty answer while the node has
 // records, is an error and plans nothing.
 func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
-	recs, err := c.Node.List(ctx)
+	c.target = c.Node
+	if c.Former != "" {
+		former, err := c.Node.Former(c.Former)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.target = former
+	}
+	recs, err := c.target.List(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,11 +86,18 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 		return nil, nil, fmt.Errorf("liveness source: %w", err)
 	}
 	listing := view.Listing()
-	if why := rulebook.TrustListing(listing, c.Node.Name, c.Node.Shared(), recs); why != "" {
+	if why := rulebook.TrustListing(listing, c.Node.Name, c.Node.Shared(), nil); why != "" {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrusted, why)
 	}
-	plan := c.Node.Plan(recs, listing)
-	r := &Report{Network: c.Node.Network, Node: c.Node.Name, Liveness: view.Source, Records: plan.Records, OtherHosts: plan.OtherHosts}
+	if c.Former != "" {
+		// This machine's runtime, standing for the name it had.
+		listing.Node, listing.Former = c.Former, true
+	}
+	if why := rulebook.TrustListing(listing, c.target.Name, c.target.Shared(), recs); why != "" {
+		return nil, nil, fmt.Errorf("%w: %s", ErrUntrusted, why)
+	}
+	plan := c.target.Plan(recs, listing)
+	r := &Report{Network: c.target.Network, Node: c.target.Name, Liveness: view.Source, Records: plan.Records, OtherHosts: plan.OtherHosts}
 	for _, rec := range plan.Release {
 		r.Release = append(r.Release, entry(rec, plan.witness.Judge(rec).Why))
 	}
@@ -89,7 +109,7 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 
 // Apply releases what the plan releases and records the outcome.
 func (c *Collector) Apply(ctx context.Context, plan *Plan, r *Report) error {
-	err := c.Node.Apply(ctx, plan)
+	err := c.target.Apply(ctx, plan)
 	ok := err == nil
 	r.Applied = &ok
 	if err != nil {

@@ -2,6 +2,7 @@ package gc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -103,6 +104,21 @@ func (n *Node) Plan(recs []*record.Record, listing *rulebook.Listing) *Plan {
 		p.Release = append(p.Release, rec)
 	}
 	return p
+}
+
+// ErrFormerNeedsCluster: a file store holds this machine's records
+// whatever its Calico name: there are no records under a former name.
+var ErrFormerNeedsCluster = errors.New("--former-node needs the etcd store: a file store holds this machine's records under whatever name it has")
+
+// Former is this node's store and Guard over the records of name, a
+// Calico node name this machine had before.
+func (n *Node) Former(name string) (*Node, error) {
+	cluster, ok := n.store.(store.Cluster)
+	if !ok {
+		return nil, ErrFormerNeedsCluster
+	}
+	st := cluster.ForNode(name)
+	return &Node{Name: name, Network: n.Network, CNIPath: n.CNIPath, MaxGoneShare: n.MaxGoneShare, guard: n.guard.ForNode(name, st), store: st, opened: n.opened}, nil
 }
 
 // Shared says whether the node's store holds other machines' records too.

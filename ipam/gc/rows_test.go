@@ -3,12 +3,17 @@ package gc_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook/rulebooktest"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // Issue 41, item 1: the rulebook's rows, through safe-ipam gc (a liveness
@@ -53,5 +58,56 @@ func TestGCCommandAnswersTheRulebooksRows(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Issue 41, item 2.4: the remedy for a stale Calico nodename (fix the
+// nodename) and any rename while pods run leave this machine's records
+// under the old name in the etcd store, where its DELs no longer look.
+// gc --former-node OLD judges them by this machine's runtime: the ones
+// whose sandbox is gone are released; the ones still running are kept
+// (a later run releases them once their pod is gone); another machine's
+// records under OLD, and those without a host, are kept.
+func TestGCFormerNodeReleasesThisMachinesRecordsUnderTheOldName(t *testing.T) {
+	n := newEtcdNode(t)
+	old := etcdstore.NewWithClient(n.etcd.Client(), config.DefaultEtcdPrefix, "node-old", 5*time.Second)
+	at := time.Now().Add(-time.Hour)
+	for _, w := range []struct{ cid, host string }{{"gone", record.ThisHost()}, {"running", record.ThisHost()}, {"theirs", "other-machine"}, {"hostless", ""}} {
+		rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: w.cid, IfName: "eth0"}, Node: "node-old", Host: w.host,
+			Handle: "k8s-pod-network." + w.cid, State: record.Committed, IPs: []string{"10.244.0.1/26"}, Created: at, Updated: at}
+		if _, err := old.Swap(context.Background(), rec.Attachment, nil, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.record(t, "mine", "eth0", time.Hour) // under node1, this machine's name now
+	live := n.live(t, []liveness.Running{{ContainerID: "running", IfName: "eth0"}, {ContainerID: "mine", IfName: "eth0"}})
+	code, out, errOut := n.run(t, "--live", live, "--former-node", "node-old", "--apply")
+	if code != admin.ExitOK {
+		t.Fatalf("gc --former-node: exit %d\n%s%s", code, out, errOut)
+	}
+	recs, err := old.List(context.Background(), "k8s-pod-network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, r := range recs {
+		left = append(left, r.ContainerID)
+	}
+	slices.Sort(left)
+	if !slices.Equal(left, []string{"hostless", "running", "theirs"}) {
+		t.Errorf("records under node-old after gc --former-node: %v; want this machine's gone record released alone\n%s", left, out)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"mine/eth0"}) {
+		t.Errorf("records under node1: %v", got)
+	}
+	if got := n.calls(t); !slices.Equal(got, []string{"DEL gone"}) {
+		t.Errorf("delegate calls %q; want the DEL of gone alone", got)
+	}
+	if code, _, errOut := n.run(t, "--former-node", "node-old"); code != admin.ExitError || !strings.Contains(errOut, "needs a liveness source") {
+		t.Errorf("--former-node without a source: exit %d\n%s", code, errOut)
+	}
+	file := newNode(t)
+	if code, out, errOut := file.run(t, "--live", live, "--former-node", "node-old"); code != admin.ExitError || !strings.Contains(out+errOut, "needs the etcd store") {
+		t.Errorf("--former-node over a file store: exit %d\n%s%s", code, out, errOut)
 	}
 }

@@ -55,7 +55,8 @@ type RecordCase struct {
 //	R3 a listing that does not cover the record's node keep
 //	R4 a listing of pods                              keep (no container is proven gone)
 //	R5 a machine's listing, a shared store, a record
-//	   another machine wrote                          keep (a stale nodename)
+//	   another machine wrote (for a former name: one
+//	   this machine did not write)                    keep (a stale nodename)
 //	R6 the listing lists the attachment               keep
 //	R7 pending, and its ADD's process runs            keep
 //	R8 pending for less than gcGracePeriod            keep
@@ -108,10 +109,11 @@ func (c RecordCase) node() string {
 
 // otherHost: the listing reads one machine's runtime, the store holds
 // several machines' records, and another machine wrote this one. A
-// record without a host (an older safe-ipam's) is judged as before.
+// record without a host (an older safe-ipam's) is judged as before,
+// except under a former name, which other machines may have shared.
 func (c RecordCase) otherHost() bool {
-	h := c.Record.Host
-	return c.Shared && c.Listing.Host != "" && h != "" && h != c.Listing.Host
+	h, l := c.Record.Host, c.Listing
+	return c.Shared && l.Host != "" && (h != "" || l.Former) && h != l.Host
 }
 
 func (c RecordCase) ownerRuns(o *record.Owner) bool {

@@ -59,7 +59,12 @@ type Listing struct {
 	// Host is the machine whose runtime it read; "" for a witness bound
 	// to no machine (a cluster-wide listing). A machine's runtime says
 	// nothing of another machine's sandboxes, even under one node name.
-	Host  string
+	Host string
+	// Former: Node is a Calico name this machine had before (the
+	// operator's word, gc --former-node): it speaks only for the records
+	// this machine wrote under it, not for those without a host, which
+	// another machine that shared the name may have written.
+	Former bool
 	Names Names
 	// Entries is how many attachments, containers or pods it lists.
 	Entries int

@@ -63,6 +63,8 @@ func TestRecordRules(t *testing.T) {
 		{"R5 another host, shared", rulebook.Witness{Shared: true, Listing: runtime(nil)}, rec(func(r *record.Record) { r.Host = "them" }), "written by host them"},
 		{"R5 another host's name, file store", rulebook.Witness{Listing: runtime(nil)}, rec(func(r *record.Record) { r.Host = "them" }), ""},
 		{"R5 a listing bound to no machine", rulebook.Witness{Shared: true, Listing: runtime(func(l *rulebook.Listing) { l.Host = "" })}, rec(func(r *record.Record) { r.Host = "them" }), ""},
+		{"R5 a former name: a record without a host", rulebook.Witness{Shared: true, Listing: runtime(func(l *rulebook.Listing) { l.Former = true })}, rec(func(r *record.Record) { r.Host = "" }), "written by host"},
+		{"R5 a former name: this host's record", rulebook.Witness{Shared: true, Listing: runtime(func(l *rulebook.Listing) { l.Former = true })}, rec(nil), ""},
 		{"R6 listed", rulebook.Witness{Listing: runtime(nil)}, rec(func(r *record.Record) { r.ContainerID = "live" }), "listed as running"},
 		{"R6 a container listing lists every interface", rulebook.Witness{Listing: runtime(func(l *rulebook.Listing) {
 			l.Names, l.Container = rulebook.Containers, func(cid string) bool { return cid == "live" }
