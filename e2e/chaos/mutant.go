@@ -102,8 +102,8 @@ func Mutants() []Mutant {
 			Name:   "dead-node-fences",
 			Breaks: "an ADD given an address a dead node's record holds fences on it, as if the node lived",
 			File:   "ipam/guard/deadholder.go",
-			Old:    "\tif err != nil || !gone {\n",
-			New:    "\tif true || err != nil || !gone {\n",
+			Old:    "\tif v := w.Judge(holder); !v.Release {\n",
+			New:    "\tif v := w.Judge(holder); true || !v.Release {\n",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByAdd) })
 			},
@@ -122,11 +122,19 @@ func Mutants() []Mutant {
 			Name:   "gc-dead-nodes-keeps",
 			Breaks: "gc --dead-nodes takes every node for known and releases nothing",
 			File:   "ipam/gc/deadnodes.go",
-			Old:    "case sw.known[node]:",
-			New:    "case true || sw.known[node]:",
+			Old:    "\tif death.Known {\n",
+			New:    "\tif true || death.Known {\n",
 			Catchers: func() []Job {
 				return ScriptJobs(func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) })
 			},
+		},
+		{
+			Name:   "add-settles-on-one-sighting",
+			Breaks: "the ADD settles a dead holder on its own one reading that Calico lacks the node, without the sweep's sighting a grace before (issue 41, item 2.8): the ADD's path drops the rulebook's second sighting",
+			File:   "ipam/guard/deadholder.go",
+			Old:    "\td := &rulebook.Death{Known: known}\n",
+			New:    "\td := &rulebook.Death{Known: known, Noted: true, Passed: true}\n",
+			Catchers: func() []Job { return ScriptJobs(FoundGoneOnceScript) },
 		},
 		{
 			Name:   "quarantine-keeps-holder-revision",

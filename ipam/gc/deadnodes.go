@@ -200,7 +200,9 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 			}
 		}
 		if len(errs) == failed {
-			errs = append(errs, n.forgetGoneNote(ctx, p.cluster, node)...)
+			if err := store.ForgetGoneOnceEmpty(ctx, p.cluster, n.Network, node); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	err := joinErrors(errs)
@@ -210,19 +212,6 @@ func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error
 		r.Error = err.Error()
 	}
 	return err
-}
-
-// forgetGoneNote drops the sweep's note that node is gone once none of its
-// records is left: state safe-ipam wrote goes with what it was for.
-func (n *Node) forgetGoneNote(ctx context.Context, cluster store.Cluster, node string) []error {
-	left, err := cluster.ForNode(node).List(ctx, n.Network)
-	if err != nil || len(left) > 0 {
-		return nil // the next sweep forgets it (forgetRest)
-	}
-	if err := cluster.ForgetGone(ctx, n.Network, node); err != nil {
-		return []error{err}
-	}
-	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -42,6 +42,9 @@ func (g *Guard) settleDeadHolder(ctx context.Context, holder *record.Record, cni
 	}
 	g.log.Warn("released the record of a node Calico no longer knows, which held an address Calico handed out again",
 		"holder", holder.Attachment.String(), "node", holder.Node, "ips", holder.IPs)
+	if err := store.ForgetGoneOnceEmpty(ctx, cluster, g.cfg.Network, holder.Node); err != nil {
+		g.log.Warn("the sweeps' note of the gone node stays for the next sweep to forget", "node", holder.Node, "error", err)
+	}
 	return true
 }
 

@@ -65,7 +65,7 @@ type Listing struct {
 	// this machine wrote under it, not for those without a host, which
 	// another machine that shared the name may have written.
 	Former bool
-	Names Names
+	Names  Names
 	// Entries is how many attachments, containers or pods it lists.
 	Entries int
 	// SaysNone: it states, in so many words, that nothing runs (CNI GC's

@@ -123,6 +123,19 @@ type Sweeps interface {
 	ForgetGone(ctx context.Context, network, node string) error
 }
 
+// ForgetGoneOnceEmpty forgets the sweeps' note that node is gone once none
+// of its records of network is left (a sweep, or an ADD settling a dead
+// holder, released the last): state safe-ipam wrote goes with what it
+// was for. A read that fails leaves it to the next sweep, which forgets
+// the notes of nodes without records.
+func ForgetGoneOnceEmpty(ctx context.Context, c Cluster, network, node string) error {
+	left, err := c.ForNode(node).List(ctx, network)
+	if err != nil || len(left) > 0 {
+		return nil
+	}
+	return c.ForgetGone(ctx, network, node)
+}
+
 // Sighting is what a sweep noted of a node it found gone.
 type Sighting struct {
 	// Since is when, by the noting sweep's clock: for reports only.
