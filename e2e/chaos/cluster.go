@@ -156,6 +156,8 @@ type Cluster struct {
 	// read are the records an uninstall has read (UninstallRead) and not
 	// forgotten yet, by node.
 	read map[string][]*record.Record
+	// lostNodes are Calico's Nodes NodesLost took away, by key.
+	lostNodes map[string][]byte
 }
 
 // NewCluster starts etcd under dir and seeds every pool and node.
@@ -376,6 +378,33 @@ func (c *Cluster) kill(ctx context.Context, node string) error {
 		return os.RemoveAll(c.storeDir(node))
 	}
 	return nil
+}
+
+// loseNodes takes every Calico Node out of etcd (lost), or puts back the
+// ones it took (not lost): the listing a sweep reads empties while every
+// node runs.
+func (c *Cluster) loseNodes(ctx context.Context, lost bool) error {
+	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
+	defer cancel()
+	if !lost {
+		for key, value := range c.lostNodes {
+			if _, err := c.cli.Put(ctx, key, string(value)); err != nil {
+				return err
+			}
+		}
+		c.lostNodes = nil
+		return nil
+	}
+	resp, err := c.cli.Get(ctx, calico.NodePrefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	c.lostNodes = map[string][]byte{}
+	for _, kv := range resp.Kvs {
+		c.lostNodes[string(kv.Key)] = kv.Value
+	}
+	_, err = c.cli.Delete(ctx, calico.NodePrefix, clientv3.WithPrefix())
+	return err
 }
 
 // uninstall is `safe-ipam uninstall` on node once Calico's files are

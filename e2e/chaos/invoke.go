@@ -37,6 +37,11 @@ const (
 	// DeadNodesGC is the DaemonSet's `safe-ipam gc --dead-nodes --apply`
 	// on Node.
 	DeadNodesGC Verb = "GC-DEAD-NODES"
+	// NodesLost is not the runtime's: Calico's Nodes vanish from the
+	// listing gc --dead-nodes reads (a wrong prefix, a datastore restored
+	// from an old backup), while every node runs; NodesBack restores them.
+	NodesLost Verb = "NODES-LOST"
+	NodesBack Verb = "NODES-BACK"
 	// DeadNodesSighting is one sweep of `safe-ipam gc --dead-nodes --apply`
 	// on Node, with no grace: it notes the nodes it finds gone, and
 	// releases none of their records yet (the rulebook needs two
@@ -160,6 +165,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.releaseInCalico(ctx, call.Att)
 	case call.Verb == NodeDeath:
 		return Outcome{}, c.kill(ctx, call.Node)
+	case call.Verb == NodesLost, call.Verb == NodesBack:
+		return Outcome{}, c.loseNodes(ctx, call.Verb == NodesLost)
 	case call.Verb == DeadNodesGC, call.Verb == DeadNodesSighting:
 		return c.deadNodesGC(ctx, call)
 	case call.Verb == UninstallRead:

@@ -29,8 +29,8 @@ func TestMutants(t *testing.T) {
 			}
 			reports := play(t, bin, mu.Catchers())
 			sum := Summarize(reports)
-			if sum.Lost+sum.Duplicated+sum.Blocked == 0 {
-				t.Fatalf("mutant %s survived (%s): %s", mu.Name, mu.Breaks, sum)
+			if caught, how := mu.Caught(reports); !caught {
+				t.Fatalf("mutant %s survived (%s): %s", mu.Name, mu.Breaks, how)
 			}
 			for _, r := range reports {
 				if len(r.Violations) > 0 {

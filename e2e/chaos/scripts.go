@@ -474,6 +474,30 @@ func FoundGoneOnceScript() *Script {
 	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
 }
 
+// NodesLostScript (issue 41, item 2.7): web-0 runs on node1, web-1 on
+// node2 (etcd store), when Calico's Nodes vanish from the listing (a
+// wrong prefix, a restored backup) while both nodes run. The DaemonSet's
+// gc --dead-nodes on node2 must release nothing and fail, however often it
+// sweeps: releasing node1's records would free web-0's address while it
+// runs (invariant 1). The Nodes come back, and the pods go on.
+func NodesLostScript() *Script {
+	s := &Script{
+		Name:  "node-death/nodes-listing-lost",
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-1", "node2", "", Succeeds)
+	s.then(func(*Model) Step {
+		return single(Call{Verb: NodesLost}, Succeeds, "Calico's Nodes vanish from the listing while every node runs")
+	})
+	for range 2 {
+		s.then(func(*Model) Step {
+			return single(Call{Verb: DeadNodesGC, Node: "node2"}, Fails, "the DaemonSet's gc --dead-nodes on node2 must not trust the empty listing")
+		})
+	}
+	s.then(func(*Model) Step { return single(Call{Verb: NodesBack}, Succeeds, "Calico's Nodes are back") })
+	return s.start("web-2", node1, "", Succeeds)
+}
+
 // ComebackScript (issue 31, item 1): web-0, a Calico 2.x pod started
 // while safe-ipam was away from node1, is adopted there under its pod
 // name's handle with address X (etcd store). node1 dies and
@@ -603,6 +627,7 @@ func LifecycleScripts() []func() *Script {
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
 		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
 		FoundGoneOnceScript,
+		NodesLostScript,
 		ComebackScript,
 	}
 }

@@ -167,17 +167,16 @@ func (r *runner) mutants(root string) {
 		jobs := append(mu.Catchers(), chaos.RandomJobs([]uint64{1, 2, 3, 4}, false)...)
 		opt := chaos.Options{Bin: bin, Dir: dir + "/clusters", Parallel: r.o.parallel}
 		reports, err := chaos.Play(r.ctx, opt, jobs)
-		sum := chaos.Summarize(reports)
+		caught, how := mu.Caught(reports)
 		switch {
 		case err != nil:
 			fmt.Fprintf(os.Stderr, "chaos: mutant %s: harness: %v\n", mu.Name, err)
 			r.failed = true
-		case sum.Lost+sum.Duplicated+sum.Blocked == 0:
+		case !caught:
 			fmt.Fprintf(os.Stderr, "chaos: FAIL: mutant %s survived (%s)\n", mu.Name, mu.Breaks)
 			r.failed = true
 		default:
-			fmt.Fprintf(os.Stderr, "chaos: mutant %s caught: %d lost, %d duplicated, %d blocked (reproduce: go test ./e2e/chaos -run 'TestMutants/%s' -v)\n",
-				mu.Name, sum.Lost, sum.Duplicated, sum.Blocked, mu.Name)
+			fmt.Fprintf(os.Stderr, "chaos: mutant %s caught: %s (reproduce: go test ./e2e/chaos -run 'TestMutants/%s' -v)\n", mu.Name, how, mu.Name)
 		}
 	}
 }
