@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -503,5 +505,105 @@ func TestUninstallInPodModeLeavesWhatCalicoFrees(t *testing.T) {
 	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")})
 	if err != nil || len(left) > 0 {
 		t.Errorf("after the DEL: %v, %v", left, err)
+	}
+}
+
+// Issue 41, item 2.4, end to end: node1's Calico name is changed (a stale
+// nodename fixed, a rename) while p and q run. p's DEL now looks under
+// the new name and finds no record: calico-ipam frees X, and p's record
+// stays under the old name, with X in the address index: any ADD handed
+// X would be refused, for ever. The documented remedy, safe-ipam gc
+// --former-node with this machine's runtime, releases it (p is gone) and
+// keeps q's (q runs); run again once q is gone, it releases q's, and
+// nothing is left.
+func TestRenameRemedyReleasesTheOldNamesRecords(t *testing.T) {
+	ctx := testContext(t)
+	c := newCluster(t, "rnm")
+	dumpOnFailure(t, c)
+	if err := c.Seed(ctx, "node1", "node1b"); err != nil {
+		t.Fatal(err)
+	}
+	n := newCalicoNode(t, c)
+	// Records younger than gcGracePeriod are kept (their sandbox may not
+	// be listed yet): a short one, and a wait for it below.
+	n.setIPAM(t, "gcGracePeriod", "1s")
+	n.admin(t, 0, "install")
+	st := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
+	p, q := podSandbox(t, ctx, c, "p"), podSandbox(t, ctx, c, "q")
+	x := n.add(t, ctx, p)
+	n.add(t, ctx, q)
+	oldNames := func() []string {
+		recs, err := c.Records(ctx, calicoNetwork, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, rec := range recs {
+			if rec.Node == "node1" {
+				out = append(out, rec.ContainerID)
+			}
+		}
+		return out
+	}
+
+	n.setCalico(t, "nodename", "node1b")
+	n.admin(t, 0, "install")
+	if err := n.runner.Del(ctx, calicoNetwork, p); err != nil {
+		t.Fatal(err)
+	}
+	if calicoHolds(t, ctx, c, x) || !slices.Contains(oldNames(), p.ContainerID()) {
+		t.Fatalf("after p's DEL under the new name: Calico holds %s %v, records under node1 %v; want X free and p's record stranded", x, calicoHolds(t, ctx, c, x), oldNames())
+	}
+	if keys := etcdKeys(t, ctx, c.Etcd, "/safe-ipam/v1/addresses/"+calicoNetwork+"/"+x.String()); len(keys) != 1 {
+		t.Fatalf("X's address index entry: %v; want the stranded record's, which fences it", keys)
+	}
+
+	conflist := filepath.Join(n.ConfDir, "10-calico.conflist")
+	live := filepath.Join(c.Dir, "live.json")
+	remedy := func(running string) string {
+		time.Sleep(1100 * time.Millisecond)
+		if err := os.WriteFile(live, []byte(`[{"containerID":"`+running+`","ifname":"eth0"}]`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, code := runProgram(ctx, t, n.safeIPAM, "gc", "--conf", conflist, "--cni-bin-dir", n.BinDir, "--live", live, "--former-node", "node1", "--apply")
+		if code != 0 {
+			t.Fatalf("safe-ipam gc --former-node node1: exit %d\n%s", code, out)
+		}
+		return out
+	}
+	out := remedy(q.ContainerID())
+	if got := oldNames(); !slices.Equal(got, []string{q.ContainerID()}) {
+		t.Errorf("records under node1 after the remedy: %v; want q's alone (q runs)\n%s", got, out)
+	}
+	if keys := etcdKeys(t, ctx, c.Etcd, "/safe-ipam/v1/addresses/"+calicoNetwork+"/"+x.String()); len(keys) != 0 {
+		t.Errorf("X is still fenced after the remedy: %v", keys)
+	}
+	if err := n.runner.Del(ctx, calicoNetwork, q); err != nil {
+		t.Fatal(err)
+	}
+	remedy("none-of-these")
+	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: st})
+	if err != nil || len(left) > 0 {
+		t.Errorf("after every DEL and the remedy again: %v, %v", left, err)
+	}
+	n.admin(t, 0, "uninstall")
+}
+
+// setCalico sets a key of Calico's plugin in the node's network config
+// and runs calico-node's installer again, as a calico-config change does.
+func (n *calicoNode) setCalico(t *testing.T, key string, v any) {
+	t.Helper()
+	var list map[string]any
+	if err := json.Unmarshal(n.installer.Network, &list); err != nil {
+		t.Fatal(err)
+	}
+	list["plugins"].([]any)[0].(map[string]any)[key] = v
+	out, err := json.Marshal(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.installer.Network = out
+	if err := n.installer.Run(); err != nil {
+		t.Fatal(err)
 	}
 }
