@@ -246,7 +246,7 @@ func (a *analysis) knownGone(rec *record.Record) bool { return a.recordVerdict(r
 // the liveness source, the store's kind, and --min-age as the grace.
 // forget is repair's forgetting of an orphan record.
 func (a *analysis) recordVerdict(rec *record.Record, forget bool) rulebook.Verdict {
-	w := rulebook.Witness{Node: a.snap.RecordsNode, Shared: a.snap.RecordsNode == "", Listing: a.listing, Now: a.opts.Now, Grace: a.opts.MinAge, Forget: forget}
+	w := rulebook.Witness{Node: a.snap.RecordsNode, Shared: a.snap.RecordsShared, Listing: a.listing, Now: a.opts.Now, Grace: a.opts.MinAge, Forget: forget}
 	return w.Judge(rec)
 }
 

@@ -391,7 +391,9 @@ func (j judge) stale(out *StoreReport, cfg *config.Config, node string, recs []*
 		return
 	}
 	out.StaleBy = j.view.Source
+	// doctor judges this node's records on this machine, as gc does.
 	listing, shared := j.view.Listing(), cfg.Store.Type == config.StoreEtcd
+	listing.Host = record.ThisHost()
 	if why := rulebook.TrustListing(listing, node, shared, recs); why != "" {
 		out.StaleError = why
 		return

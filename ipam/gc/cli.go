@@ -56,8 +56,8 @@ safe_ipam_gc_dead_node_sweep_refused.
 Records are cluster-wide only in the etcd store. With --every and --apply,
 the gc of one node per cluster sweeps: the nodes elect it in the store
 (etcd's election, under the store's prefix); the others only ask who
-leads, and a leader whose sweep fails gives the lead up. A dry run never
-campaigns: it sweeps read-only when nobody leads.
+leads, and a leader whose sweep fails gives the lead up. A dry-run loop
+neither campaigns nor sweeps.
 
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
@@ -158,14 +158,19 @@ type runner struct {
 }
 
 // tally counts a round's records: released, and found to release but not
-// released (a dry run, or a release that failed).
+// released (a dry run, or a release that failed); refused is 1 when this
+// round's dead-node sweep was refused, 0 when it swept, -1 when this node
+// did not sweep (another leads).
 type tally struct{ released, stale, refused int }
+
+// newTally is a round's tally before it runs.
+func newTally() tally { return tally{refused: -1} }
 
 // round is one gc: this node's records judged by the liveness source,
 // then other nodes' records judged by Calico's Nodes. Its exit code is
 // the worse of the two.
 func (r *runner) round(ctx context.Context) int {
-	r.tally = tally{}
+	r.tally = newTally()
 	code := admin.ExitOK
 	if r.live.Explicit() {
 		code = max(code, r.collectNode(ctx))
@@ -189,7 +194,7 @@ func (r *runner) loop(ctx context.Context) int {
 		if err := r.readConf(); err != nil {
 			code := r.cmd.Fail(err)
 			if r.observe != nil {
-				r.observe(code, tally{})
+				r.observe(code, newTally())
 			}
 		} else {
 			indexed = indexed || r.reindex(ctx)
@@ -246,12 +251,19 @@ func (r *runner) collectNode(ctx context.Context) int {
 // Calico's datastore answers it does not know. In a --every loop, only
 // on the node elected to sweep.
 func (r *runner) collectDeadNodes(ctx context.Context) int {
+	if r.every > 0 && !r.apply.On {
+		// A dry-run loop writes nothing, so it never campaigns (it would
+		// lead and never sweep), and it does not sweep either: every node's
+		// loop would then read every node's records each period.
+		fmt.Fprintf(r.stdout, "gc --dead-nodes: a dry-run loop does not sweep (one --apply loop per cluster is elected to); run gc --dead-nodes once by hand to see what a sweep would release\n")
+		return admin.ExitOK
+	}
 	if r.every > 0 {
-		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, r.apply.On)
+		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, true)
 		if err != nil {
 			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
 		}
-		if leader != r.conf.Node && (r.apply.On || leader != "") {
+		if leader != r.conf.Node {
 			if leader == "" {
 				leader = "nobody (this node holds off after a failed sweep)"
 			}
@@ -267,6 +279,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		}
 		defer closeDS()
 		node.MaxGoneShare = r.maxGoneShare
+		r.tally.refused = 0
 		plan, report, err := node.PlanDeadNodes(ctx, ds, r.deadGrace)
 		if errors.Is(err, ErrNodeLocalStore) {
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)

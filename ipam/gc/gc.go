@@ -85,7 +85,10 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("liveness source: %w", err)
 	}
+	// gc judges this node's records on this machine: its runtime's word,
+	// whatever node the source says it speaks for.
 	listing := view.Listing()
+	listing.Host = record.ThisHost()
 	if why := rulebook.TrustListing(listing, c.Node.Name, c.Node.Shared(), nil); why != "" {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrusted, why)
 	}

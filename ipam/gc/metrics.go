@@ -26,7 +26,9 @@ func (r *runner) serveMetrics(ctx context.Context) error {
 		beat.Beat()
 		m.Released.Add(float64(t.released))
 		m.Stale.Set(float64(t.stale))
-		m.SweepRefused.Set(float64(t.refused))
+		if t.refused >= 0 { // kept from this node's last sweep while another leads
+			m.SweepRefused.Set(float64(t.refused))
+		}
 		if code == admin.ExitError {
 			m.Rounds.WithLabelValues("error").Inc()
 			return

@@ -565,3 +565,21 @@ func TestGCOfANullListWithAnotherHostsRecordsOnly(t *testing.T) {
 		}
 	})
 }
+
+// Review of issue 41: a file store holds this machine's records whatever
+// Calico name each was written under. After the node's Calico name
+// changes, GC judges the older records by the runtime as before (they
+// are not another node's), and releases the gone one.
+func TestGCOfAFileStoreAfterACalicoRename(t *testing.T) {
+	r := newRig(t, "file")
+	r.cniVersion = "1.1.0"
+	r.add("gone")
+	r.add("live")
+	r.node = "node1-renamed"
+	if _, err := r.run("GC", delegate.Env{Path: binDir}, gcConf(t, r.conf(), "live")); err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if r.record("gone") != nil || r.record("live") == nil {
+		t.Fatalf("after GC under the new name: gone %+v, live %+v; want gone released, live kept", r.record("gone"), r.record("live"))
+	}
+}

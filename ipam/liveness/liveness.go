@@ -184,11 +184,13 @@ func ReadChosen(ctx context.Context, src Source, required bool) (*View, string, 
 	return v, "", nil
 }
 
-// Listing is the view as the rulebook's witness. Every source is read on
-// this machine (a runtime, its CNI cache, a file an operator put here), so
-// it is taken to say nothing of what another machine under the same
+// Listing is the view as the rulebook's witness. A view that speaks for
+// one node was read on this machine (its runtime, its CNI cache, a file
+// for it), so it says nothing of what another machine under the same
 // Calico node name runs: records another host wrote are never judged by
-// it. Every source may lag behind an ADD that just returned.
+// it. A view for every node (a --live file with --node "") names
+// attachments cluster-wide and is bound to no machine. Every source may
+// lag behind an ADD that just returned.
 func (v *View) Listing() *rulebook.Listing {
 	if v == nil {
 		return nil
@@ -201,6 +203,8 @@ func (v *View) Listing() *rulebook.Listing {
 	case v.ContainersOnly:
 		l.Names = rulebook.Containers
 	}
-	l.Host = record.ThisHost()
+	if v.Node != "" {
+		l.Host = record.ThisHost()
+	}
 	return l
 }

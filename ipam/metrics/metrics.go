@@ -92,7 +92,7 @@ func NewGC(reg prometheus.Registerer) *GC {
 		LastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "last_success_timestamp_seconds",
 			Help: "When a gc round last succeeded (Unix time)."}),
 		SweepRefused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_refused",
-			Help: "1 when the last dead-node sweep released nothing because Calico's Nodes listing was not trusted (it lacked this node, or too large a share of the nodes with records at once), else 0."}),
+			Help: "1 when this node's last dead-node sweep released nothing because Calico's Nodes listing was not trusted (it lacked this node, or too large a share of the nodes known at once), else 0; kept while another node leads the sweeps."}),
 	}
 	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess, g.SweepRefused)
 	return g

@@ -11,7 +11,10 @@ import (
 // witnesses of what runs, the store's kind, the clock and the grace.
 type Witness struct {
 	// Node is the node whose records are judged, for a record that does
-	// not name its node (an older safe-ipam's); "" uses the record's.
+	// not name its node (an older safe-ipam's); "" uses the record's. A
+	// store that is not shared (a file store) holds this machine's records
+	// whatever node name each was written under (a Calico rename): they
+	// are all Node's.
 	Node string
 	// Shared says the store holds more than one machine's records (etcd,
 	// keyed by Calico node name, which two machines may share: a stale
@@ -101,7 +104,7 @@ func Record(c RecordCase) Verdict {
 }
 
 func (c RecordCase) node() string {
-	if c.Record.Node != "" {
+	if c.Record.Node != "" && (c.Shared || c.Node == "") {
 		return c.Record.Node
 	}
 	return c.Node

@@ -25,6 +25,10 @@ type Records interface {
 	Recheck(ctx context.Context, rec *record.Record) error
 	// Node is the one node whose records this store holds ("" for all).
 	Node() string
+	// Shared says the store holds more than one machine's records (etcd,
+	// keyed by Calico node name, which machines may share), even when read
+	// for one node.
+	Shared() bool
 	// Forget removes rec, with its address index entries and
 	// quarantines, if it is still the record the audit read (else
 	// ErrStale).
@@ -41,6 +45,9 @@ type EtcdRecords struct {
 
 // Node implements Records: the etcd store holds every node's records.
 func (e *EtcdRecords) Node() string { return "" }
+
+// Shared implements Records.
+func (e *EtcdRecords) Shared() bool { return true }
 
 // Load implements Records, at p.Revision when it is set.
 func (e *EtcdRecords) Load(ctx context.Context, network string, p datastore.Point, keep func(*record.Record)) ([]*record.Record, error) {
@@ -87,6 +94,13 @@ type StoreRecords struct {
 
 // Node implements Records.
 func (s *StoreRecords) Node() string { return s.Of }
+
+// Shared implements Records: an etcd store read for one node holds other
+// machines' records too; a file store holds this machine's.
+func (s *StoreRecords) Shared() bool {
+	_, ok := s.Store.(store.Cluster)
+	return ok
+}
 
 // Load implements Records. A store.Store lists one network at a time.
 func (s *StoreRecords) Load(ctx context.Context, network string, _ datastore.Point, keep func(*record.Record)) ([]*record.Record, error) {

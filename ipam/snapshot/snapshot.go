@@ -37,6 +37,9 @@ type Snapshot struct {
 	// file store holds one node's): no judgment that needs records is made
 	// about another node's allocations.
 	RecordsNode string
+	// RecordsShared says the records' store holds more than one machine's
+	// records (etcd), read for one node or all.
+	RecordsShared bool
 	// Undecodable lists Calico documents that did not decode, key: error.
 	// One damaged document must not blind the audit to the rest.
 	Undecodable map[string]string
@@ -192,7 +195,7 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	if r.err != nil {
 		return nil, r.err
 	}
-	s.Records, s.RecordsNode = r.recs, recs.Node()
+	s.Records, s.RecordsNode, s.RecordsShared = r.recs, recs.Node(), recs.Shared()
 	s.names = nil
 	return s, nil
 }

@@ -48,7 +48,7 @@ func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration, cam
 	ctx, cancel := context.WithTimeout(ctx, s.timeout+campaignWait)
 	defer cancel()
 	pfx := leaderPrefix(s.prefix, network)
-	leader, err := s.leader(ctx, pfx)
+	leader, err := s.leader(ctx, pfx, campaign)
 	if err != nil || leader != "" || !campaign {
 		return leader, err
 	}
@@ -75,9 +75,9 @@ func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration, cam
 // leader is the candidate under pfx that leads: the oldest key whose lease
 // lives ("" when none). A key without a live lease (written by hand, or
 // restored without its lease) leads nobody, and would keep every
-// campaign waiting behind it for ever: it is deleted, unless it changed
-// since it was read.
-func (s *Store) leader(ctx context.Context, pfx string) (string, error) {
+// campaign waiting behind it for ever: a candidate about to campaign
+// (clean) deletes it, unless it changed since it was read.
+func (s *Store) leader(ctx context.Context, pfx string, clean bool) (string, error) {
 	resp, err := s.client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return "", fmt.Errorf("%w: reading who sweeps: %v", store.ErrUnavailable, err)
@@ -88,9 +88,12 @@ func (s *Store) leader(ctx context.Context, pfx string) (string, error) {
 			if err != nil {
 				return "", fmt.Errorf("%w: reading the sweeper's lease: %v", store.ErrUnavailable, err)
 			}
-			if ttl.TTL > 0 {
+			if ttl.TTL >= 0 { // -1: expired or revoked
 				return string(kv.Value), nil
 			}
+		}
+		if !clean {
+			continue
 		}
 		key := string(kv.Key)
 		if _, err := s.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).Then(clientv3.OpDelete(key)).Commit(); err != nil {
