@@ -355,13 +355,13 @@ func checkStore(ctx context.Context, cfg *config.Config, network, node string, j
 		return out, nil
 	}
 	out.Answers, out.Records = true, len(recs)
-	host := record.ThisHost()
 	for _, rec := range recs {
 		out.Quarantines += len(rec.Quarantined)
-		if rec.Host != "" && rec.Host != host && !slices.Contains(out.OtherHosts, rec.Host) {
-			out.OtherHosts = append(out.OtherHosts, rec.Host)
-		}
 	}
+	// Only a store machines share can hold another machine's records: in a
+	// file store an older host name is this machine's (a rename).
+	here := &rulebook.Listing{Node: node, Host: record.ThisHost()}
+	out.OtherHosts = rulebook.OtherHosts(here, cfg.Store.Type == config.StoreEtcd, recs)
 	slices.Sort(out.OtherHosts)
 	j.stale(out, cfg, node, recs)
 	return out, recs

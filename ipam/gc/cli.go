@@ -92,6 +92,9 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !live.Explicit() && !r.deadNodes {
 		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or") + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
 	}
+	if !(r.maxGoneShare > 0 && r.maxGoneShare <= 1) {
+		return cmd.FailUsage(fmt.Errorf("--dead-node-max-share %v: want a fraction above 0 and at most 1, such as 0.5", r.maxGoneShare))
+	}
 	if r.every < 0 {
 		return cmd.FailUsage(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
 	}

@@ -129,11 +129,12 @@ func (sw *sweep) judge(ctx context.Context, node string, count int) error {
 	if node == sw.node.Name {
 		return nil // this node's own records are the liveness source's
 	}
-	sg, noted := sw.sightings[node]
+	sg, inNotes := sw.sightings[node]
+	noted := inNotes && !sg.Legacy
 	death := &rulebook.Death{Known: sw.known[node], Noted: noted, Since: sg.Since, Grace: sg.Grace, Passed: sg.Passed}
 	if death.Known {
 		sw.report.KeptUnread += count
-		if noted {
+		if inNotes {
 			sw.plan.notes[node] = false
 		}
 		return nil

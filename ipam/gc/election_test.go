@@ -144,3 +144,40 @@ func TestSweepElection(t *testing.T) {
 		}
 	})
 }
+
+// Review of issue 41: a note an older release wrote (its writer's wall
+// clock) is no sighting, and goes like any other: forgotten once its node
+// is known again, or noted anew on etcd's clock when it is still gone.
+func TestDeadNodesOlderReleasesNotes(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	w.calicoNode(t, "node2")
+	w.calicoNode(t, "node3")
+	gone := config.DefaultEtcdPrefix + "/sweeps/k8s-pod-network/gone/"
+	for _, node := range []string{"node1", "node3"} {
+		if _, err := w.etcd.Client().Put(context.Background(), gone+node, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	code, out := w.gc(t, conf, "--apply")
+	if code != admin.ExitOK || len(w.records(t)) != 3 || !strings.Contains(out, "found so first now") {
+		t.Fatalf("the first sweep after the upgrade released on an older release's note, or failed: exit %d, records %v\n%s", code, w.records(t), out)
+	}
+	notes, err := w.etcd.Dump(gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := notes[gone+"node3"]; ok || len(notes) != 1 || strings.HasPrefix(notes[gone+"node1"], "20") {
+		t.Errorf("notes after the sweep: %v; want node3's forgotten and node1's written anew", notes)
+	}
+}
+
+func TestDeadNodeMaxShareMustBeAFraction(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	for _, v := range []string{"0", "-1", "1.5", "NaN"} {
+		if code, out := w.gc(t, conf, "--dead-node-max-share="+v); code != admin.ExitError || !strings.Contains(out, "--dead-node-max-share") {
+			t.Errorf("--dead-node-max-share=%s: exit %d\n%s", v, code, out)
+		}
+	}
+}

@@ -63,7 +63,7 @@ func (g *Guard) death(ctx context.Context, cluster store.Cluster, node string) (
 	if err != nil {
 		return nil, err
 	}
-	if sg, ok := seen[node]; ok {
+	if sg, ok := seen[node]; ok && !sg.Legacy {
 		d.Noted, d.Since, d.Grace, d.Passed = true, sg.Since, sg.Grace, sg.Passed
 	}
 	return d, nil

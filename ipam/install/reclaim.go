@@ -163,32 +163,64 @@ func (r *Reclaimer) ownHandle(rec *record.Record) string {
 	return rec.Handle
 }
 
-// Rekey leaves, in pod mode, the addresses of rec (a holder taken to run)
-// in the form Calico alone frees on its pod's DEL: under
-// namespace.podname, as Calico 2.x would have allocated them (never
-// worse than Calico alone). An address Calico no longer holds under rec's
-// handle (freed behind its back) is left where it is. Elsewhere it does
-// nothing.
+// Rekey leaves, in pod mode, the addresses of rec in the form Calico
+// alone frees on its pod's DEL: under namespace.podname, as Calico 2.x
+// would have allocated them (never worse than Calico alone). It moves
+// every address Calico holds under rec's container handle, whatever the
+// record's state: a committed record's pod runs; a pending one's ADD may
+// have been given addresses it does not list yet; a releasing one's DEL
+// had begun, and the runtime's retry now reaches Calico 2.x alone, which
+// frees only the pod-name handle. Elsewhere it does nothing.
 func (r *Reclaimer) Rekey(ctx context.Context, rec *record.Record) error {
 	to := r.podHandle(rec)
-	if to == "" || rec.Handle == "" || rec.Handle == to || rec.State != record.Committed {
+	if to == "" || rec.Handle == "" || rec.Handle == to {
 		return nil
 	}
 	if err := r.open(ctx); err != nil {
 		return err
 	}
-	for _, ip := range rec.IPs {
-		addr, ok := record.ParseAddr(ip)
-		if !ok {
-			continue
-		}
+	addrs, err := r.heldBy(ctx, rec.Handle)
+	if err != nil {
+		return err
+	}
+	for _, addr := range addrs {
 		var keep *keepIt
 		if err := r.move(ctx, rec, []string{rec.Handle}, addr); err != nil && !errors.As(err, &keep) {
 			return fmt.Errorf("moving %s of %s under %s in Calico's datastore: %w", addr, rec.Attachment, to, err)
 		}
 	}
-	r.Rekeyed++
+	if len(addrs) > 0 {
+		r.Rekeyed++
+	}
 	return nil
+}
+
+// heldBy lists the addresses Calico holds under handle.
+func (r *Reclaimer) heldBy(ctx context.Context, handle string) ([]netip.Addr, error) {
+	h, err := r.ds.Handle(ctx, handle)
+	if err != nil || h == nil || h.Handle == nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for k := range h.Handle.Block {
+		cidr, err := netip.ParsePrefix(k)
+		if err != nil {
+			continue
+		}
+		b, err := r.ds.Block(ctx, cidr)
+		if err != nil {
+			return nil, err
+		}
+		if b == nil {
+			continue
+		}
+		for _, ord := range b.Block.OrdinalsOf(handle) {
+			if ip, err := b.Block.IP(ord); err == nil {
+				out = append(out, ip)
+			}
+		}
+	}
+	return out, nil
 }
 
 // move puts addr, held under one of the handles from, under the

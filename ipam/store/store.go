@@ -145,6 +145,10 @@ type Sighting struct {
 	// etcd lease of the grace), never a machine's wall clock: a sweeper
 	// whose clock runs ahead cannot shorten it.
 	Passed bool
+	// Legacy is an older release's note (its writer's wall clock), or one
+	// that does not read: no sighting. A sweep notes the node again, or
+	// forgets the note with the others.
+	Legacy bool
 }
 
 // Without is qs less those in drop.

@@ -168,13 +168,15 @@ func (s *Store) Sightings(ctx context.Context, network string) (map[string]store
 		if err == nil {
 			grace, err = time.ParseDuration(n.Grace)
 		}
+		node := string(kv.Key[len(notes):])
 		if err != nil {
 			// An older release's note (its writer's wall clock), or an
 			// unreadable one: not a sighting. The next sweep notes the node
-			// again, on the store's clock: it delays, never hastens.
+			// again, on the store's clock (it delays, never hastens), or
+			// forgets the note.
+			out[node] = store.Sighting{Legacy: true}
 			continue
 		}
-		node := string(kv.Key[len(notes):])
 		out[node] = store.Sighting{Since: n.Since, Grace: grace, Passed: !inGrace[node]}
 	}
 	return out, nil
