@@ -21,6 +21,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
 // Issue 19, item 4, end to end: node1 runs a pod with address X and dies.
@@ -554,7 +555,7 @@ func TestRenameRemedyReleasesTheOldNamesRecords(t *testing.T) {
 	if calicoHolds(t, ctx, c, x) || !slices.Contains(oldNames(), p.ContainerID()) {
 		t.Fatalf("after p's DEL under the new name: Calico holds %s %v, records under node1 %v; want X free and p's record stranded", x, calicoHolds(t, ctx, c, x), oldNames())
 	}
-	if keys := etcdKeys(t, ctx, c.Etcd, "/safe-ipam/v1/addresses/"+calicoNetwork+"/"+x.String()); len(keys) != 1 {
+	if keys := etcdKeys(t, ctx, c.Etcd, etcdstore.AddressKey("/safe-ipam/v1", calicoNetwork, x.String())); len(keys) != 1 {
 		t.Fatalf("X's address index entry: %v; want the stranded record's, which fences it", keys)
 	}
 
@@ -575,7 +576,7 @@ func TestRenameRemedyReleasesTheOldNamesRecords(t *testing.T) {
 	if got := oldNames(); !slices.Equal(got, []string{q.ContainerID()}) {
 		t.Errorf("records under node1 after the remedy: %v; want q's alone (q runs)\n%s", got, out)
 	}
-	if keys := etcdKeys(t, ctx, c.Etcd, "/safe-ipam/v1/addresses/"+calicoNetwork+"/"+x.String()); len(keys) != 0 {
+	if keys := etcdKeys(t, ctx, c.Etcd, etcdstore.AddressKey("/safe-ipam/v1", calicoNetwork, x.String())); len(keys) != 0 {
 		t.Errorf("X is still fenced after the remedy: %v", keys)
 	}
 	if err := n.runner.Del(ctx, calicoNetwork, q); err != nil {

@@ -56,7 +56,7 @@ safe_ipam_gc_dead_node_sweep_refused.
 Records are cluster-wide only in the etcd store. With --every and --apply,
 the gc of one node per cluster sweeps: the nodes elect it in the store
 (etcd's election, under the store's prefix); the others only ask who
-leads, and a leader whose sweep fails gives the lead up. A dry-run loop
+leads, and a leader whose sweeps fail twice in a row gives the lead up. A dry-run loop
 neither campaigns nor sweeps.
 
 A dry run unless --apply. With --every it runs again every DURATION until
@@ -299,11 +299,8 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		}
 		return report, func() error { return node.ApplyDeadNodes(ctx, plan, report) }, plan.Len(), nil
 	})
-	if code == admin.ExitError && r.every > 0 {
-		// Leading means sweeping successfully: a leader whose sweep failed
-		// (a bad endpoint, expired TLS files) gives the lead up and holds
-		// off, so that another node sweeps.
-		r.sweeper.resign(sweepTTL)
+	if r.every > 0 {
+		r.sweeper.swept(code != admin.ExitError)
 	}
 	return code
 }

@@ -29,8 +29,28 @@ type sweeper struct {
 	st    store.Store
 	where string
 	// holdOff is how many more rounds this node does not campaign, after
-	// a sweep of its failed.
-	holdOff int
+	// sweeps of its failed; failed counts its sweeps that failed in a row.
+	holdOff, failed int
+}
+
+// resignAfter is how many sweeps in a row a leader may fail before it
+// gives the lead up: one failure may be a passing fault (a slow etcd),
+// and moving the lead costs every candidate a campaign.
+const resignAfter = 2
+
+// swept notes how this node's sweep went. Leading means sweeping
+// successfully: a leader whose sweeps keep failing (a bad endpoint,
+// expired TLS files, a listing it must refuse) gives the lead up and
+// holds off, so that another node sweeps.
+func (s *sweeper) swept(ok bool) {
+	if ok {
+		s.failed = 0
+		return
+	}
+	if s.failed++; s.failed >= resignAfter {
+		s.failed = 0
+		s.resign(sweepTTL)
+	}
 }
 
 // lead says which node sweeps the network of conf ("" for none),
