@@ -52,12 +52,12 @@ releases nothing, and so does a Nodes listing that lacks this very node or
 more than --dead-node-max-share of the nodes known (listed, or holding
 records) at once (a wrong prefix or endpoint, a datastore restored from an
 old backup): the round fails, says why, and sets the metric
-safe_ipam_gc_dead_node_sweep_refused.
-Records are cluster-wide only in the etcd store. With --every and --apply,
-the gc of one node per cluster sweeps: the nodes elect it in the store
-(etcd's election, under the store's prefix); the others only ask who
-leads, and a leader whose sweeps fail twice in a row gives the lead up. A dry-run loop
-neither campaigns nor sweeps.
+safe_ipam_gc_dead_node_sweep_refused. Records are cluster-wide only in the
+etcd store. With --every and --apply, the gc of one node per cluster
+sweeps: the nodes elect it in the store (etcd's election, under the
+store's prefix); the others only ask who leads, and a leader whose sweeps
+fail twice in a row gives the lead up. A dry-run loop neither campaigns
+nor sweeps.
 
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.

@@ -65,8 +65,18 @@ func Start(t testing.TB) *Server {
 // New starts a server whose data lives in dir. Close it when done.
 func New(dir string) (*Server, error) { return NewWith(dir, Options{}) }
 
-// NewWith starts a server with options.
+// NewWith starts a server with options. A port picked free can be taken
+// by another test's server before this one binds it: it picks again.
 func NewWith(dir string, opts Options) (*Server, error) {
+	for attempt := 1; ; attempt++ {
+		s, err := newWith(dir, opts)
+		if err == nil || attempt == 5 || !errors.Is(err, syscall.EADDRINUSE) && !strings.Contains(err.Error(), "address already in use") {
+			return s, err
+		}
+	}
+}
+
+func newWith(dir string, opts Options) (*Server, error) {
 	ports, err := fixedPorts(2)
 	if err != nil {
 		return nil, err
