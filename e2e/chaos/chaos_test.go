@@ -161,3 +161,13 @@ func filterScripts(scripts []func() *Script) []func() *Script {
 	}
 	return out
 }
+
+// TestMachines: machines under a shared or changed name, a borrowed
+// block, and the admin tools that must keep every running pod's address
+// there (repair, gc --former-node).
+func TestMachines(t *testing.T) {
+	bin := binaries(t)
+	reports := play(t, bin, ScriptJobs(filterScripts(MachineScripts())...))
+	requireOK(t, reports)
+	t.Log(Summarize(reports))
+}

@@ -118,6 +118,13 @@ type Setup struct {
 	// that a Partition step can cut the store's answers at the right
 	// moment.
 	StoreBehindProxy bool
+	// Hosts runs each node's processes in a UTS namespace with a host
+	// name of its own, as on machines of their own (HostRename changes
+	// it); otherwise every node has this machine's.
+	Hosts bool
+	// SharedName gives node2 node1's Calico name: a stale nodename, as a
+	// re-imaged machine that kept /var/lib/calico/nodename has.
+	SharedName bool
 }
 
 func (s Setup) String() string {
@@ -125,7 +132,14 @@ func (s Setup) String() string {
 	if s.HostLock {
 		lock = "host-lock"
 	}
-	return fmt.Sprintf("%s/%s-store/%d-node/%s/%s", s.Generation, s.Store, s.Nodes, s.Pool.Name, lock)
+	out := fmt.Sprintf("%s/%s-store/%d-node/%s/%s", s.Generation, s.Store, s.Nodes, s.Pool.Name, lock)
+	if s.Hosts {
+		out += "/own-hosts"
+	}
+	if s.SharedName {
+		out += "/stale-nodename"
+	}
+	return out
 }
 
 // Safe says whether safe-ipam fronts calico-ipam.
@@ -158,6 +172,12 @@ type Cluster struct {
 	read map[string][]*record.Record
 	// lostNodes are Calico's Nodes NodesLost took away, by key.
 	lostNodes map[string][]byte
+	// names are the Calico names NodeRename gave, by node; former are the
+	// names nodes had before.
+	names  map[string]string
+	former []string
+	// hostRenames counts each node's HostRenames.
+	hostRenames map[string]int
 }
 
 // NewCluster starts etcd under dir and seeds every pool and node.
@@ -274,6 +294,7 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 	c.setup = s
 	c.uninstalled = map[string]bool{}
 	c.read = map[string][]*record.Record{}
+	c.names, c.former, c.hostRenames = map[string]string{}, nil, map[string]int{}
 	c.work = filepath.Join(c.dir, fmt.Sprintf("history-%d", c.histories))
 	if err := os.MkdirAll(c.work, 0o700); err != nil {
 		return fmt.Errorf("history directory: %w", err)
@@ -312,7 +333,7 @@ func (c *Cluster) storeDir(node string) string { return filepath.Join(c.work, no
 func (c *Cluster) calicoNetConf(node string) map[string]any {
 	return map[string]any{
 		"cniVersion": "1.0.0", "name": Network, "type": "calico", "datastore_type": "etcdv3",
-		"etcd_endpoints": c.etcd.Endpoint(), "nodename": node,
+		"etcd_endpoints": c.etcd.Endpoint(), "nodename": c.calicoName(node),
 		"ipam": map[string]any{"type": CalicoIPAM, "ipv4_pools": []string{c.setup.Pool.Name}},
 	}
 }
@@ -343,13 +364,14 @@ func (c *Cluster) releaseInCalico(ctx context.Context, att *Attachment) error {
 // every address in the node's blocks, deletes the emptied blocks and the
 // node's affinities, and deletes its Calico Node; a file store dies with
 // the node's disk.
-func (c *Cluster) kill(ctx context.Context, node string) error {
+func (c *Cluster) kill(ctx context.Context, machine string) error {
 	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
 	defer cancel()
 	snap, err := calicosim.State(ctx, c.cli)
 	if err != nil {
 		return err
 	}
+	node := c.calicoName(machine)
 	alloc := &calicosim.Allocator{Client: c.cli, Node: node}
 	for _, aff := range snap.Affinities {
 		if aff.Node != node {
@@ -375,7 +397,7 @@ func (c *Cluster) kill(ctx context.Context, node string) error {
 		return fmt.Errorf("kube-controllers deleting Node %s: %w", node, err)
 	}
 	if c.setup.Store == FileStore {
-		return os.RemoveAll(c.storeDir(node))
+		return os.RemoveAll(c.storeDir(machine))
 	}
 	return nil
 }
@@ -524,7 +546,7 @@ func (c *Cluster) adopt(ctx context.Context, att *Attachment) error {
 		return err
 	}
 	rec := &record.Record{Attachment: record.Attachment{Network: Network, ContainerID: att.ContainerID, IfName: att.IfName},
-		PodNamespace: Namespace, PodName: att.Pod, PodUID: "uid-" + att.Pod, Node: att.Node, State: record.Committed,
+		PodNamespace: Namespace, PodName: att.Pod, PodUID: "uid-" + att.Pod, Node: c.calicoName(att.Node), State: record.Committed,
 		Created: time.Now().UTC(), Updated: time.Now().UTC()}
 	for _, ip := range att.IPs {
 		held, ok := snap.Lookup(ip)
@@ -634,7 +656,7 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 func (c *Cluster) runAdmin(ctx context.Context, call Call, args ...string) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, hangLimit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, c.binaries().Path(SafeIPAM), args...)
+	cmd := c.command(ctx, call.Node, c.binaries().Path(SafeIPAM), args...)
 	env := c.env(call)
 	cmd.Env = env[1:] // no CNI_COMMAND: an admin command, not a CNI call
 	var out bytes.Buffer
@@ -660,7 +682,7 @@ func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {
 		"type":           "calico",
 		"datastore_type": "etcdv3",
 		"etcd_endpoints": c.etcd.Endpoint(),
-		"nodename":       node,
+		"nodename":       c.calicoName(node),
 	}
 	ipam := map[string]any{"type": CalicoIPAM, "ipv4_pools": []string{c.setup.Pool.Name}}
 	if c.setup.Safe() {
@@ -707,7 +729,7 @@ func (c *Cluster) stores() (map[string]store.Store, error) {
 		case EtcdStore:
 			// The shared client stays open; Close of this store would
 			// close it, so the store is never closed.
-			out[n] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(n), n, normalTimeout)
+			out[n] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(n), c.calicoName(n), normalTimeout)
 		}
 	}
 	return out, nil
@@ -734,11 +756,16 @@ func (c *Cluster) Observe(ctx context.Context) (*Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range c.setup.nodes() {
-		s, ok := stores[n]
-		if !ok {
-			continue
+	defer closeFileStores(c.setup, stores)
+	if c.setup.Store == EtcdStore && c.setup.SharedPrefix {
+		// Records are kept by Calico name: two nodes may share one (a
+		// stale nodename), and a renamed node's stay under its former.
+		stores = map[string]store.Store{}
+		for _, name := range c.calicoNames() {
+			stores[name] = etcdstore.NewWithClient(c.cli, c.etcdPrefix(name), name, normalTimeout)
 		}
+	}
+	for n, s := range stores {
 		// Each node's store lists its own records, also under a shared prefix.
 		recs, err := s.List(ctx, Network)
 		if err != nil {

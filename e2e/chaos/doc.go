@@ -38,7 +38,10 @@
 // handle may come back under that name on another node), uninstall
 // safe-ipam from a node and
 // install it again, and upgrade it over records without address index
-// entries (TestLifecycle plays each as a script).
+// entries (TestLifecycle plays each as a script). Machines may share a
+// Calico name, be renamed (host or Calico node) while pods run, or lend
+// an address of their block to another node's pod, with repair and gc
+// --former-node run there (TestMachines, machine.go).
 //
 // Histories come from a seeded Generator (StatefulSet pods recreated
 // under the same name, late and repeated DELs, concurrent workers,

@@ -99,6 +99,9 @@ type Call struct {
 	holdDir string
 	// By says how an Outside call frees the address.
 	By string
+	// Lender is the node whose block a Borrow takes from; Name is a
+	// NodeRename's new Calico name, or a FormerGC's former one.
+	Lender, Name string
 }
 
 func (c Call) String() string {
@@ -106,7 +109,7 @@ func (c Call) String() string {
 	if c.Att != nil {
 		s += " " + c.Att.String()
 	}
-	if c.Verb == GC {
+	if c.Verb == GC || c.Verb == Repair || c.Verb == FormerGC {
 		names := make([]string, len(c.Valid))
 		for i, a := range c.Valid {
 			names[i] = a.ContainerID
@@ -118,6 +121,12 @@ func (c Call) String() string {
 	}
 	if c.By != "" {
 		s += " by " + c.By
+	}
+	if c.Lender != "" {
+		s += " from " + c.Lender + "'s block"
+	}
+	if c.Name != "" {
+		s += " name=" + c.Name
 	}
 	return s
 }
@@ -160,6 +169,9 @@ const hangLimit = 2 * time.Minute
 // itself for the control. An error means the harness could not tell what
 // happened.
 func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
+	if out, ok, err := c.machineCall(ctx, call); ok {
+		return out, err
+	}
 	switch {
 	case call.Verb == Outside && call.By == OutsideIPAMRelease:
 		return Outcome{}, c.releaseInCalico(ctx, call.Att)
@@ -191,7 +203,7 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 	if !c.setup.Safe() || call.Verb == Outside || c.uninstalled[call.Node] {
 		prog = CalicoIPAM
 	}
-	cmd := exec.CommandContext(ctx, c.binaries().Path(prog))
+	cmd := c.command(ctx, call.Node, c.binaries().Path(prog))
 	cmd.Env = c.env(call)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stdout, stderr bytes.Buffer

@@ -227,7 +227,13 @@ func (m *Model) Apply(call Call, out Outcome) {
 		m.uninstalled[call.Node] = false
 	case Adopt:
 		call.Att.Unrecorded = false
-	case GC:
+	case Borrow:
+		if out.OK() {
+			// Through calico-ipam alone: no record names it.
+			a := call.Att
+			a.State, a.IPs, a.Unrecorded, a.Alone = Live, out.IPs, true, true
+		}
+	case GC, FormerGC: // gc --former-node collects the node's own records too
 		if !out.OK() {
 			return
 		}

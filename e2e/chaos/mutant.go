@@ -187,6 +187,48 @@ func Mutants() []Mutant {
 					func() *Script { return UninstallQuarantineScript(EtcdStore, true) })
 			},
 		},
+		{
+			Name:   "repair-takes-block-affinity-for-owner-node",
+			Breaks: "repair takes the block's affinity for the node of an allocation without owner attributes (issue 41, item 2.2): with a node-local source it frees the address another node's pod borrowed",
+			File:   "ipam/audit/findings.go",
+			Old:    "Node: al.OwnerNode(),",
+			New:    "Node: al.Node,",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return RepairOverBorrowedBlockScript(Legacy) })
+			},
+		},
+		{
+			Name:     "repair-judges-another-hosts-record",
+			Breaks:   "repair judges a record another host wrote under this node's Calico name by this host's runtime (issue 41, item 2.1): it forgets a running pod's record and releases its quarantine",
+			File:     "ipam/audit/findings.go",
+			Old:      "Shared: a.snap.RecordsShared,",
+			New:      "Shared: false,",
+			Catchers: func() []Job { return ScriptJobs(RepairStaleNodenameScript) },
+		},
+		{
+			Name:     "repair-leaves-the-records-own-handle",
+			Breaks:   "repair forgets a gone container's record and leaves what Calico holds under its handle, which no audit with a node-local source can judge again: a leak",
+			File:     "ipam/repair/repair.go",
+			Old:      "actions = append(actions, planOwnRelease(snap, act.rec)...)",
+			New:      "_ = planOwnRelease",
+			Catchers: func() []Job { return ScriptJobs(func() *Script { return RepairOverBorrowedBlockScript(Legacy) }) },
+		},
+		{
+			Name:     "gc-keeps-a-renamed-hosts-records",
+			Breaks:   "the GC verb takes a file store for shared, so after a host rename it keeps every older record as another host's, for ever (issue 41, item 2.5)",
+			File:     "ipam/guard/del.go",
+			Old:      "_, shared := g.store.(store.Cluster)\n",
+			New:      "_, shared := g.store.(store.Cluster)\n\tshared = true\n",
+			Catchers: func() []Job { return ScriptJobs(HostRenameScript) },
+		},
+		{
+			Name:     "gc-forgets-former-nodes",
+			Breaks:   "gc --former-node judges nothing under the former name (issue 41, item 2.4): a renamed node's records stay there for ever",
+			File:     "ipam/gc/cli.go",
+			Old:      "range append([]string{\"\"}, r.formerNodes...)",
+			New:      "range []string{\"\"}",
+			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
+		},
 	}
 }
 

@@ -371,10 +371,11 @@ func TestRecordsAgainstCalicoAreJudgedByWhatRuns(t *testing.T) {
 }
 
 // A stale record (its attachment positively gone: no DEL or GC of it will
-// come) is forgotten by repair --apply, with its address index entry;
-// Calico's allocation stays, for the audit to judge on its own. A record
-// the source lists stays. Repair refused it before ("the runtime's DEL or
-// GC removes it"), which never happens (issue 19, item 10).
+// come) is forgotten by repair --apply, with its address index entry,
+// once what Calico holds under its own handle is released, as its DEL
+// would. A record the source lists stays. Repair refused it before ("the
+// runtime's DEL or GC removes it"), which never happens (issue 19, item
+// 10).
 func TestRepairForgetsAStaleRecord(t *testing.T) {
 	w := newWorld(t)
 	stale := w.allocate(blk, "node1", "net1.c5", podAttrs("web-5"))
@@ -392,18 +393,19 @@ func TestRepairForgetsAStaleRecord(t *testing.T) {
 	live := w.liveFile(liveness.Running{ContainerID: "c6", IfName: "eth0", PodNamespace: "default", PodName: "web-6"})
 
 	code, rep, _ := w.run(true, "--live", live)
-	if code != audit.ExitFindings || len(rep.Actions) != 1 || rep.Actions[0].Kind != repair.ForgetRecord || rep.Actions[0].Record != "net1/c5/eth0" {
+	if code != audit.ExitFindings || len(rep.Actions) != 2 || rep.Actions[0].Kind != repair.ReleaseHandle || rep.Actions[0].Handle != "net1.c5" ||
+		rep.Actions[1].Kind != repair.ForgetRecord || rep.Actions[1].Record != "net1/c5/eth0" {
 		t.Fatalf("dry run: exit %d, actions %+v, refused %+v", code, rep.Actions, rep.Refused)
 	}
-	if _, rep, _ = w.run(true, "--live", live, "--apply"); len(rep.Actions) != 1 || rep.Actions[0].Outcome != "done" {
+	if _, rep, _ = w.run(true, "--live", live, "--apply"); len(rep.Actions) != 2 || rep.Actions[0].Outcome != "done" || rep.Actions[1].Outcome != "done" {
 		t.Fatalf("apply: actions %+v, refused %+v", rep.Actions, rep.Refused)
 	}
 	recs, err := st.List(context.Background(), "net1")
 	if err != nil || len(recs) != 1 || recs[0].ContainerID != "c6" {
 		t.Fatalf("records after repair: %v (%v); want c6 only", recs, err)
 	}
-	if h := w.handle("net1.c5"); h.Block[blk] != 1 {
-		t.Errorf("Calico's handle net1.c5 after repair: %+v; repair must leave Calico's allocation", h)
+	if h := w.handle("net1.c5"); h.Block[blk] != 0 {
+		t.Errorf("Calico's handle net1.c5 after repair: %+v; want it released with the record", h)
 	}
 	index, err := w.etcd.Dump(etcdstore.AddressPrefix(recordsPrefix, ""))
 	if err != nil {

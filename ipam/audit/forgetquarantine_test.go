@@ -70,3 +70,33 @@ func TestRepairForgetReleasesQuarantines(t *testing.T) {
 		t.Errorf("after repair: actions %+v, findings %+v; want nothing left", rep.Actions, rep.Findings)
 	}
 }
+
+// Repair's forget-record of a record whose container is gone releases
+// what Calico holds under the record's own handle first, as its DEL would
+// have. It left the allocation for "the next audit", which, with a
+// node-local source and no owner attributes (safe-ipam over Calico 2.x
+// keys by bare container ID, and Calico 2.x writes none), can never judge
+// it: the chaos history repair/borrowed-block/legacy found the leak.
+func TestRepairForgetReleasesTheRecordsOwnHandle(t *testing.T) {
+	for _, handle := range []string{"c5", "net1.c5"} {
+		t.Run(handle, func(t *testing.T) {
+			w := newWorld(t)
+			ctx := context.Background()
+			addr := w.allocate(blk, "node1", handle, nil)
+			st := etcdstore.NewWithClient(w.cli(), recordsPrefix, "node1", 5*time.Second)
+			rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c5", IfName: "eth0"}, PodNamespace: "default",
+				PodName: "web-5", Node: "node1", Handle: handle, State: record.Committed, IPs: []string{addr + "/26"}, Created: time.Now().Add(-time.Hour), Updated: time.Now().Add(-time.Hour)}
+			if _, err := st.Commit(ctx, nil, rec); err != nil {
+				t.Fatal(err)
+			}
+			live := w.liveFile(liveness.Running{ContainerID: "c6", IfName: "eth0", PodNamespace: "default", PodName: "web-6"})
+			_, rep, _ := w.run(true, "--live", live, "--network", "net1", "--min-age", "0", "--apply")
+			if h := w.handle(handle); h.Block[blk] != 0 {
+				t.Fatalf("Calico's handle %s after repair: %+v; actions %+v, refused %+v; want it released with the record", handle, h, rep.Actions, rep.Refused)
+			}
+			if recs, err := st.List(ctx, "net1"); err != nil || len(recs) != 0 {
+				t.Fatalf("records after repair: %v (%v); want c5's forgotten", recs, err)
+			}
+		})
+	}
+}

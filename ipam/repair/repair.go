@@ -61,6 +61,7 @@ func Plan(snap *snapshot.Snapshot, findings []audit.Finding, live *liveness.View
 		if act != nil {
 			if act.Kind == ForgetRecord {
 				actions = append(actions, planQuarantineReleases(snap, act.rec)...)
+				actions = append(actions, planOwnRelease(snap, act.rec)...)
 			}
 			actions = append(actions, *act)
 		} else if why != "" {
@@ -127,8 +128,8 @@ func planReclaim(f audit.Finding, recs map[string]*record.Record, live *liveness
 // liveness source that covers it positively does not list its attachment,
 // no DEL or GC of it will come (its sandbox went while safe-ipam was off
 // the node, or a DEL never came), and kept, it would fence its addresses
-// for ever. Calico's allocations are left alone; an address still under
-// the record's handle is then a leak, judged as any other.
+// for ever. What Calico holds under the record's own handle goes first
+// (planOwnRelease).
 func planForget(f audit.Finding, recs map[string]*record.Record, live *liveness.View) (*Action, string) {
 	if live == nil || len(f.Records) != 1 {
 		return nil, "no liveness source: an unknown set of running pods never means none run"
@@ -164,6 +165,22 @@ func planQuarantineReleases(snap *snapshot.Snapshot, rec *record.Record) []Actio
 		}
 	}
 	return out
+}
+
+// planOwnRelease releases, before a forgotten record goes, what Calico
+// holds under the record's own container-keyed handle, as its DEL would
+// have: the rulebook proved that container gone. Left for a later audit,
+// nothing would tie the handle to a node once the record is gone (Calico
+// 2.x writes no owner attributes), and no audit with a node-local source
+// could judge it: a leak for ever. A pod-name handle (an adopted Calico
+// 2.x pod's) is left to the next audit, which judges it by pod: another
+// incarnation of the pod may hold an address under it.
+func planOwnRelease(snap *snapshot.Snapshot, rec *record.Record) []Action {
+	if rec.Handle != rec.Network+"."+rec.ContainerID && rec.Handle != rec.ContainerID || len(snap.HeldBy(rec.Handle)) == 0 {
+		return nil
+	}
+	return []Action{{Kind: ReleaseHandle, Handle: rec.Handle, Address: audit.Addrs(rec.IPs), Record: rec.Attachment.String(),
+		Why: fmt.Sprintf("held under the own handle of %s, whose container is gone: released before its record is forgotten, as its DEL would", rec.Attachment)}}
 }
 
 func recordsByName(snap *snapshot.Snapshot) map[string]*record.Record {

@@ -132,6 +132,12 @@ func (a *Allocator) tryAssign(ctx context.Context, st store, fam calico.Family, 
 			return Assignment{}, err
 		}
 	}
+	return allocateIn(ctx, st, ref, handle, secondary)
+}
+
+// allocateIn takes one address of the block ref for handle and commits
+// the block, guarded by the version it was read at.
+func allocateIn(ctx context.Context, st store, ref *blockRef, handle string, secondary map[string]string) (Assignment, error) {
 	ords, err := ref.block.Allocate(1, handle, secondary)
 	if err != nil {
 		return Assignment{}, err
@@ -144,6 +150,28 @@ func (a *Allocator) tryAssign(ctx context.Context, st store, fam calico.Family, 
 		return Assignment{}, err
 	}
 	return Assignment{IP: ip, Block: ref.block.CIDR, Handle: handle}, nil
+}
+
+// Borrow gives handle one address from block, which another node's
+// affinity holds: what calico-ipam does for this node when its own blocks
+// are full, no block is left to claim and strictAffinity is off. Assign
+// never borrows (ErrNoFreeIPs instead), so a test borrows on purpose.
+func (a *Allocator) Borrow(ctx context.Context, block netip.Prefix, handle string, secondary map[string]string) (Assignment, error) {
+	st := a.store()
+	asg, err := retry(ctx, a.maxAttempts(), func() (Assignment, error) {
+		ref, err := st.readBlock(ctx, block)
+		if err != nil {
+			return Assignment{}, err
+		}
+		if ref == nil {
+			return Assignment{}, fmt.Errorf("block %s does not exist", block)
+		}
+		return allocateIn(ctx, st, ref, handle, secondary)
+	})
+	if err != nil {
+		return Assignment{}, fmt.Errorf("borrowing an address of block %s for handle %s: %w", block, handle, err)
+	}
+	return asg, nil
 }
 
 func poolsFamily(pools []calico.IPPool) (calico.Family, error) {

@@ -102,11 +102,12 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	outages := r.play("outage scripts", bin, chaos.ScriptJobs(outageScripts(gens, stores)...))
 	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
 	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(chaos.LifecycleScripts()...))
+	machines := r.play("machine scripts", bin, chaos.ScriptJobs(chaos.MachineScripts()...))
 	r.control(bin, seeds[:min(len(seeds), 8)])
 	if r.o.mutants {
 		r.mutants(root)
 	}
-	sum := chaos.Summarize(histories, crashes, outages, outside, lifecycle)
+	sum := chaos.Summarize(histories, crashes, outages, outside, lifecycle, machines)
 	return sum, !r.failed && sum.Failed == 0
 }
 
