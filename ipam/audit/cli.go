@@ -11,6 +11,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 )
 
@@ -165,8 +166,10 @@ func (c *CLI) ReadLiveness(ctx context.Context, snap *snapshot.Snapshot) (*liven
 	if err != nil || live == nil {
 		return nil, note, err
 	}
-	if recs, addrs := HeldOn(snap, live); len(live.Attachments) == 0 && recs+addrs > 0 {
-		return nil, fmt.Sprintf("none (%s lists no attachment while %d records and %d pod addresses exist on its node: not trusted, nothing judged)", live.Source, recs, addrs), nil
+	recs, addrs := HeldOn(snap, live)
+	what := fmt.Sprintf("%d records and %d pod addresses", recs, addrs)
+	if why := rulebook.TrustEmpty(live.Listing(), live.Node, what, recs+addrs); why != "" {
+		return nil, fmt.Sprintf("none (%s: not trusted, nothing judged)", why), nil
 	}
 	return live, "", nil
 }

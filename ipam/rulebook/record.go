@@ -164,20 +164,31 @@ func TrustListing(l *Listing, node string, shared bool, recs []*record.Record) s
 	case l.Names == Pods:
 		return fmt.Sprintf("%s names pods, not containers: it cannot prove a container gone", l.Source)
 	}
-	if l.Entries > 0 || l.SaysNone {
-		return ""
-	}
 	judged := 0
 	for _, rec := range recs {
 		if !(RecordCase{Witness: Witness{Listing: l, Shared: shared}, Record: rec}).otherHost() {
 			judged++
 		}
 	}
-	if judged == 0 {
+	return TrustEmpty(l, node, fmt.Sprintf("%d records it would judge", judged), judged)
+}
+
+// TrustEmpty says why a listing that lists nothing is no evidence (""
+// when it is, or lists something): held things on its node (held of
+// them, described by what) say something ran there, and an empty answer
+// is not taken for "nothing runs" unless the source says so (SaysNone):
+// a runtime that lost its state, or a wrongly mounted socket or
+// directory, looks empty too (incident 003).
+func TrustEmpty(l *Listing, node, what string, held int) string {
+	if l.Entries > 0 || l.SaysNone || held == 0 {
 		return ""
 	}
-	return fmt.Sprintf("%s lists nothing running while node %s has %d records it would judge; an empty answer is not taken for \"nothing runs\" (a runtime that lost its state, or a wrongly mounted socket or directory, looks the same)",
-		l.Source, node, judged)
+	where := "node " + node
+	if node == "" {
+		where = "the nodes it covers"
+	}
+	return fmt.Sprintf("%s lists nothing running while %s has %s; an empty answer is not taken for \"nothing runs\" (a runtime that lost its state, or a wrongly mounted socket or directory, looks the same)",
+		l.Source, where, what)
 }
 
 // UninstallQuarantines judges the quarantines of holder when uninstall
