@@ -274,10 +274,11 @@ func HostRenameScript() *Script {
 
 // NodeRenameScript (issue 41, item 2.4): node1 gets a new Calico name
 // while web-0 runs; web-1's sandbox was lost in the restart. Their records
-// stay under the old name, where no DEL or GC of the node looks any more.
-// The remedy of docs/operations.md, `gc --former-node`, must release
-// web-1's record at once and keep web-0's while it runs, then release it
-// too once its sandbox is gone (invariants 2 and 4).
+// stay under the old name, where the node's GC no longer looks. The
+// remedy of docs/operations.md, `gc --former-node`, must release web-1's
+// record and keep web-0's while it runs; web-0's DEL, under the new name,
+// must find its record under the old one and release it (invariants 2 and
+// 4).
 func NodeRenameScript() *Script {
 	s := &Script{
 		Name:  "rename/calico-node/etcd",
@@ -288,11 +289,13 @@ func NodeRenameScript() *Script {
 		return single(Call{Verb: NodeRename, Node: node1, Name: "node1-renamed"}, Succeeds, "node1 restarts under a new Calico name")
 	})
 	s.start("web-2", node1, "", Succeeds)
-	formerGC := func(m *Model) Step {
+	s.then(func(m *Model) Step {
 		return single(Call{Verb: FormerGC, Node: node1, Name: node1, Valid: m.Valid(node1)}, Succeeds, "safe-ipam gc --former-node node1 --apply on the renamed node")
-	}
-	s.then(formerGC).forget(0)
-	return s.then(formerGC)
+	})
+	return s.then(func(m *Model) Step {
+		a := m.Retire("web-0")
+		return single(Call{Verb: Del, Node: node1, Att: a}, Succeeds, "web-0 is deleted")
+	})
 }
 
 // MachineScripts are the histories of machines whose names change or

@@ -229,6 +229,14 @@ func Mutants() []Mutant {
 			New:      "range []string{\"\"}",
 			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
 		},
+		{
+			Name:     "del-ignores-a-former-names-record",
+			Breaks:   "a DEL that finds no record under the node's name leaves the one this machine wrote under a former Calico name (issue 41, item 2.4): it fences the freed address for ever",
+			File:     "ipam/guard/del.go",
+			Old:      "\t\tg.releaseRenamed(ctx, att, marker.IPs, env.Path)\n",
+			New:      "",
+			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
+		},
 	}
 }
 

@@ -51,6 +51,9 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	if err := g.releaseWithVM(ctx, att, marked, env, args, prev); err != nil {
 		return err
 	}
+	if marked == nil {
+		g.releaseRenamed(ctx, att, marker.IPs, env.Path)
+	}
 	g.releasePodHandle(ctx, marked, env, runtimeDEL)
 	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return err

@@ -94,6 +94,10 @@ type Cluster interface {
 	// ListEveryNode returns the records of a network on every node, as
 	// List does one node's, read at one point.
 	ListEveryNode(ctx context.Context, network string) ([]*record.Record, error)
+	// HolderOf returns the record, on whichever node, whose address index
+	// entry holds addr in network, with its quarantines; nil when none
+	// does.
+	HolderOf(ctx context.Context, network, addr string) (*record.Record, error)
 	Sweeps
 }
 

@@ -351,6 +351,25 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 	return rec, nil
 }
 
+// HolderOf implements store.Cluster: the index entry names the holder's
+// key, which names its node.
+func (s *Store) HolderOf(ctx context.Context, network, addr string) (*record.Record, error) {
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	resp, err := s.client.Get(tctx, AddressKey(s.prefix, network, addr))
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading the holder of %s: %v", store.ErrUnavailable, addr, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	att, node, ok := parseRecordKey(s.prefix, string(resp.Kvs[0].Value))
+	if !ok {
+		return nil, fmt.Errorf("the index entry of %s names %q, not a record", addr, resp.Kvs[0].Value)
+	}
+	return s.ForNode(node).Get(ctx, att)
+}
+
 // releaseOps delete what a deleted record owned: its index entries (only
 // those still naming it) and the quarantines tied to it.
 func (s *Store) releaseOps(key string, rec *record.Record) []clientv3.Op {
