@@ -67,6 +67,10 @@ const (
 	// wrote without address index entries: every entry is removed, then
 	// install indexes the records again, as the new DaemonSet's start does.
 	Upgrade Verb = "UPGRADE"
+	// GCLoops is the DaemonSet's `gc --dead-nodes --every` loops on node2
+	// and node3 while Fault plays out in their election; Node's loop must
+	// release the dead node's records (election.go).
+	GCLoops Verb = "GC-LOOPS"
 )
 
 // How an outside actor frees a live attachment's address.
@@ -99,6 +103,8 @@ type Call struct {
 	holdDir string
 	// By says how an Outside call frees the address.
 	By string
+	// Fault is the election fault a GCLoops call plays.
+	Fault string
 }
 
 func (c Call) String() string {
@@ -118,6 +124,9 @@ func (c Call) String() string {
 	}
 	if c.By != "" {
 		s += " by " + c.By
+	}
+	if c.Fault != "" {
+		s += " fault=" + c.Fault
 	}
 	return s
 }
@@ -169,6 +178,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.loseNodes(ctx, call.Verb == NodesLost)
 	case call.Verb == DeadNodesGC, call.Verb == DeadNodesSighting:
 		return c.deadNodesGC(ctx, call)
+	case call.Verb == GCLoops:
+		return c.gcLoops(ctx, call)
 	case call.Verb == UninstallRead:
 		return Outcome{}, c.readForUninstall(ctx, call.Node)
 	case call.Verb == Uninstall:

@@ -101,7 +101,7 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	crashes := r.play("crash matrix", bin, chaos.ScriptJobs(chaos.CrashMatrix(gens, stores)...))
 	outages := r.play("outage scripts", bin, chaos.ScriptJobs(outageScripts(gens, stores)...))
 	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
-	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(chaos.LifecycleScripts()...))
+	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(append(chaos.LifecycleScripts(), chaos.ElectionScripts()...)...))
 	r.control(bin, seeds[:min(len(seeds), 8)])
 	if r.o.mutants {
 		r.mutants(root)

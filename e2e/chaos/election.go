@@ -1,0 +1,467 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+)
+
+// The DaemonSet's gc --dead-nodes --every loops run on every node and
+// elect one per cluster to sweep, through the shared etcd store
+// (ipam/gc/sweeper.go). An election that goes wrong fails quietly: no
+// loop errs, yet nobody sweeps, and a dead node's records fence its
+// addresses for ever. The election histories run the loops as the
+// DaemonSet does, as processes of the build under test, kill node1, play
+// one fault in the election among the loops of node2 and node3, and
+// require node3's loop to release node1's records within a bound; then
+// node2 is handed node1's freed address, which must not be fenced.
+
+// The election faults a GCLoops call plays.
+const (
+	// FaultDryRun: a dry-run loop (no --apply) runs on node2 for some
+	// periods before node3's --apply loop starts. A dry-run loop that
+	// campaigned would lead and never sweep.
+	FaultDryRun = "dry-run-loop"
+	// FaultFailingLeader: node2's --apply loop leads, but reaches Calico's
+	// datastore at an endpoint that never answers, so its every sweep
+	// fails; node3's loop starts after node2's first failed sweep. A leader
+	// that kept the lead would keep node3 from sweeping for ever.
+	FaultFailingLeader = "failing-leader"
+	// FaultLeaderKilled: node2's --apply loop leads and notes node1 gone,
+	// node3's loop starts and finds node2 leading, and node2's is killed
+	// (SIGKILL, so its lease is not revoked) before the grace has passed.
+	// node3's loop must take the lead once the lease expires and release,
+	// going on from node2's note.
+	FaultLeaderKilled = "leader-killed-mid-sweep"
+	// FaultLeaselessKey: a leader key naming node2 without a lease (kept
+	// by a backup restored without its leases, or written by hand) is in
+	// the store when node3's loop starts. Obeyed, it would lead for ever.
+	FaultLeaselessKey = "leaseless-leader-key"
+)
+
+// ElectionFaults are the faults the election histories play.
+var ElectionFaults = []string{FaultDryRun, FaultFailingLeader, FaultLeaderKilled, FaultLeaselessKey}
+
+// ElectionScript: web-0 runs on node1 (etcd store, one prefix for every
+// node, three nodes), node1 dies, and fault plays out among the gc loops
+// of node2 and node3 until node3's loop has released node1's records.
+// node2 is then handed web-0's freed address for web-1, and its ADD must
+// succeed: had no sweep noted node1 gone, it would be fenced (11).
+func ElectionScript(fault string) *Script {
+	s := &Script{
+		Name:  "election/" + fault,
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 3, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s.then(func(*Model) Step {
+		return single(Call{Verb: GCLoops, Node: node3, Fault: fault}, Succeeds, "the DaemonSet's gc --dead-nodes loops run on node2 and node3: "+fault)
+	})
+	return s.start("web-1", node2, "", Succeeds).start("web-2", node2, "", Succeeds)
+}
+
+// ElectionScripts are the election histories, one per fault.
+func ElectionScripts() []func() *Script {
+	out := make([]func() *Script, 0, len(ElectionFaults))
+	for _, f := range ElectionFaults {
+		out = append(out, func() *Script { return ElectionScript(f) })
+	}
+	return out
+}
+
+const (
+	node2 = "node2"
+	node3 = "node3"
+)
+
+// The loops' timing. The leader's lease is sweepTTL periods, but at
+// least the 5 seconds etcd's election is given (etcdstore.Lead); a bound
+// is counted from when the fault has played out, and is far above what
+// the loops need, so that a loaded machine never fails a history.
+const (
+	loopPeriod = 100 * time.Millisecond
+	// loopGrace is the dead-node grace of FaultLeaderKilled: long enough
+	// that node2's loop cannot release before the harness kills it.
+	loopGrace = 3 * time.Second
+	// leaderLease is the lease of a leader at loopPeriod.
+	leaderLease = 5 * time.Second
+	// sweepBound is how long node3's loop may take to release once the
+	// fault has played out (beyond a dead leader's lease).
+	sweepBound = 10 * time.Second
+	// faultBound is how long the fault may take to set up (node2's loop
+	// to lead, to note, to fail).
+	faultBound = 10 * time.Second
+	// stopBound is how long a loop may take to stop on SIGTERM.
+	stopBound = 5 * time.Second
+)
+
+// gcLoops plays call.Fault among the gc loops of node2 and node3. It
+// succeeds once call.Node's loop released the dead node's records (none
+// of node1's is left in the store, and that loop says it released them)
+// and every loop stopped when told; it fails, saying why, otherwise. An
+// error is the harness's.
+func (c *Cluster) gcLoops(ctx context.Context, call Call) (out Outcome, err error) {
+	e := &election{c: c, ctx: ctx, call: call}
+	defer func() {
+		if stopErr := e.stopAll(); stopErr != nil && err == nil && out.OK() {
+			out = e.failed("%v", stopErr)
+		}
+	}()
+	why, err := e.play()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("%s: %w", call, err)
+	}
+	if why != "" {
+		return e.failed("%s", why), nil
+	}
+	return Outcome{Stderr: e.transcript()}, nil
+}
+
+// election is one GCLoops call: the loops it started.
+type election struct {
+	c     *Cluster
+	ctx   context.Context
+	call  Call
+	loops []*gcLoop
+	// silent is the Calico endpoint of FaultFailingLeader.
+	silent net.Listener
+}
+
+// play sets the fault up and waits for the sweeper's release; why says
+// what went wrong, "" if nothing did.
+func (e *election) play() (why string, err error) {
+	switch e.call.Fault {
+	case FaultDryRun:
+		dry, err := e.start(node2, loopArgs{})
+		if err != nil {
+			return "", err
+		}
+		if ok, err := e.waitFor(faultBound, func() (bool, error) { return dry.count(dryRun) >= 5, nil }); !ok || err != nil {
+			return "node2's dry-run loop did not run five rounds", err
+		}
+	case FaultFailingLeader:
+		if e.silent, err = silentEndpoint(); err != nil {
+			return "", err
+		}
+		// A failed sweep costs --timeout: the default would make it two
+		// minutes.
+		failing, err := e.start(node2, loopArgs{apply: true, calico: "http://" + e.silent.Addr().String(), timeout: time.Second})
+		if err != nil {
+			return "", err
+		}
+		if ok, err := e.waitFor(faultBound, func() (bool, error) { return failing.count(sweepFailed) >= 1, nil }); !ok || err != nil {
+			return "node2's loop never led and failed a sweep", err
+		}
+	case FaultLeaderKilled:
+		leader, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
+		if err != nil {
+			return "", err
+		}
+		if ok, err := e.waitFor(faultBound, e.noted); !ok || err != nil {
+			return "node2's loop never noted node1 gone", err
+		}
+		follower, err := e.start(node3, loopArgs{apply: true, grace: loopGrace})
+		if err != nil {
+			return "", err
+		}
+		if ok, err := e.waitFor(faultBound, func() (bool, error) { return follower.count(leads(node2)) >= 1, nil }); !ok || err != nil {
+			return "node3's loop never found node2 leading", err
+		}
+		leader.kill()
+		if leader.count(released) > 0 {
+			return "node2's loop released node1's records before the grace had passed", nil
+		}
+		return e.releasedBy(follower, leaderLease+sweepBound)
+	case FaultLeaselessKey:
+		if err := e.put(sweepsKey(e.c.etcdPrefix(node2), "leader/restored"), node2); err != nil {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("no election fault %q", e.call.Fault)
+	}
+	sweeper, err := e.start(e.call.Node, loopArgs{apply: true})
+	if err != nil {
+		return "", err
+	}
+	return e.releasedBy(sweeper, sweepBound)
+}
+
+// What the loops print (ipam/gc/cli.go, gc.go), line by line.
+
+// dryRun: a dry-run loop's round.
+func dryRun(line string) bool { return strings.Contains(line, "a dry-run loop does not sweep") }
+
+// leads: a follower's round, naming the leader.
+func leads(leader string) func(string) bool {
+	return func(line string) bool { return strings.Contains(line, leader+" sweeps the records of network") }
+}
+
+// released: a row of a sweep's report, for a record it released.
+func released(line string) bool { return strings.HasPrefix(line, "released ") }
+
+// sweepFailed: a sweep that could not read Calico's Nodes (only a
+// leader sweeps).
+func sweepFailed(line string) bool {
+	return strings.HasPrefix(line, "safe-ipam gc: ") && strings.Contains(line, "Calico's datastore")
+}
+
+// releasedBy waits up to bound for sweeper's loop to release the dead
+// node's records.
+func (e *election) releasedBy(sweeper *gcLoop, bound time.Duration) (string, error) {
+	ok, err := e.waitFor(bound, func() (bool, error) {
+		left, err := e.deadRecords()
+		return left == 0 && sweeper.count(released) > 0, err
+	})
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		left, err := e.deadRecords()
+		return fmt.Sprintf("%s's loop did not release node1's records within %s (%d left)", sweeper.node, bound, left), err
+	}
+	for _, l := range e.loops {
+		if l != sweeper && l.count(released) > 0 {
+			return fmt.Sprintf("%s's loop released records too", l.node), nil
+		}
+	}
+	return "", nil
+}
+
+// deadRecords counts node1's records in the store.
+func (e *election) deadRecords() (int, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
+	defer cancel()
+	recs, err := etcdstore.NewWithClient(e.c.cli, e.c.etcdPrefix(node1), node1, normalTimeout).List(ctx, Network)
+	return len(recs), err
+}
+
+// noted says whether a sweep has noted node1 gone (its key under the
+// store's sweeps, ipam/store/etcdstore/keys.go).
+func (e *election) noted() (bool, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
+	defer cancel()
+	resp, err := e.c.cli.Get(ctx, sweepsKey(e.c.etcdPrefix(node1), "gone/"+node1), clientv3.WithCountOnly())
+	if err != nil {
+		return false, err
+	}
+	return resp.Count > 0, nil
+}
+
+// sweepsKey is a key the sweeps of the network keep under the store's
+// prefix: the layout is persistent data (ipam/store/etcdstore/keys.go).
+func sweepsKey(prefix, rest string) string { return prefix + "/sweeps/" + Network + "/" + rest }
+
+func (e *election) put(key, value string) error {
+	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
+	defer cancel()
+	_, err := e.c.cli.Put(ctx, key, value)
+	return err
+}
+
+// waitFor polls cond until it holds or bound passes.
+func (e *election) waitFor(bound time.Duration, cond func() (bool, error)) (bool, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		ok, err := cond()
+		if ok || err != nil {
+			return ok, err
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		if !sleep(e.ctx, 20*time.Millisecond) {
+			return false, e.ctx.Err()
+		}
+	}
+}
+
+// loopArgs are what a loop differs in.
+type loopArgs struct {
+	apply bool
+	grace time.Duration
+	// calico, when set, is the endpoint of Calico's datastore in the
+	// loop's config (the store's stays).
+	calico  string
+	timeout time.Duration
+}
+
+// start starts the gc loop of node, as its DaemonSet pod runs it.
+func (e *election) start(node string, a loopArgs) (*gcLoop, error) {
+	c := e.c
+	conf := c.netConf(node, normalTimeout)
+	if a.calico != "" {
+		conf["etcd_endpoints"] = a.calico
+	}
+	data, err := json.Marshal(conf)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(c.work, node, "gc-loop.conf")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return nil, err
+	}
+	args := []string{"gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes",
+		"--dead-node-grace=" + a.grace.String(), "--every", loopPeriod.String()}
+	if a.apply {
+		args = append(args, "--apply")
+	}
+	if a.timeout > 0 {
+		args = append(args, "--timeout", a.timeout.String())
+	}
+	cmd := exec.Command(c.binaries().Path(SafeIPAM), args...)
+	cmd.Env = c.env(Call{Verb: GCLoops, Node: node})[1:] // an admin command, not a CNI call
+	// Its own process group: a kill takes the delegate calls it runs too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	l := &gcLoop{node: node, cmd: cmd, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &l.out, &l.out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the gc loop of %s: %w", node, err)
+	}
+	go func() { l.err = cmd.Wait(); close(l.exited) }()
+	e.loops = append(e.loops, l)
+	return l, nil
+}
+
+// stopAll stops every loop still running with SIGTERM, as kubelet does:
+// a leader revokes its lease, and the loop exits 0. A loop that does not
+// stop within stopBound is killed, and that is an error.
+func (e *election) stopAll() error {
+	var errs []error
+	for _, l := range e.loops {
+		if l.killed {
+			continue
+		}
+		_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, l := range e.loops {
+		if l.killed {
+			continue
+		}
+		select {
+		case <-l.exited:
+			if l.err != nil {
+				errs = append(errs, fmt.Errorf("%s's loop, stopped with SIGTERM: %v", l.node, l.err))
+			}
+		case <-time.After(stopBound):
+			l.kill()
+			errs = append(errs, fmt.Errorf("%s's loop did not stop within %s of SIGTERM", l.node, stopBound))
+		}
+	}
+	if e.silent != nil {
+		e.silent.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// failed is the call's failure: why, and what the loops printed.
+func (e *election) failed(format string, args ...any) Outcome {
+	msg := fmt.Sprintf(format, args...)
+	return Outcome{Code: 1, Msg: msg, Stderr: e.transcript() + msg + "\n"}
+}
+
+// transcript is every loop's output, each line under its node.
+func (e *election) transcript() string {
+	var b strings.Builder
+	for _, l := range e.loops {
+		for _, line := range l.lines() {
+			fmt.Fprintf(&b, "%s: %s\n", l.node, line)
+		}
+	}
+	return b.String()
+}
+
+// gcLoop is one node's gc --dead-nodes --every process.
+type gcLoop struct {
+	node   string
+	cmd    *exec.Cmd
+	out    lockedBuffer
+	exited chan struct{}
+	err    error // Wait's, once exited is closed
+	killed bool
+}
+
+// kill SIGKILLs the loop and the delegate calls it runs, as a node's
+// sudden death or an OOM kill does: a leader's lease stays until it
+// expires.
+func (l *gcLoop) kill() {
+	l.killed = true
+	_ = syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+	<-l.exited
+}
+
+// count is how many lines of the loop's output match.
+func (l *gcLoop) count(match func(line string) bool) int {
+	n := 0
+	for _, line := range l.lines() {
+		if match(line) {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *gcLoop) lines() []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(l.out.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+// lockedBuffer is a process's output, read while it writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// silentEndpoint is an endpoint that accepts connections and closes
+// them unanswered: no etcd's, and held for the call, so no other
+// cluster's etcd can take its port meanwhile.
+func silentEndpoint() (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	return ln, nil
+}
