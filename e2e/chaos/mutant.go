@@ -187,6 +187,42 @@ func Mutants() []Mutant {
 					func() *Script { return UninstallQuarantineScript(EtcdStore, true) })
 			},
 		},
+		{
+			Name:          "dry-run-loop-campaigns",
+			Breaks:        "a dry-run gc --dead-nodes --every loop campaigns like an --apply loop (issue 41, item 3): elected first, it leads and never sweeps, and no loop releases a dead node's records",
+			File:          "ipam/gc/cli.go",
+			Old:           "\tif r.every > 0 && !r.apply.On {\n",
+			New:           "\tif false && r.every > 0 && !r.apply.On {\n",
+			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultDryRun) }) },
+			ByExpectation: true,
+		},
+		{
+			Name:          "leader-never-resigns",
+			Breaks:        "a leader whose sweeps keep failing keeps the lead (issue 41, item 3): while it lives, no other loop sweeps",
+			File:          "ipam/gc/sweeper.go",
+			Old:           "\tif ok {\n\t\ts.failed = 0\n",
+			New:           "\tif true {\n\t\ts.failed = 0\n",
+			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultFailingLeader) }) },
+			ByExpectation: true,
+		},
+		{
+			Name:          "leaseless-leader-obeyed",
+			Breaks:        "a leader key without a live lease (a backup restored without its leases, a key written by hand) leads (issue 41, item 3): the node it names never sweeps, and no candidate campaigns",
+			File:          "ipam/store/etcdstore/sweeps.go",
+			Old:           "\t\tif !clean {\n\t\t\tcontinue\n\t\t}\n",
+			New:           "\t\treturn string(kv.Value), nil\n",
+			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultLeaselessKey) }) },
+			ByExpectation: true,
+		},
+		{
+			Name:          "leader-lease-in-milliseconds",
+			Breaks:        "the leader's lease is granted in milliseconds taken for seconds, so a leader that dies without revoking it (SIGKILL, a node's death) keeps the lead a thousand times longer than sweepTTL periods",
+			File:          "ipam/store/etcdstore/sweeps.go",
+			Old:           "concurrency.WithTTL(max(int(ttl.Seconds()), 5))",
+			New:           "concurrency.WithTTL(max(int(ttl.Milliseconds()), 5))",
+			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultLeaderKilled) }) },
+			ByExpectation: true,
+		},
 	}
 }
 
