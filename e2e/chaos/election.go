@@ -52,10 +52,18 @@ const (
 	// by a backup restored without its leases, or written by hand) is in
 	// the store when node3's loop starts. Obeyed, it would lead for ever.
 	FaultLeaselessKey = "leaseless-leader-key"
+	// FaultClockBehind: node2's loop notes node1 gone and stops; its clock
+	// ran an hour behind, so its note says node1 went an hour before it
+	// did. A process's wall clock cannot be moved from outside (Go reads
+	// it through the vDSO, and time namespaces leave it alone), so the
+	// harness moves the note's time back an hour, which is all a writer's
+	// clock puts in a note. node3's loop must still wait for the grace to
+	// pass by etcd's clock (the note's lease) before it releases.
+	FaultClockBehind = "note-from-a-clock-behind"
 )
 
 // ElectionFaults are the faults the election histories play.
-var ElectionFaults = []string{FaultDryRun, FaultFailingLeader, FaultLeaderKilled, FaultLeaselessKey}
+var ElectionFaults = []string{FaultDryRun, FaultFailingLeader, FaultLeaderKilled, FaultLeaselessKey, FaultClockBehind}
 
 // ElectionScript: web-0 runs on node1 (etcd store, one prefix for every
 // node, three nodes), node1 dies, and fault plays out among the gc loops
@@ -95,8 +103,9 @@ const (
 // the loops need, so that a loaded machine never fails a history.
 const (
 	loopPeriod = 100 * time.Millisecond
-	// loopGrace is the dead-node grace of FaultLeaderKilled: long enough
-	// that node2's loop cannot release before the harness kills it.
+	// loopGrace is the dead-node grace of FaultLeaderKilled and
+	// FaultClockBehind: long enough that node2's loop cannot release
+	// before the harness kills or stops it.
 	loopGrace = 3 * time.Second
 	// leaderLease is the lease of a leader at loopPeriod.
 	leaderLease = 5 * time.Second
@@ -142,69 +151,135 @@ type election struct {
 	silent net.Listener
 }
 
-// play sets the fault up and waits for the sweeper's release; why says
+// play plays the fault and waits for the sweeper's release; why says
 // what went wrong, "" if nothing did.
 func (e *election) play() (why string, err error) {
 	switch e.call.Fault {
 	case FaultDryRun:
-		dry, err := e.start(node2, loopArgs{})
-		if err != nil {
-			return "", err
-		}
-		if ok, err := e.waitFor(faultBound, func() (bool, error) { return dry.count(dryRun) >= 5, nil }); !ok || err != nil {
-			return "node2's dry-run loop did not run five rounds", err
-		}
+		return e.dryRunFirst()
 	case FaultFailingLeader:
-		if e.silent, err = silentEndpoint(); err != nil {
-			return "", err
-		}
-		// A failed sweep costs --timeout: the default would make it two
-		// minutes.
-		failing, err := e.start(node2, loopArgs{apply: true, calico: "http://" + e.silent.Addr().String(), timeout: time.Second})
-		if err != nil {
-			return "", err
-		}
-		if ok, err := e.waitFor(faultBound, func() (bool, error) { return failing.count(sweepFailed) >= 1, nil }); !ok || err != nil {
-			return "node2's loop never led and failed a sweep", err
-		}
+		return e.failingLeader()
 	case FaultLeaderKilled:
-		leader, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
-		if err != nil {
-			return "", err
-		}
-		if ok, err := e.waitFor(faultBound, e.noted); !ok || err != nil {
-			return "node2's loop never noted node1 gone", err
-		}
-		follower, err := e.start(node3, loopArgs{apply: true, grace: loopGrace})
-		if err != nil {
-			return "", err
-		}
-		if ok, err := e.waitFor(faultBound, func() (bool, error) { return follower.count(leads(node2)) >= 1, nil }); !ok || err != nil {
-			return "node3's loop never found node2 leading", err
-		}
-		leader.kill()
-		if leader.count(released) > 0 {
-			return "node2's loop released node1's records before the grace had passed", nil
-		}
-		return e.releasedBy(follower, leaderLease+sweepBound)
+		return e.leaderKilled()
 	case FaultLeaselessKey:
-		if err := e.put(sweepsKey(e.c.etcdPrefix(node2), "leader/restored"), node2); err != nil {
-			return "", err
-		}
-	default:
-		return "", fmt.Errorf("no election fault %q", e.call.Fault)
+		return e.leaselessKey()
+	case FaultClockBehind:
+		return e.clockBehind()
 	}
-	sweeper, err := e.start(e.call.Node, loopArgs{apply: true})
+	return "", fmt.Errorf("no election fault %q", e.call.Fault)
+}
+
+func (e *election) dryRunFirst() (string, error) {
+	dry, err := e.start(node2, loopArgs{})
 	if err != nil {
 		return "", err
 	}
-	return e.releasedBy(sweeper, sweepBound)
+	if why, err := e.await("node2's dry-run loop did not run five rounds", func() (bool, error) { return dry.count(round) >= 5, nil }); why != "" || err != nil {
+		return why, err
+	}
+	return e.sweeps(loopArgs{}, sweepBound, time.Time{})
+}
+
+func (e *election) failingLeader() (string, error) {
+	var err error
+	if e.silent, err = silentEndpoint(); err != nil {
+		return "", err
+	}
+	// A failed sweep costs --timeout: the default would make it two
+	// minutes.
+	failing, err := e.start(node2, loopArgs{apply: true, calico: "http://" + e.silent.Addr().String(), timeout: time.Second})
+	if err != nil {
+		return "", err
+	}
+	if why, err := e.await("node2's loop never led and failed a sweep", func() (bool, error) { return failing.count(sweepFailed) >= 1, nil }); why != "" || err != nil {
+		return why, err
+	}
+	return e.sweeps(loopArgs{}, sweepBound, time.Time{})
+}
+
+func (e *election) leaderKilled() (string, error) {
+	leader, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
+	if err != nil {
+		return "", err
+	}
+	if why, err := e.await("node2's loop never noted node1 gone", e.noted); why != "" || err != nil {
+		return why, err
+	}
+	follower, err := e.start(e.call.Node, loopArgs{apply: true, grace: loopGrace})
+	if err != nil {
+		return "", err
+	}
+	if why, err := e.await(e.call.Node+"'s loop never found node2 leading", func() (bool, error) { return follower.count(leads(node2)) >= 1, nil }); why != "" || err != nil {
+		return why, err
+	}
+	leader.kill()
+	if leader.count(released) > 0 {
+		return "node2's loop released node1's records before the grace had passed", nil
+	}
+	return e.releasedBy(follower, leaderLease+sweepBound, time.Time{})
+}
+
+func (e *election) leaselessKey() (string, error) {
+	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
+	defer cancel()
+	if _, err := e.c.cli.Put(ctx, sweepsKey(e.c.etcdPrefix(node2), "leader/restored"), node2); err != nil {
+		return "", err
+	}
+	return e.sweeps(loopArgs{}, sweepBound, time.Time{})
+}
+
+func (e *election) clockBehind() (string, error) {
+	began := time.Now()
+	writer, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
+	if err != nil {
+		return "", err
+	}
+	if why, err := e.await("node2's loop never noted node1 gone", e.noted); why != "" || err != nil {
+		return why, err
+	}
+	if err := writer.stop(); err != nil {
+		return err.Error(), nil
+	}
+	if writer.count(released) > 0 {
+		return "node2's loop released node1's records before the grace had passed", nil
+	}
+	if err := e.moveNote(-time.Hour); err != nil {
+		return "", err
+	}
+	// node2's note was written after began, its lease of the grace
+	// granted then: etcd cannot have expired it before began+grace.
+	return e.sweeps(loopArgs{grace: loopGrace}, loopGrace+sweepBound, began.Add(loopGrace))
+}
+
+// sweeps starts the --apply loop of the call's node and waits for it to
+// release the dead node's records (releasedBy).
+func (e *election) sweeps(a loopArgs, bound time.Duration, notBefore time.Time) (string, error) {
+	a.apply = true
+	sweeper, err := e.start(e.call.Node, a)
+	if err != nil {
+		return "", err
+	}
+	return e.releasedBy(sweeper, bound, notBefore)
+}
+
+// await waits up to faultBound for the fault to play out as cond says;
+// why says it did not.
+func (e *election) await(why string, cond func() (bool, error)) (string, error) {
+	ok, err := e.waitFor(faultBound, cond)
+	if ok || err != nil {
+		return "", err
+	}
+	return why, nil
 }
 
 // What the loops print (ipam/gc/cli.go, gc.go), line by line.
 
-// dryRun: a dry-run loop's round.
-func dryRun(line string) bool { return strings.Contains(line, "a dry-run loop does not sweep") }
+// round: a round's line about dead nodes, whatever the loop did: it
+// does not sweep as a dry run, or another node leads, or it swept.
+func round(line string) bool {
+	return strings.Contains(line, "a dry-run loop does not sweep") || strings.Contains(line, " sweeps the records of network ") ||
+		strings.HasPrefix(line, "gc: ") && strings.Contains(line, " records of network ")
+}
 
 // leads: a follower's round, naming the leader.
 func leads(leader string) func(string) bool {
@@ -221,14 +296,21 @@ func sweepFailed(line string) bool {
 }
 
 // releasedBy waits up to bound for sweeper's loop to release the dead
-// node's records.
-func (e *election) releasedBy(sweeper *gcLoop, bound time.Duration) (string, error) {
+// node's records, which it must not do before notBefore (when set).
+func (e *election) releasedBy(sweeper *gcLoop, bound time.Duration, notBefore time.Time) (string, error) {
+	var goneAt time.Time // when the records were first seen gone: they went before
 	ok, err := e.waitFor(bound, func() (bool, error) {
 		left, err := e.deadRecords()
+		if left == 0 && err == nil && goneAt.IsZero() {
+			goneAt = time.Now()
+		}
 		return left == 0 && sweeper.count(released) > 0, err
 	})
 	if err != nil {
 		return "", err
+	}
+	if !goneAt.IsZero() && goneAt.Before(notBefore) {
+		return fmt.Sprintf("node1's records were released %s before the grace could have passed by etcd's clock", notBefore.Sub(goneAt).Round(time.Millisecond)), nil
 	}
 	if !ok {
 		left, err := e.deadRecords()
@@ -266,11 +348,39 @@ func (e *election) noted() (bool, error) {
 // prefix: the layout is persistent data (ipam/store/etcdstore/keys.go).
 func sweepsKey(prefix, rest string) string { return prefix + "/sweeps/" + Network + "/" + rest }
 
-func (e *election) put(key, value string) error {
+// moveNote moves the time in node1's gone-note by d, as a writer's clock
+// off by d would have written it.
+func (e *election) moveNote(d time.Duration) error {
 	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
 	defer cancel()
-	_, err := e.c.cli.Put(ctx, key, value)
-	return err
+	key := sweepsKey(e.c.etcdPrefix(node1), "gone/"+node1)
+	resp, err := e.c.cli.Get(ctx, key)
+	if err != nil || len(resp.Kvs) != 1 {
+		return fmt.Errorf("reading node1's gone-note: %v (%d keys)", err, len(resp.Kvs))
+	}
+	var note map[string]any
+	if err := json.Unmarshal(resp.Kvs[0].Value, &note); err != nil {
+		return fmt.Errorf("node1's gone-note %q: %w", resp.Kvs[0].Value, err)
+	}
+	since, ok := note["since"].(string)
+	at, err := time.Parse(time.RFC3339Nano, since)
+	if !ok || err != nil {
+		return fmt.Errorf("node1's gone-note %q has no time the harness knows (since): update moveNote", resp.Kvs[0].Value)
+	}
+	note["since"] = at.Add(d).Format(time.RFC3339Nano)
+	value, err := json.Marshal(note)
+	if err != nil {
+		return err
+	}
+	// Only the note changes: the key of its grace keeps its lease.
+	txn, err := e.c.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", resp.Kvs[0].ModRevision)).Then(clientv3.OpPut(key, string(value))).Commit()
+	if err == nil && !txn.Succeeded {
+		err = errors.New("it changed meanwhile")
+	}
+	if err != nil {
+		return fmt.Errorf("moving node1's gone-note: %w", err)
+	}
+	return nil
 }
 
 // waitFor polls cond until it holds or bound passes.
@@ -340,30 +450,11 @@ func (e *election) start(node string, a loopArgs) (*gcLoop, error) {
 	return l, nil
 }
 
-// stopAll stops every loop still running with SIGTERM, as kubelet does:
-// a leader revokes its lease, and the loop exits 0. A loop that does not
-// stop within stopBound is killed, and that is an error.
+// stopAll stops every loop still running, and the silent endpoint.
 func (e *election) stopAll() error {
 	var errs []error
 	for _, l := range e.loops {
-		if l.killed {
-			continue
-		}
-		_ = l.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, l := range e.loops {
-		if l.killed {
-			continue
-		}
-		select {
-		case <-l.exited:
-			if l.err != nil {
-				errs = append(errs, fmt.Errorf("%s's loop, stopped with SIGTERM: %v", l.node, l.err))
-			}
-		case <-time.After(stopBound):
-			l.kill()
-			errs = append(errs, fmt.Errorf("%s's loop did not stop within %s of SIGTERM", l.node, stopBound))
-		}
+		errs = append(errs, l.stop())
 	}
 	if e.silent != nil {
 		e.silent.Close()
@@ -395,14 +486,36 @@ type gcLoop struct {
 	out    lockedBuffer
 	exited chan struct{}
 	err    error // Wait's, once exited is closed
-	killed bool
+	// ended: the harness stopped or killed it.
+	ended bool
+}
+
+// stop stops the loop with SIGTERM, as kubelet does: a leader revokes its
+// lease, and the loop exits 0. A loop that does not stop within stopBound
+// is killed, and that is an error.
+func (l *gcLoop) stop() error {
+	if l.ended {
+		return nil
+	}
+	l.ended = true
+	_ = l.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-l.exited:
+		if l.err != nil {
+			return fmt.Errorf("%s's loop, stopped with SIGTERM: %v", l.node, l.err)
+		}
+		return nil
+	case <-time.After(stopBound):
+		l.kill()
+		return fmt.Errorf("%s's loop did not stop within %s of SIGTERM", l.node, stopBound)
+	}
 }
 
 // kill SIGKILLs the loop and the delegate calls it runs, as a node's
 // sudden death or an OOM kill does: a leader's lease stays until it
 // expires.
 func (l *gcLoop) kill() {
-	l.killed = true
+	l.ended = true
 	_ = syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
 	<-l.exited
 }

@@ -223,6 +223,15 @@ func Mutants() []Mutant {
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultLeaderKilled) }) },
 			ByExpectation: true,
 		},
+		{
+			Name:          "grace-by-wall-clock",
+			Breaks:        "a sweep judges a gone-note's grace by its own wall clock against the time in the note, as before session 14: a note written by a machine whose clock runs behind (or read by one whose clock runs ahead) releases a dead node's records before the grace",
+			File:          "ipam/gc/deadnodes.go",
+			Old:           "Since: sg.Since, Grace: sg.Grace, Passed: sg.Passed}",
+			New:           "Since: sg.Since, Grace: sg.Grace, Passed: time.Since(sg.Since) >= sg.Grace}",
+			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultClockBehind) }) },
+			ByExpectation: true,
+		},
 	}
 }
 
