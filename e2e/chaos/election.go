@@ -170,11 +170,7 @@ func (e *election) play() (why string, err error) {
 }
 
 func (e *election) dryRunFirst() (string, error) {
-	dry, err := e.start(node2, loopArgs{})
-	if err != nil {
-		return "", err
-	}
-	if why, err := e.await("node2's dry-run loop did not run five rounds", func() (bool, error) { return dry.count(round) >= 5, nil }); why != "" || err != nil {
+	if _, why, err := e.startUntil(node2, loopArgs{}, "node2's dry-run loop did not run five rounds", seen(round, 5)); why != "" || err != nil {
 		return why, err
 	}
 	return e.sweeps(loopArgs{}, sweepBound, time.Time{})
@@ -187,29 +183,21 @@ func (e *election) failingLeader() (string, error) {
 	}
 	// A failed sweep costs --timeout: the default would make it two
 	// minutes.
-	failing, err := e.start(node2, loopArgs{apply: true, calico: "http://" + e.silent.Addr().String(), timeout: time.Second})
-	if err != nil {
-		return "", err
-	}
-	if why, err := e.await("node2's loop never led and failed a sweep", func() (bool, error) { return failing.count(sweepFailed) >= 1, nil }); why != "" || err != nil {
+	failing := loopArgs{apply: true, calico: "http://" + e.silent.Addr().String(), timeout: time.Second}
+	if _, why, err := e.startUntil(node2, failing, "node2's loop never led and failed a sweep", seen(sweepFailed, 1)); why != "" || err != nil {
 		return why, err
 	}
 	return e.sweeps(loopArgs{}, sweepBound, time.Time{})
 }
 
 func (e *election) leaderKilled() (string, error) {
-	leader, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
-	if err != nil {
-		return "", err
-	}
-	if why, err := e.await("node2's loop never noted node1 gone", e.noted); why != "" || err != nil {
+	graced := loopArgs{apply: true, grace: loopGrace}
+	leader, why, err := e.startUntil(node2, graced, "node2's loop never noted node1 gone", e.noted)
+	if why != "" || err != nil {
 		return why, err
 	}
-	follower, err := e.start(e.call.Node, loopArgs{apply: true, grace: loopGrace})
-	if err != nil {
-		return "", err
-	}
-	if why, err := e.await(e.call.Node+"'s loop never found node2 leading", func() (bool, error) { return follower.count(leads(node2)) >= 1, nil }); why != "" || err != nil {
+	follower, why, err := e.startUntil(e.call.Node, graced, e.call.Node+"'s loop never found node2 leading", seen(leads(node2), 1))
+	if why != "" || err != nil {
 		return why, err
 	}
 	leader.kill()
@@ -230,11 +218,8 @@ func (e *election) leaselessKey() (string, error) {
 
 func (e *election) clockBehind() (string, error) {
 	began := time.Now()
-	writer, err := e.start(node2, loopArgs{apply: true, grace: loopGrace})
-	if err != nil {
-		return "", err
-	}
-	if why, err := e.await("node2's loop never noted node1 gone", e.noted); why != "" || err != nil {
+	writer, why, err := e.startUntil(node2, loopArgs{apply: true, grace: loopGrace}, "node2's loop never noted node1 gone", e.noted)
+	if why != "" || err != nil {
 		return why, err
 	}
 	if err := writer.stop(); err != nil {
@@ -262,14 +247,23 @@ func (e *election) sweeps(a loopArgs, bound time.Duration, notBefore time.Time) 
 	return e.releasedBy(sweeper, bound, notBefore)
 }
 
-// await waits up to faultBound for the fault to play out as cond says;
-// why says it did not.
-func (e *election) await(why string, cond func() (bool, error)) (string, error) {
-	ok, err := e.waitFor(faultBound, cond)
-	if ok || err != nil {
-		return "", err
+// startUntil starts node's loop and waits up to faultBound for the fault
+// to play out as cond says; why says it did not.
+func (e *election) startUntil(node string, a loopArgs, why string, cond func(*gcLoop) (bool, error)) (*gcLoop, string, error) {
+	l, err := e.start(node, a)
+	if err != nil {
+		return nil, "", err
 	}
-	return why, nil
+	ok, err := e.waitFor(faultBound, func() (bool, error) { return cond(l) })
+	if ok || err != nil {
+		return l, "", err
+	}
+	return l, why, nil
+}
+
+// seen holds once n lines of a loop's output match.
+func seen(match func(line string) bool, n int) func(*gcLoop) (bool, error) {
+	return func(l *gcLoop) (bool, error) { return l.count(match) >= n, nil }
 }
 
 // What the loops print (ipam/gc/cli.go, gc.go), line by line.
@@ -332,9 +326,9 @@ func (e *election) deadRecords() (int, error) {
 	return len(recs), err
 }
 
-// noted says whether a sweep has noted node1 gone (its key under the
-// store's sweeps, ipam/store/etcdstore/keys.go).
-func (e *election) noted() (bool, error) {
+// noted says whether a sweep (of any loop) has noted node1 gone: its key
+// under the store's sweeps.
+func (e *election) noted(*gcLoop) (bool, error) {
 	ctx, cancel := context.WithTimeout(e.ctx, normalTimeout)
 	defer cancel()
 	resp, err := e.c.cli.Get(ctx, sweepsKey(e.c.etcdPrefix(node1), "gone/"+node1), clientv3.WithCountOnly())
