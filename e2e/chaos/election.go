@@ -103,12 +103,13 @@ const (
 // the loops need, so that a loaded machine never fails a history.
 const (
 	loopPeriod = 100 * time.Millisecond
-	// loopGrace is the dead-node grace of FaultLeaderKilled and
-	// FaultClockBehind: long enough that node2's loop cannot release
-	// before the harness kills or stops it.
-	loopGrace = 3 * time.Second
 	// leaderLease is the lease of a leader at loopPeriod.
 	leaderLease = 5 * time.Second
+	// loopGrace is the dead-node grace of FaultLeaderKilled and
+	// FaultClockBehind: long enough that node2's loop cannot release
+	// before the harness stops it. Killed, node2 keeps the lead for
+	// leaderLease after its note: a grace as long costs nothing there.
+	loopGrace = leaderLease
 	// sweepBound is how long node3's loop may take to release once the
 	// fault has played out (beyond a dead leader's lease).
 	sweepBound = 10 * time.Second
@@ -432,8 +433,9 @@ func (e *election) start(node string, a loopArgs) (*gcLoop, error) {
 	}
 	cmd := exec.Command(c.binaries().Path(SafeIPAM), args...)
 	cmd.Env = c.env(Call{Verb: GCLoops, Node: node})[1:] // an admin command, not a CNI call
-	// Its own process group: a kill takes the delegate calls it runs too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group: a kill takes the delegate calls it runs too;
+	// and a loop dies with the harness (a test killed by its timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	l := &gcLoop{node: node, cmd: cmd, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &l.out, &l.out
 	if err := cmd.Start(); err != nil {

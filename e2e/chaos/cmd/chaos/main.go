@@ -210,5 +210,8 @@ func replay(rep *chaos.Report) string {
 	if strings.HasPrefix(rep.Name, "seed-") {
 		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", rep.Seed)
 	}
+	if strings.HasPrefix(rep.Name, "election/") {
+		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", rep.Name)
+	}
 	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages' -v", rep.Name)
 }
