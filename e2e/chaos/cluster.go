@@ -85,9 +85,9 @@ var (
 
 var pools = []Pool{WidePool, TightPool, SinglePool}
 
-// Nodes are the nodes of every cluster; a history uses the first one or
-// both.
-var Nodes = []string{"node1", "node2"}
+// Nodes are the nodes of every cluster; a history uses the first one, two
+// or three (the election histories need a dead node and two candidates).
+var Nodes = []string{"node1", "node2", "node3"}
 
 // Timeouts of one invocation. Ops that run while etcd is known to be down
 // get the short one, so an outage costs little wall time; every other op
@@ -104,7 +104,7 @@ const (
 type Setup struct {
 	Generation Generation
 	Store      StoreKind
-	Nodes      int // 1 or 2
+	Nodes      int // 1 to 3
 	Pool       Pool
 	// HostLock gives calico-ipam a per-node lock file; without it only
 	// etcd's compare-and-swap keeps concurrent allocations apart.

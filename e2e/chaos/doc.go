@@ -4,8 +4,8 @@
 // containers at once, repeats DELs and delivers them late
 // (kubernetes/kubernetes#44100).
 //
-// A history is a sequence of steps a container runtime takes on one or
-// two nodes: each step runs one or more CNI calls at once (ADD, DEL, GC
+// A history is a sequence of steps a container runtime takes on one to
+// three nodes: each step runs one or more CNI calls at once (ADD, DEL, GC
 // with cni.dev/valid-attachments), exactly as a runtime execs the plugin,
 // against the calico-ipam simulator keeping Calico's data in a real etcd.
 // Calls may be armed to crash: safe-ipam, built with -tags crashpoints,
@@ -52,6 +52,13 @@
 // violations, and deliberately broken safe-ipams (Mutants) must be
 // caught, or the checker's silence would mean nothing.
 //
+// TestElection runs the DaemonSet's gc --dead-nodes --every loops of two
+// nodes as processes while a third node is dead and a fault plays out in
+// their election of the one that sweeps (election.go): a dry-run loop, a
+// leader whose sweeps fail, a leader killed mid-sweep, a leader key
+// without a lease, a note from a clock behind. The dead node's records
+// must still go, within a bound.
+//
 // TestRegressions replays the safe-ipam bugs this suite found (GC across
 // nodes, a commit whose answer was lost, a non-UTF-8 ifname). One needs a
 // one-way partition (a Proxy that delivers the store's requests and drops
@@ -64,6 +71,7 @@
 //	CHAOS_SEED=17 go test ./e2e/chaos -run 'TestHistories$' -v
 //	CHAOS_SCRIPT=crash/del-marked/gc go test ./e2e/chaos -run TestCrashPoints -v
 //	go test ./e2e/chaos -run TestRegressions -v
+//	CHAOS_SCRIPT=election/failing-leader go test ./e2e/chaos -run TestElection -v
 //	go test ./e2e/chaos -run '^$' -fuzz FuzzRecordNaming
 //
 // Add CHAOS_TRANSCRIPT=1 with -v to watch every call as it happens.

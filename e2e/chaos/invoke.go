@@ -67,6 +67,10 @@ const (
 	// wrote without address index entries: every entry is removed, then
 	// install indexes the records again, as the new DaemonSet's start does.
 	Upgrade Verb = "UPGRADE"
+	// GCLoops is the DaemonSet's `gc --dead-nodes --every` loops on node2
+	// and node3 while Fault plays out in their election; Node's loop must
+	// release the dead node's records (election.go).
+	GCLoops Verb = "GC-LOOPS"
 )
 
 // How an outside actor frees a live attachment's address.
@@ -102,6 +106,8 @@ type Call struct {
 	// Lender is the node whose block a Borrow takes from; Name is a
 	// NodeRename's new Calico name, or a FormerGC's former one.
 	Lender, Name string
+	// Fault is the election fault a GCLoops call plays.
+	Fault string
 }
 
 func (c Call) String() string {
@@ -127,6 +133,9 @@ func (c Call) String() string {
 	}
 	if c.Name != "" {
 		s += " name=" + c.Name
+	}
+	if c.Fault != "" {
+		s += " fault=" + c.Fault
 	}
 	return s
 }
@@ -181,6 +190,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return Outcome{}, c.loseNodes(ctx, call.Verb == NodesLost)
 	case call.Verb == DeadNodesGC, call.Verb == DeadNodesSighting:
 		return c.deadNodesGC(ctx, call)
+	case call.Verb == GCLoops:
+		return c.gcLoops(ctx, call)
 	case call.Verb == UninstallRead:
 		return Outcome{}, c.readForUninstall(ctx, call.Node)
 	case call.Verb == Uninstall:

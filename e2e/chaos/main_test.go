@@ -88,6 +88,9 @@ func replay(r *Report) string {
 	if strings.HasPrefix(r.Name, "control-") {
 		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestControl' -v", r.Seed)
 	}
+	if strings.HasPrefix(r.Name, "election/") {
+		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", r.Name)
+	}
 	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages|TestRegressions' -v", r.Name)
 }
 

@@ -201,7 +201,7 @@ func (m *Model) Apply(call Call, out Outcome) {
 	case NodeDeath:
 		m.kill(call.Node)
 		m.deadCollected = false
-	case DeadNodesGC:
+	case DeadNodesGC, GCLoops:
 		m.deadCollected = m.deadCollected || out.OK()
 		m.sight(out)
 	case DeadNodesSighting:

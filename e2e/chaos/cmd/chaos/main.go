@@ -101,7 +101,7 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	crashes := r.play("crash matrix", bin, chaos.ScriptJobs(chaos.CrashMatrix(gens, stores)...))
 	outages := r.play("outage scripts", bin, chaos.ScriptJobs(outageScripts(gens, stores)...))
 	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
-	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(chaos.LifecycleScripts()...))
+	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(append(chaos.LifecycleScripts(), chaos.ElectionScripts()...)...))
 	machines := r.play("machine scripts", bin, chaos.ScriptJobs(chaos.MachineScripts()...))
 	r.control(bin, seeds[:min(len(seeds), 8)])
 	if r.o.mutants {
@@ -210,6 +210,9 @@ func outageScripts(gens []chaos.Generation, stores []chaos.StoreKind) []func() *
 func replay(rep *chaos.Report) string {
 	if strings.HasPrefix(rep.Name, "seed-") {
 		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", rep.Seed)
+	}
+	if strings.HasPrefix(rep.Name, "election/") {
+		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", rep.Name)
 	}
 	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages' -v", rep.Name)
 }
