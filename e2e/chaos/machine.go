@@ -256,6 +256,23 @@ func RepairStaleNodenameScript() *Script {
 	return s.retryAdd("web-4", "", Succeeds)
 }
 
+// UninstallStaleNodenameScript: node2's machine runs under node1's Calico
+// name (a stale nodename), and safe-ipam is uninstalled from it. Only its
+// own records may go: web-0's, which node1's machine wrote, keeps fencing
+// web-0's address when it is freed behind web-0's back, or web-4 gets it
+// (invariant 1).
+func UninstallStaleNodenameScript() *Script {
+	s := &Script{
+		Name:  "uninstall/stale-nodename",
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: SinglePool, HostLock: true, SharedPrefix: true, Hosts: true, SharedName: true},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-1", "node2", "", Succeeds)
+	s.then(func(*Model) Step { return LifeStep(Uninstall, "node2") })
+	s.outside(0, OutsideIPAMRelease)
+	s.start("web-2", node1, "", Succeeds).start("web-3", node1, "", Succeeds)
+	return s.start("web-4", node1, "", TryAgain)
+}
+
 // HostRenameScript (issue 41, item 2.5): node1's host name changes
 // (hostnamectl, cloud-init, DHCP) across the restart in which its runtime
 // forgot web-1. A file store holds this machine's records whatever its
@@ -306,6 +323,7 @@ func MachineScripts() []func() *Script {
 		func() *Script { return RepairOverBorrowedBlockScript(Legacy) },
 		func() *Script { return RepairOverBorrowedBlockScript(Modern) },
 		RepairStaleNodenameScript,
+		UninstallStaleNodenameScript,
 		HostRenameScript,
 		NodeRenameScript,
 	}

@@ -238,6 +238,14 @@ func Mutants() []Mutant {
 			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
 		},
 		{
+			Name:     "uninstall-forgets-another-hosts-records",
+			Breaks:   "uninstall forgets every record under the node's Calico name, also those another machine sharing it (a stale nodename) wrote: that machine's running pods lose their fence",
+			File:     "ipam/install/records.go",
+			Old:      "list := q.ownRecords(all, o.Store)",
+			New:      "list, _ := all, q.ownRecords",
+			Catchers: func() []Job { return ScriptJobs(UninstallStaleNodenameScript) },
+		},
+		{
 			Name:          "dry-run-loop-campaigns",
 			Breaks:        "a dry-run gc --dead-nodes --every loop campaigns like an --apply loop (issue 41, item 3): elected first, it leads and never sweeps, and no loop releases a dead node's records",
 			File:          "ipam/gc/cli.go",

@@ -158,10 +158,11 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 		return 0, q, err
 	}
 	defer o.Close()
-	list, err := o.Store.List(ctx, cfg.Network)
+	all, err := o.Store.List(ctx, cfg.Network)
 	if err != nil {
 		return 0, q, err
 	}
+	list := q.ownRecords(all, o.Store)
 	for i, rec := range list {
 		if dryRun {
 			q.count(rec, release)
@@ -178,10 +179,32 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	return len(list), q, nil
 }
 
+// ownRecords are the records of all that this machine may forget
+// (rulebook.UninstallForgets); those another host wrote are counted.
+func (q *quarantineFates) ownRecords(all []*record.Record, st store.Store) []*record.Record {
+	_, shared := st.(store.Cluster)
+	host := record.ThisHost()
+	var own []*record.Record
+	for _, rec := range all {
+		if rulebook.UninstallForgets(rec, host, shared).Release {
+			own = append(own, rec)
+			continue
+		}
+		q.keptOthers++
+		if !slices.Contains(q.otherHosts, rec.Host) {
+			q.otherHosts = append(q.otherHosts, rec.Host)
+		}
+	}
+	return own
+}
+
 // quarantineFates counts what uninstall did with the quarantines of one
-// network.
+// network, and the records it left to the other hosts that wrote them.
 type quarantineFates struct {
-	reclaimer *Reclaimer
+	// keptOthers counts the records other hosts wrote (otherHosts).
+	keptOthers int
+	otherHosts []string
+	reclaimer  *Reclaimer
 	// wouldReclaim counts a dry run's quarantines of running holders.
 	wouldReclaim int
 	// released are quarantines released through the delegate: of holders
@@ -219,6 +242,10 @@ func (q *quarantineFates) count(rec *record.Record, release bool) {
 func (q *quarantineFates) notes(network string, dryRun bool) []string {
 	var notes []string
 	re, rel := "re-claimed", "released"
+	if q.keptOthers > 0 {
+		notes = append(notes, fmt.Sprintf("left %d record(s) of network %q that host(s) %s wrote under this node's Calico name (a stale nodename?): that machine's safe-ipam fences and releases them; fix the nodename (docs/operations.md)",
+			q.keptOthers, network, strings.Join(q.otherHosts, ", ")))
+	}
 	if dryRun {
 		re, rel = "would re-claim", "would release"
 		if q.wouldReclaim > 0 {

@@ -238,3 +238,24 @@ func TestPodHandleOwner(t *testing.T) {
 		}
 	}
 }
+
+// Uninstall forgets this machine's records only: in a shared store, a
+// record another host wrote under the node's Calico name (a stale
+// nodename) is that machine's to release.
+func TestUninstallForgets(t *testing.T) {
+	tests := []struct {
+		name, recHost, host string
+		shared, forgets     bool
+	}{
+		{"this host's, shared store", "me", "me", true, true},
+		{"another host's, shared store", "them", "me", true, false},
+		{"another host's name, file store (a host rename)", "them", "me", false, true},
+		{"no host (an older safe-ipam's)", "", "me", true, true},
+		{"this host's name unknown", "them", "", true, true},
+	}
+	for _, tt := range tests {
+		if got := rulebook.UninstallForgets(&record.Record{Host: tt.recHost}, tt.host, tt.shared); got.Release != tt.forgets {
+			t.Errorf("%s: %+v, want forget %v", tt.name, got, tt.forgets)
+		}
+	}
+}
