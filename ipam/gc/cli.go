@@ -195,6 +195,7 @@ func (r *runner) loop(ctx context.Context) int {
 	defer r.sweeper.close()
 	for {
 		if err := r.readConf(); err != nil {
+			r.failedSweep()
 			code := r.cmd.Fail(err)
 			if r.observe != nil {
 				r.observe(code, newTally())
@@ -264,6 +265,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 	if r.every > 0 {
 		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, true)
 		if err != nil {
+			r.failedSweep()
 			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
 		}
 		if leader != r.conf.Node {
@@ -303,6 +305,15 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		r.sweeper.swept(code != admin.ExitError)
 	}
 	return code
+}
+
+// failedSweep counts a round that could not reach the sweep (its --conf
+// unreadable or no longer safe-ipam's, its node unnamed, the election
+// unanswered) as a failed sweep: leading means sweeping successfully.
+func (r *runner) failedSweep() {
+	if r.deadNodes && r.every > 0 && r.apply.On {
+		r.sweeper.swept(false)
+	}
 }
 
 // plan is one collection's planning on the opened node: its report, how

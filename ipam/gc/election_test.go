@@ -3,6 +3,7 @@ package gc_test
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,35 @@ func TestSweepElection(t *testing.T) {
 		}
 		if !freed {
 			t.Errorf("the failing leader kept its lead (ever held it: %v)", held)
+		}
+	})
+	t.Run("a leader whose --conf stops naming safe-ipam resigns", func(t *testing.T) {
+		// Review of issue 41: a round that fails before the sweep (calico-node
+		// rewrote the conflist, and the watch has not patched it yet) is a
+		// failed sweep too; the leader kept its lease alive for ever.
+		w := newDeadNodesWorld(t)
+		conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() {
+			var out bytes.Buffer
+			gc.RunContext(ctx, []string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--apply", "--every", "100ms"}, &out, &out)
+			close(done)
+		}()
+		defer func() { cancel(); <-done }()
+		for leaderKeys(w) == 0 && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		calicos := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","etcd_endpoints":"` + w.etcd.Endpoint() + `","nodename":"node2","ipam":{"type":"calico-ipam"}}]}`
+		if err := os.WriteFile(conf, []byte(calicos), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for leaderKeys(w) > 0 && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("the leader kept its lead through rounds that never reached the sweep")
 		}
 	})
 	t.Run("a leader key without a live lease leads nobody", func(t *testing.T) {
