@@ -19,7 +19,8 @@ import (
 )
 
 const usage = `Usage: safe-ipam gc --conf FILE [%s]
-                    [--former-node NAME] [--dead-nodes [--dead-node-grace DURATION]
+                    [--former-node NAME] [--former-host NAME]
+                    [--dead-nodes [--dead-node-grace DURATION]
                     [--dead-node-max-share FRACTION]]
                     [--apply] [--every DURATION]
 
@@ -39,7 +40,9 @@ the records this machine wrote under NAME, a Calico node name it had before:
 after a stale nodename is fixed, or a node renamed, while pods ran, their
 DELs look under the new name, and the records under NAME would fence their
 addresses for ever. Records another machine wrote under NAME, and those
-without a host, are kept.
+without a host, are kept. With --former-host NAME (the etcd store), the
+records written by host NAME, a host name this machine had before (a
+host rename), are judged as this machine's.
 
 With --dead-nodes it also releases the records (and their quarantines) of
 every other node that Calico's datastore, as calico-ipam reaches it from
@@ -86,8 +89,8 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := r.checkConf(); err != nil {
 		return cmd.FailUsage(err)
 	}
-	if len(r.formerNodes) > 0 && !live.Explicit() {
-		return cmd.FailUsage(errors.New("--former-node needs a liveness source: this machine's runtime judges the records it wrote under that name"))
+	if len(r.formerNodes)+len(r.formerHosts) > 0 && !live.Explicit() {
+		return cmd.FailUsage(errors.New("--former-node and --former-host need a liveness source: this machine's runtime judges the records it wrote"))
 	}
 	if !live.Explicit() && !r.deadNodes {
 		return cmd.FailUsage(errors.New("name what to collect: a liveness source (" + liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or") + ") for this node's records, --dead-nodes for the records of nodes that are gone, or both; gc never guesses what runs"))
@@ -134,6 +137,13 @@ func newRunner(stdout, stderr io.Writer) *runner {
 		r.formerNodes = append(r.formerNodes, v)
 		return nil
 	})
+	fs.Func("former-host", "also judge, by the liveness source, the records host `NAME` wrote under this node's Calico name, a host name this machine had before (a host rename); repeatable", func(v string) error {
+		if v == "" {
+			return errors.New("a host name, not empty")
+		}
+		r.formerHosts = append(r.formerHosts, v)
+		return nil
+	})
 	fs.DurationVar(&r.every, "every", 0, "run again every `DURATION` (e.g. 5m) until stopped, as the DaemonSet does; a run that fails releases nothing and the next one tries again (default: run once)")
 	return r
 }
@@ -149,6 +159,7 @@ type runner struct {
 	deadGrace      time.Duration
 	maxGoneShare   float64
 	formerNodes    []string
+	formerHosts    []string
 	every          time.Duration
 	stdout, stderr io.Writer
 	metricsAddr    admin.MetricsAddr
@@ -240,7 +251,7 @@ func (r *runner) collectNode(ctx context.Context) int {
 	code := admin.ExitOK
 	for _, former := range append([]string{""}, r.formerNodes...) {
 		code = max(code, r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
-			c := &Collector{Node: node, Source: r.live.Source(), Former: former}
+			c := &Collector{Node: node, Source: r.live.Source(), Former: former, FormerHosts: r.formerHosts}
 			plan, report, err := c.Plan(ctx)
 			if err != nil {
 				return nil, nil, 0, err

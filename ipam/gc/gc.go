@@ -60,6 +60,9 @@ type Collector struct {
 	// Former, when set, is a Calico node name this machine had before:
 	// the collection judges the records it wrote under that name.
 	Former string
+	// FormerHosts are host names this machine had before: the records
+	// they wrote are judged as this machine's.
+	FormerHosts []string
 	// target is the node whose records the plan judged.
 	target *Node
 }
@@ -88,7 +91,7 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 	// gc judges this node's records on this machine: its runtime's word,
 	// whatever node the source says it speaks for.
 	listing := view.Listing()
-	listing.Host = record.ThisHost()
+	listing.Host, listing.FormerHosts = record.ThisHost(), c.FormerHosts
 	if why := rulebook.TrustListing(listing, c.Node.Name, c.Node.Shared(), nil); why != "" {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrusted, why)
 	}
@@ -159,7 +162,7 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	_, err := fmt.Fprintf(w, "gc: %d records of network %s on node %s; %d to release, %d kept; %s; liveness: %s\n",
 		r.Records, r.Network, r.Node, len(r.Release), len(r.Kept)+r.KeptUnread, r.outcome(), r.Liveness)
 	if err == nil && len(r.OtherHosts) > 0 {
-		_, err = fmt.Fprintf(w, "gc: WARNING: host(s) %s wrote records under node %s's Calico name, as this host does: a stale Calico nodename? Their records are kept, never judged by this host's runtime; fix the node's Calico nodename\n",
+		_, err = fmt.Fprintf(w, "gc: WARNING: host(s) %s wrote records under node %s's Calico name, as this host does: a stale Calico nodename? Their records are kept, never judged by this host's runtime; fix the node's Calico nodename, or, if a host named so is this machine before a host rename, run gc with --former-host\n",
 			strings.Join(r.OtherHosts, ", "), r.Node)
 	}
 	return err

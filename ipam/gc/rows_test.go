@@ -103,11 +103,41 @@ func TestGCFormerNodeReleasesThisMachinesRecordsUnderTheOldName(t *testing.T) {
 	if got := n.calls(t); !slices.Equal(got, []string{"DEL gone"}) {
 		t.Errorf("delegate calls %q; want the DEL of gone alone", got)
 	}
-	if code, _, errOut := n.run(t, "--former-node", "node-old"); code != admin.ExitError || !strings.Contains(errOut, "needs a liveness source") {
+	if code, _, errOut := n.run(t, "--former-node", "node-old"); code != admin.ExitError || !strings.Contains(errOut, "need a liveness source") {
 		t.Errorf("--former-node without a source: exit %d\n%s", code, errOut)
 	}
 	file := newNode(t)
 	if code, out, errOut := file.run(t, "--live", live, "--former-node", "node-old"); code != admin.ExitError || !strings.Contains(out+errOut, "needs the etcd store") {
 		t.Errorf("--former-node over a file store: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// Review of issue 41: in the etcd store, after this machine's host name
+// changed (hostnamectl, cloud-init, DHCP), its older records carry the
+// old name, and every collection kept them as another host's (a stale
+// nodename?), for ever. gc --former-host OLD judges the records OLD wrote
+// as this machine's; without it they are kept, with the warning naming
+// the remedy.
+func TestGCFormerHostJudgesThisMachinesRecordsUnderItsOldHostName(t *testing.T) {
+	n := newEtcdNode(t)
+	n.recordBy(t, "this-machine-before-rename", "gone", "eth0", time.Hour)
+	n.recordBy(t, "another-machine", "theirs", "eth0", time.Hour)
+	n.record(t, "live", "eth0", time.Hour)
+	live := n.live(t, []liveness.Running{{ContainerID: "live", IfName: "eth0"}})
+	if code, out, errOut := n.run(t, "--live", live, "--apply"); code != admin.ExitOK || !strings.Contains(out+errOut, "--former-host") {
+		t.Fatalf("gc: exit %d; want the warning to name --former-host\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); len(got) != 3 {
+		t.Fatalf("records after gc without --former-host: %v; want every one kept", got)
+	}
+	code, out, errOut := n.run(t, "--live", live, "--former-host", "this-machine-before-rename", "--apply")
+	if code != admin.ExitOK {
+		t.Fatalf("gc --former-host: exit %d\n%s%s", code, out, errOut)
+	}
+	if got := n.left(t); !slices.Equal(got, []string{"live/eth0", "theirs/eth0"}) {
+		t.Errorf("records after gc --former-host: %v; want the gone sandbox's released, another machine's kept\n%s", got, out)
+	}
+	if code, _, errOut := n.run(t, "--former-host", "x"); code != admin.ExitError || !strings.Contains(errOut, "need a liveness source") {
+		t.Errorf("--former-host without a source: exit %d\n%s", code, errOut)
 	}
 }

@@ -2,6 +2,7 @@ package rulebook
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -59,7 +60,8 @@ type RecordCase struct {
 //	R4 a listing of pods                              keep (no container is proven gone)
 //	R5 a machine's listing, a shared store, a record
 //	   another machine wrote (for a former name: one
-//	   this machine did not write)                    keep (a stale nodename)
+//	   this machine did not write; a former host name
+//	   of this machine's is this machine)             keep (a stale nodename)
 //	R6 the listing lists the attachment               keep
 //	R7 pending, and its ADD's process runs            keep
 //	R8 pending for less than gcGracePeriod            keep
@@ -116,7 +118,7 @@ func (c RecordCase) node() string {
 // except under a former name, which other machines may have shared.
 func (c RecordCase) otherHost() bool {
 	h, l := c.Record.Host, c.Listing
-	return c.Shared && l.Host != "" && (h != "" || l.Former) && h != l.Host
+	return c.Shared && l.Host != "" && (h != "" || l.Former) && h != l.Host && !slices.Contains(l.FormerHosts, h)
 }
 
 func (c RecordCase) ownerRuns(o *record.Owner) bool {

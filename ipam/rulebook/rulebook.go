@@ -65,7 +65,11 @@ type Listing struct {
 	// this machine wrote under it, not for those without a host, which
 	// another machine that shared the name may have written.
 	Former bool
-	Names  Names
+	// FormerHosts are host names this machine had before (the operator's
+	// word, gc --former-host: a host rename): the records they wrote are
+	// this machine's.
+	FormerHosts []string
+	Names       Names
 	// Entries is how many attachments, containers or pods it lists.
 	Entries int
 	// SaysNone: it states, in so many words, that nothing runs (CNI GC's
