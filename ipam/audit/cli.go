@@ -96,6 +96,9 @@ const auditMemoryLimit = 900 << 20
 // Run reads, judges and hands the result to act, within the command's
 // time limit; an error is exit 2.
 func (c *CLI) Run(act func(context.Context, *Examined) (int, error)) int {
+	if c.MinAge < 0 || c.Settle < 0 {
+		return c.Cmd.FailUsage(fmt.Errorf("--min-age %v, --settle %v: want durations of zero or more", c.MinAge, c.Settle))
+	}
 	// The snapshot is most of the heap and lives for the whole run, so
 	// every collection marks all of it again. A soft limit of 900 MiB
 	// with the default GC target lets a small audit collect rarely, and

@@ -204,3 +204,14 @@ func TestNodeLocalSourceOverABorrowedBlock(t *testing.T) {
 		})
 	}
 }
+
+// Review of issue 41: a negative --min-age or --settle would take every
+// allocation for old enough, turning the rulebook's grace off.
+func TestNegativeAgesAreRefused(t *testing.T) {
+	w := newWorld(t)
+	for _, args := range [][]string{{"--min-age", "-1s"}, {"--settle", "-1s", "--apply"}} {
+		if code, _, errOut := w.run(true, args...); code != audit.ExitError || !strings.Contains(errOut, "want durations of zero or more") {
+			t.Errorf("%v: exit %d\n%s", args, code, errOut)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,9 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook/rulebooktest"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 
@@ -423,5 +426,44 @@ func TestDoctorWarnsOfAnotherHostsRecords(t *testing.T) {
 	Run(args[1:], &out, &errOut)
 	if !strings.Contains(out.String(), "warning: records of k8s-pod-network on node "+node+" were written by this host and by other-machine") {
 		t.Errorf("no warning naming the other host:\n%s", out.String())
+	}
+}
+
+// Issue 41, item 1: the rulebook's rows through doctor's stale count (a
+// liveness source, which lags, over the etcd store): it counts exactly
+// the records the rulebook lets go.
+func TestDoctorAnswersTheRulebooksRows(t *testing.T) {
+	n := newNode(t)
+	n.install(t, install.TakeoverMode{})
+	node := n.calicoNodeName(t)
+	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", node, 5*time.Second)
+	live := []liveness.Running{{ContainerID: "other", IfName: "eth0"}}
+	want, records := 0, 0
+	for i, row := range rulebooktest.Rows {
+		if !row.For(true, true) {
+			continue
+		}
+		cid := fmt.Sprintf("row%d", i)
+		rec := row.Record(node, cid, i, time.Now())
+		rec.Network, rec.Handle = "k8s-pod-network", "k8s-pod-network."+cid
+		_, err := st.Swap(context.Background(), rec.Attachment, nil, rec)
+		must(t, err)
+		if row.Listed {
+			live = append(live, liveness.Running{ContainerID: cid, IfName: "eth0"})
+		}
+		if records++; row.Release {
+			want++
+		}
+	}
+	path := filepath.Join(t.TempDir(), "live.json")
+	data, err := json.Marshal(live)
+	must(t, err)
+	must(t, os.WriteFile(path, data, 0o644))
+	var out, errOut bytes.Buffer
+	Run([]string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir, "--live", path}, &out, &errOut)
+	var r Report
+	must(t, json.Unmarshal(out.Bytes(), &r))
+	if s := r.Networks[0].Store; s.Records != records || s.Stale != want {
+		t.Errorf("store %+v; want %d records, %d stale (the rows the rulebook releases)\n%s", s, records, want, errOut.String())
 	}
 }

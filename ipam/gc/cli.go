@@ -98,6 +98,14 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !(r.maxGoneShare > 0 && r.maxGoneShare <= 1) {
 		return cmd.FailUsage(fmt.Errorf("--dead-node-max-share %v: want a fraction above 0 and at most 1, such as 0.5", r.maxGoneShare))
 	}
+	if r.deadGrace < 0 {
+		return cmd.FailUsage(fmt.Errorf("--dead-node-grace %v: want a duration of zero or more, such as 10m", r.deadGrace))
+	}
+	for _, former := range r.formerNodes {
+		if former == r.conf.Node {
+			return cmd.FailUsage(fmt.Errorf("--former-node %s is this node's Calico name now: its records are judged anyway; name the one it had before", former))
+		}
+	}
 	if r.every < 0 {
 		return cmd.FailUsage(fmt.Errorf("--every %v: want a positive duration such as 5m", r.every))
 	}

@@ -210,4 +210,18 @@ func TestDeadNodeMaxShareMustBeAFraction(t *testing.T) {
 			t.Errorf("--dead-node-max-share=%s: exit %d\n%s", v, code, out)
 		}
 	}
+	// Review of issue 41: a negative grace would take the grace for
+	// passed at once, and --former-node with this node's own name judges
+	// its records twice.
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dead-node-grace=-1s"}, "--dead-node-grace"},
+		{[]string{"--live", "/dev/null", "--former-node", "node2"}, "is this node's Calico name now"},
+	} {
+		if code, out := w.gc(t, conf, tt.args...); code != admin.ExitError || !strings.Contains(out, tt.want) {
+			t.Errorf("%v: exit %d, want 2 naming %q\n%s", tt.args, code, tt.want, out)
+		}
+	}
 }

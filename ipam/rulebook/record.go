@@ -81,7 +81,7 @@ func Record(c RecordCase) Verdict {
 	case l != nil && l.Names == Pods:
 		return keep("%s names pods, not containers: it cannot prove a container gone", l.Source)
 	case l != nil && c.otherHost():
-		return keep("written by host %s under this node's Calico name: a stale nodename? %s reads host %s's runtime only", rec.Host, l.Source, l.Host)
+		return keep("written by host %s under this node's Calico name: a stale nodename? %s reads host %s's runtime only", HostName(rec.Host), l.Source, l.Host)
 	case l != nil && l.listsAttachment(rec.ContainerID, rec.IfName):
 		return keep("listed as running")
 	case rec.State == record.Pending && c.ownerRuns(rec.Owner):
@@ -136,6 +136,14 @@ func LastWritten(rec *record.Record) time.Time {
 	return rec.Created
 }
 
+// HostName names the host that wrote a record, for people.
+func HostName(host string) string {
+	if host == "" {
+		return "(none: an older safe-ipam's record)"
+	}
+	return host
+}
+
 // OtherHosts are the hosts other than the listing's that wrote some of
 // recs in a shared store: machines sharing this node's Calico name, whose
 // records every collection keeps.
@@ -146,7 +154,7 @@ func OtherHosts(l *Listing, shared bool, recs []*record.Record) []string {
 		c := RecordCase{Witness: Witness{Listing: l, Shared: shared}, Record: rec}
 		if l != nil && c.otherHost() && !seen[rec.Host] {
 			seen[rec.Host] = true
-			hosts = append(hosts, rec.Host)
+			hosts = append(hosts, HostName(rec.Host))
 		}
 	}
 	return hosts
