@@ -474,6 +474,29 @@ func FoundGoneOnceScript() *Script {
 	return s.start("web-1", "node2", "", Succeeds).start("web-2", "node2", "", Succeeds)
 }
 
+// FencedByTheDeadScript: as FoundGoneOnceScript, but the runtime deletes
+// the fenced web-1 before any sweep: its allocation stays quarantined
+// with node1's record (its DEL releases nothing while the holder is
+// kept), and goes when the DaemonSet's gc --dead-nodes releases the
+// record. Nothing is lost or blocked at the end (invariants 2 and 4).
+func FencedByTheDeadScript() *Script {
+	s := &Script{
+		Name:  "node-death/fenced-then-deleted",
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s.start("web-1", "node2", "", TryAgain)
+	s.then(func(m *Model) Step {
+		a := m.Retire("web-1")
+		return single(Call{Verb: Del, Node: "node2", Att: a}, Succeeds, "web-1 is deleted before any sweep")
+	})
+	s.then(func(*Model) Step {
+		return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
+	})
+	return s.start("web-2", "node2", "", Succeeds)
+}
+
 // NodesLostScript (issue 41, item 2.7): web-0 runs on node1, web-1 on
 // node2 (etcd store), when Calico's Nodes vanish from the listing (a
 // wrong prefix, a restored backup) while both nodes run. The DaemonSet's
@@ -627,6 +650,7 @@ func LifecycleScripts() []func() *Script {
 		func() *Script { return NodeDeathScript(EtcdStore, SettleByGC) },
 		func() *Script { return NodeDeathScript(FileStore, SettleByAdd) },
 		FoundGoneOnceScript,
+		FencedByTheDeadScript,
 		NodesLostScript,
 		ComebackScript,
 	}
