@@ -461,12 +461,7 @@ func NodeDeathScript(store StoreKind, settle string) *Script {
 // finds node1 gone twice and releases the record with the quarantine, and
 // web-1 starts in a new sandbox (invariants 2 and 4).
 func FoundGoneOnceScript() *Script {
-	s := &Script{
-		Name:  "node-death/found-gone-once",
-		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
-	}
-	s.start("web-0", node1, "", Succeeds)
-	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s := deadHolderScript("node-death/found-gone-once")
 	s.start("web-1", "node2", "", TryAgain)
 	s.then(func(*Model) Step {
 		return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
@@ -480,12 +475,7 @@ func FoundGoneOnceScript() *Script {
 // kept), and goes when the DaemonSet's gc --dead-nodes releases the
 // record. Nothing is lost or blocked at the end (invariants 2 and 4).
 func FencedByTheDeadScript() *Script {
-	s := &Script{
-		Name:  "node-death/fenced-then-deleted",
-		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
-	}
-	s.start("web-0", node1, "", Succeeds)
-	s.then(func(*Model) Step { return NodeDeathStep(node1) })
+	s := deadHolderScript("node-death/fenced-then-deleted")
 	s.start("web-1", "node2", "", TryAgain)
 	s.then(func(m *Model) Step {
 		a := m.Retire("web-1")
@@ -495,6 +485,18 @@ func FencedByTheDeadScript() *Script {
 		return single(Call{Verb: DeadNodesGC, Node: "node2"}, Succeeds, "the DaemonSet's gc --dead-nodes runs on node2")
 	})
 	return s.start("web-2", "node2", "", Succeeds)
+}
+
+// deadHolderScript opens a history in which web-0 runs on node1 (etcd
+// store, shared by both nodes) and node1 dies: its record holds an
+// address kube-controllers freed, which node2 is handed next.
+func deadHolderScript(name string) *Script {
+	s := &Script{
+		Name:  name,
+		Setup: Setup{Generation: Modern, Store: EtcdStore, Nodes: 2, Pool: WidePool, HostLock: true, SharedPrefix: true},
+	}
+	s.start("web-0", node1, "", Succeeds)
+	return s.then(func(*Model) Step { return NodeDeathStep(node1) })
 }
 
 // NodesLostScript (issue 41, item 2.7): web-0 runs on node1, web-1 on
