@@ -452,11 +452,25 @@ func TestUninstallReclaimsForRunningHolder(t *testing.T) {
 // calico-config) and runs calico-node's installer again.
 func (n *calicoNode) setIPAM(t *testing.T, key string, v any) {
 	t.Helper()
+	n.editCalico(t, func(plugin map[string]any) { plugin["ipam"].(map[string]any)[key] = v })
+}
+
+// setCalico sets a key of Calico's plugin in the node's network config
+// and runs calico-node's installer again, as a calico-config change does.
+func (n *calicoNode) setCalico(t *testing.T, key string, v any) {
+	t.Helper()
+	n.editCalico(t, func(plugin map[string]any) { plugin[key] = v })
+}
+
+// editCalico edits Calico's plugin in the node's network config and runs
+// calico-node's installer again.
+func (n *calicoNode) editCalico(t *testing.T, edit func(plugin map[string]any)) {
+	t.Helper()
 	var list map[string]any
 	if err := json.Unmarshal(n.installer.Network, &list); err != nil {
 		t.Fatal(err)
 	}
-	list["plugins"].([]any)[0].(map[string]any)["ipam"].(map[string]any)[key] = v
+	edit(list["plugins"].([]any)[0].(map[string]any))
 	out, err := json.Marshal(list)
 	if err != nil {
 		t.Fatal(err)
@@ -583,23 +597,4 @@ func TestRenameRemedyReleasesTheOldNamesRecords(t *testing.T) {
 		t.Errorf("after p's DEL and the remedy once q is gone: %v, %v\n%s", left, err, out)
 	}
 	n.admin(t, 0, "uninstall")
-}
-
-// setCalico sets a key of Calico's plugin in the node's network config
-// and runs calico-node's installer again, as a calico-config change does.
-func (n *calicoNode) setCalico(t *testing.T, key string, v any) {
-	t.Helper()
-	var list map[string]any
-	if err := json.Unmarshal(n.installer.Network, &list); err != nil {
-		t.Fatal(err)
-	}
-	list["plugins"].([]any)[0].(map[string]any)[key] = v
-	out, err := json.Marshal(list)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.installer.Network = out
-	if err := n.installer.Run(); err != nil {
-		t.Fatal(err)
-	}
 }
