@@ -141,3 +141,40 @@ func TestGCFormerHostJudgesThisMachinesRecordsUnderItsOldHostName(t *testing.T) 
 		t.Errorf("--former-host without a source: exit %d\n%s", code, errOut)
 	}
 }
+
+// Issue 41, item 1: the rulebook's death rows through the dead-node sweep
+// (gc --dead-nodes --apply, one sweep): a record of another node goes
+// exactly when the rulebook says so.
+func TestDeadNodeSweepAnswersTheRulebooksDeathRows(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	w.calicoNode(t, "node2") // the sweeping node
+	st := etcdstore.NewWithClient(w.etcd.Client(), config.DefaultEtcdPrefix, "", 5*time.Second)
+	ctx := context.Background()
+	for i, row := range rulebooktest.DeathRows {
+		node := fmt.Sprintf("row%d", i)
+		rec := row.Record(node, node, i, time.Now())
+		rec.Network, rec.Handle = "k8s-pod-network", "k8s-pod-network."+node
+		if _, err := st.ForNode(node).Swap(ctx, rec.Attachment, nil, rec); err != nil {
+			t.Fatal(err)
+		}
+		if row.Known {
+			w.calicoNode(t, node)
+		}
+		if row.Noted >= 0 {
+			if err := st.NoteGone(ctx, "k8s-pod-network", node, row.Noted); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	if code, out := w.gc(t, conf, "--apply", "--dead-node-max-share=1"); code != admin.ExitOK {
+		t.Fatalf("gc --dead-nodes: exit %d\n%s", code, out)
+	}
+	left := w.records(t)
+	for i, row := range rulebooktest.DeathRows {
+		name := fmt.Sprintf("row%d/row%d", i, i)
+		if released := !slices.Contains(left, name); released != row.Release {
+			t.Errorf("%s: released %v, the rulebook says %v", row.Name, released, row.Release)
+		}
+	}
+}

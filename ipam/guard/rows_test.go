@@ -6,7 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook/rulebooktest"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -43,4 +46,43 @@ func TestGCAnswersTheRulebooksRows(t *testing.T) {
 			}
 		}
 	})
+}
+
+// Issue 41, item 1: the rulebook's death rows through the ADD handed an
+// address a committed record of another node holds (kube-controllers
+// freed it): the ADD settles the holder, and succeeds, exactly when the
+// rulebook lets the record go; otherwise it is fenced (11).
+func TestAddAnswersTheRulebooksDeathRows(t *testing.T) {
+	for _, row := range rulebooktest.DeathRows {
+		if row.State != record.Committed {
+			continue
+		}
+		t.Run(row.Name, func(t *testing.T) {
+			r := newRig(t, "etcd")
+			etcd := sharedEtcd.get(t)
+			r.calicoEtcd = etcd.Endpoint()
+			holder, alive := "holder"+r.prefix[1:], "here"+r.prefix[1:]
+			if row.Known {
+				if _, err := etcd.Client().Put(context.Background(), calico.NodeKey(holder), `{"kind":"Node"}`); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.node = holder
+			r.add("holder")
+			r.freeBehindBack("net1.holder")
+			if row.Noted >= 0 {
+				if err := r.store().(store.Cluster).NoteGone(context.Background(), "net1", holder, row.Noted); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.node = alive
+			_, err := r.run("ADD", env("new"), r.conf())
+			if settled := err == nil; settled != row.Release {
+				t.Fatalf("ADD = %v: settled %v, the rulebook says %v", err, settled, row.Release)
+			}
+			if !row.Release && cniCode(err) != types.ErrTryAgainLater {
+				t.Fatalf("ADD = %v; want fenced, code 11", err)
+			}
+		})
+	}
 }

@@ -259,3 +259,13 @@ func TestUninstallForgets(t *testing.T) {
 		}
 	}
 }
+
+// The death rows, as the rulebook answers them.
+func TestDeathRows(t *testing.T) {
+	for _, row := range rulebooktest.DeathRows {
+		w := rulebook.Witness{Node: "node9", Shared: true, Death: row.Death(), Now: now, Grace: rulebooktest.Grace, OwnerRuns: never}
+		if v := w.Judge(row.Record("node9", "c1", 0, now)); v.Release != row.Release {
+			t.Errorf("%s: %+v, want release %v", row.Name, v, row.Release)
+		}
+	}
+}

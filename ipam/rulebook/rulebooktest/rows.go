@@ -90,3 +90,47 @@ func Listing(node, cid string, listed, lags bool) *rulebook.Listing {
 	return &rulebook.Listing{Source: "the rows' listing", Node: node, Host: record.ThisHost(), Entries: 1, Lags: lags,
 		Attachment: func(c, ifname string) bool { return listed && c == cid && ifname == "eth0" || c == "other" }}
 }
+
+// DeathRow is a record of another node, with what Calico's Nodes and the
+// sweeps say of that node: the evidence of the dead-node sweep (gc
+// --dead-nodes) and of an ADD handed an address the record holds.
+type DeathRow struct {
+	Name string
+	// Known: Calico's Nodes list the node.
+	Known bool
+	// Noted: a sweep found the node gone before, setting this grace;
+	// negative for never.
+	Noted time.Duration
+	State record.State
+	// Age is how long ago the record was written.
+	Age     time.Duration
+	Release bool
+}
+
+// DeathRows are the cases every path that judges by a node's death
+// answers alike. An ADD meets committed holders only (a holder's index
+// entry fences only while it is committed).
+var DeathRows = []DeathRow{
+	{Name: "known", Known: true, Noted: -1, State: record.Committed, Age: time.Hour},
+	{Name: "gone, never found so", Noted: -1, State: record.Committed, Age: time.Hour},
+	{Name: "gone, found so within the grace", Noted: time.Hour, State: record.Committed, Age: time.Hour},
+	{Name: "gone, found so a grace ago", Noted: 0, State: record.Committed, Age: time.Hour, Release: true},
+	{Name: "gone a grace ago, releasing", Noted: 0, State: record.Releasing, Age: time.Hour, Release: true},
+	{Name: "gone a grace ago, pending, young", Noted: 0, State: record.Pending, Age: time.Second},
+}
+
+// Death is the row's evidence as the rulebook takes it (the store's
+// clock says whether the grace passed).
+func (r DeathRow) Death() *rulebook.Death {
+	d := &rulebook.Death{Known: r.Known}
+	if !r.Known && r.Noted >= 0 {
+		d.Noted, d.Grace, d.Passed = true, r.Noted, r.Noted == 0
+	}
+	return d
+}
+
+// Record builds the row's record of attachment net1/cid/eth0 on node,
+// written at now less Age, holding 10.244.0.<i+1>.
+func (r DeathRow) Record(node, cid string, i int, now time.Time) *record.Record {
+	return Row{Host: This, Age: r.Age, State: r.State}.Record(node, cid, i, now)
+}
