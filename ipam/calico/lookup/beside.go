@@ -9,7 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -90,6 +93,12 @@ func (b *Beside) HandleAllocations(ctx context.Context, handle string) (map[neti
 // read runs one Request in the etcd build, bounded as the in-process
 // reads are (connecting, then reading) and by ctx.
 func (b *Beside) read(ctx context.Context, req Request) (Response, error) {
+	if !filepath.IsAbs(b.bin) {
+		// The node decides what runs: a bare name would be looked up on
+		// PATH (the binary could not tell its own directory).
+		return Response{}, types.NewError(types.ErrPluginNotAvailable,
+			fmt.Sprintf("reading Calico's etcd: %s is not a path beside this binary (it cannot tell its own directory); safe-ipam never runs one found on PATH", b.bin), "")
+	}
 	req.Calico = b.conf
 	in, err := json.Marshal(req)
 	if err != nil {

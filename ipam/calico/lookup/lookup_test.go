@@ -2,6 +2,7 @@ package lookup_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
@@ -48,5 +50,27 @@ func TestKubernetesAPIExposureIsWarned(t *testing.T) {
 	}
 	if why := warned["the Kubernetes API"]; !strings.Contains(why, "insecure-skip-tls-verify") {
 		t.Errorf("warnings %v; want one for the Kubernetes API naming insecure-skip-tls-verify", warned)
+	}
+}
+
+// Issue 42, item 4: when the binary cannot tell its own directory, the
+// etcd build's name alone would be looked up on PATH, which the network
+// config's environment does not choose but the node's does not vouch for
+// either. The read refuses with 50 and runs nothing.
+func TestBesideNeverRunsABuildFoundOnPath(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	script := "#!/bin/sh\n: > " + ran + "\necho '{\"known\":true}'\n"
+	if err := os.WriteFile(filepath.Join(dir, "safe-ipam-etcd"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	_, err := lookup.NewBeside("safe-ipam-etcd", config.Calico{}, nil).NodeKnown(context.Background(), "node1")
+	var cniErr *types.Error
+	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "never runs one found on PATH") {
+		t.Fatalf("read through a bare name: %v; want code 50", err)
+	}
+	if _, statErr := os.Stat(ran); statErr == nil {
+		t.Fatal("the build found on PATH ran")
 	}
 }
