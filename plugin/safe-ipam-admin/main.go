@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -46,8 +47,16 @@ func dispatch(args []string) int {
 		return 0
 	}
 	// Everything a command prints is for a person (or JSON): control
-	// characters from its data must not reach the terminal.
-	stdout, stderr := admin.ForPeople(os.Stdout), admin.ForPeople(os.Stderr)
+	// characters from its data must not reach the terminal. That includes
+	// what reaches os.Stderr from elsewhere: the delegate's log lines that
+	// gc and uninstall relay, a library's.
+	done, err := filterStderr()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "safe-ipam: %v\n", err)
+		return 2
+	}
+	defer done()
+	stdout, stderr := admin.ForPeople(os.Stdout), os.Stderr
 	switch args[0] {
 	case "audit":
 		return audit.Run(args[1:], stdout, stderr)
@@ -66,6 +75,29 @@ func dispatch(args []string) int {
 	}
 	fmt.Fprintf(stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
 	return 2
+}
+
+// filterStderr makes os.Stderr a pipe whose every byte goes through
+// admin.ForPeople to the process's stderr; done closes it, waits for the
+// last bytes and puts os.Stderr back.
+func filterStderr() (done func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("filtering what it prints: %w", err)
+	}
+	orig := os.Stderr
+	os.Stderr = w
+	copied := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(admin.ForPeople(orig), r)
+		close(copied)
+	}()
+	return func() {
+		os.Stderr = orig
+		w.Close()
+		<-copied
+		r.Close()
+	}, nil
 }
 
 // nodeCheck is doctor's answer for the watch: CheckLocal often, a full
