@@ -25,7 +25,17 @@ func TestOpenHoldsItsCap(t *testing.T) {
 					t.Error("the log was created through the symlinked directory")
 				}
 			}
-		}, "directory is a symbolic link"},
+		}, "logs on its path is a symbolic link"},
+		{"a symlink higher up the path (issue 42, item 3)", func(t *testing.T, dir string) (string, func(t *testing.T)) {
+			real := filepath.Join(dir, "real")
+			must(t, os.MkdirAll(filepath.Join(real, "cni"), 0o700))
+			must(t, os.Symlink(real, filepath.Join(dir, "calico")))
+			return filepath.Join(dir, "calico", "cni", "safe-ipam.log"), func(t *testing.T) {
+				if _, err := os.Lstat(filepath.Join(real, "cni", "safe-ipam.log")); err == nil {
+					t.Error("the log was created through the symlinked directory above its own")
+				}
+			}
+		}, "calico on its path is a symbolic link"},
 		{"a file with a second hard link", func(t *testing.T, dir string) (string, func(t *testing.T)) {
 			other := filepath.Join(dir, "shadow")
 			must(t, os.WriteFile(other, []byte("root:x:0:0\n"), 0o600))

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -83,17 +84,36 @@ func Open(path string) (*os.File, error) {
 	return openRegular(dir, path)
 }
 
-// openDir opens the log's directory without following a link at its last
-// component, so that a directory swapped for a link is refused.
+// openDir opens the log's directory one component at a time from the
+// root, following no symbolic link anywhere on the way: a pod with a
+// hostPath on any directory above the log could swap one for a link.
 func openDir(path string) (int, error) {
-	dir, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-		return -1, fmt.Errorf("log file %s: its directory is a symbolic link or not a directory, which safe-ipam does not follow", path)
+	dir := filepath.Dir(filepath.Clean(path))
+	start, rest := ".", dir
+	if filepath.IsAbs(dir) {
+		start, rest = "/", strings.TrimPrefix(dir, "/")
 	}
+	fd, err := unix.Open(start, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("log file %s: its directory: %w", path, err)
+		return -1, fmt.Errorf("log file %s: opening %s: %w", path, start, err)
 	}
-	return dir, nil
+	walked := strings.TrimSuffix(start, ".")
+	for _, name := range strings.Split(rest, "/") {
+		if name == "" || name == "." {
+			continue
+		}
+		walked = filepath.Join(walked, name)
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		switch {
+		case errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR):
+			return -1, fmt.Errorf("log file %s: %s on its path is a symbolic link or not a directory, which safe-ipam does not follow", path, walked)
+		case err != nil:
+			return -1, fmt.Errorf("log file %s: its directory %s: %w", path, walked, err)
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // rotate renames the log to <path>.1 within dir, but only the file this
