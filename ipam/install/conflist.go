@@ -38,7 +38,7 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 		if !needsRoute(c) {
 			// Routed by an earlier install, maybe by an older safe-ipam
 			// that kept the original without its SHA-256.
-			if err := recordMissingSum(p, c.Path); err != nil {
+			if err := requireSum(c.Path); err != nil {
 				return nil, err
 			}
 			continue

@@ -122,7 +122,7 @@ func installBinary(p *Plan, path, self string) error {
 		return refuse("comparing %s with %s: %v", path, self, err)
 	}
 	if same {
-		return recordMissingSum(p, path)
+		return requireSum(path)
 	}
 	ours, err := cninode.IsSafeIPAM(path)
 	if err != nil {
@@ -133,7 +133,7 @@ func installBinary(p *Plan, path, self string) error {
 	case ours && (exists(backupPath(path)) || exists(absentPath(path))):
 		// Another build of safe-ipam that an earlier install put there:
 		// the original it kept stays the one to restore.
-		if err := recordMissingSum(p, path); err != nil {
+		if err := requireSum(path); err != nil {
 			return err
 		}
 	case statErr == nil:

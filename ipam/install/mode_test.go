@@ -428,8 +428,8 @@ func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
 			must(t, os.Remove(backup))
 			writeFile(t, backup, "#!/bin/sh\necho not calico\n", 0o755)
 		}, true, "SHA-256"},
-		// Issue 33, finding 8: every install records the sum (and adds one
-		// an older safe-ipam did not), so a missing one was removed.
+		// Issue 33, finding 8: every install records the sum with the
+		// backup it keeps, so a missing one was removed.
 		{"its recorded sum removed", func(t *testing.T, _, sum string) {
 			must(t, os.Remove(sum))
 		}, true, "no SHA-256"},
@@ -504,10 +504,12 @@ func TestInstallWritesNodeSettingsUninstallRemovesThem(t *testing.T) {
 	}
 }
 
-// Issue 33, finding 8: a backup an older safe-ipam kept without its
-// SHA-256 gets one at the next install (every DaemonSet start), so that
-// uninstall can check it and restores it.
-func TestInstallRecordsTheSumAnOlderInstallDidNot(t *testing.T) {
+// Issue 42, item 6: a backup with no recorded SHA-256 (its record
+// removed, or an older safe-ipam's) is refused by install too, which
+// recorded the sum of whatever was there (every DaemonSet start runs
+// install), laundering a swapped backup. The operator checks the file and
+// records its sum, as the refusal says; then install and uninstall go on.
+func TestInstallRefusesABackupNothingVouchesFor(t *testing.T) {
 	for _, mc := range modes {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
 			f := newFixture(t)
@@ -519,12 +521,19 @@ func TestInstallRecordsTheSumAnOlderInstallDidNot(t *testing.T) {
 			if mc.mode.Name() == ModeConflist {
 				path = f.node.conf("10-calico.conflist")
 			}
-			must(t, os.Remove(sumPath(path))) // as an older safe-ipam left it
-			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
-				t.Fatalf("install over an older one: %v", err)
+			must(t, os.Remove(sumPath(path))) // removed, or as an older safe-ipam left it
+			_, err := Install(f.node, mc.mode, f.self, false)
+			if err == nil || !strings.Contains(err.Error(), "sha256sum "+backupPath(path)) {
+				t.Fatalf("install over a backup nothing vouches for: %v; want a refusal saying how to record its sum", err)
 			}
-			if _, err := os.Stat(sumPath(path)); err != nil {
-				t.Fatalf("install recorded no sum of the kept original: %v", err)
+			if _, err := os.Stat(sumPath(path)); err == nil {
+				t.Fatal("install recorded the sum of a backup it did not keep")
+			}
+			sum, err := fileSum(backupPath(path)) // the operator checks it, and records it
+			must(t, err)
+			must(t, os.WriteFile(sumPath(path), []byte(sum+"\n"), 0o600))
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatalf("install once the sum is recorded: %v", err)
 			}
 			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
 				t.Fatalf("uninstall: %v", err)

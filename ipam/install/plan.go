@@ -269,9 +269,9 @@ func fileSum(path string) (string, error) {
 // checkOriginal says why the backup of path is not the file install
 // kept, or "" when it is: a regular file (not a symlink) whose SHA-256
 // is the one install recorded. A backup with no recorded SHA-256 is
-// refused: every install since sums were recorded writes one (and adds
-// one for a backup an older safe-ipam kept), so a missing sum means it
-// was removed, and nothing vouches for the file any more.
+// refused: install writes one with every backup it keeps, so a missing
+// sum means it was removed (or an older safe-ipam kept the backup), and
+// nothing vouches for the file any more.
 func checkOriginal(path string) string {
 	sum, err := fileSum(backupPath(path))
 	if err != nil {
@@ -280,8 +280,7 @@ func checkOriginal(path string) string {
 	recorded, err := os.ReadFile(sumPath(path))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return fmt.Sprintf("no SHA-256 of %s is recorded in %s, so nothing shows it is the file install kept; if it is Calico's (compare it with Calico's release), record its sum (sha256sum %s | cut -d' ' -f1 > %s) and run uninstall again",
-			backupPath(path), sumPath(path), backupPath(path), sumPath(path))
+		return unvouched(path, "uninstall")
 	case err != nil:
 		return fmt.Sprintf("reading %s: %v", sumPath(path), err)
 	case strings.TrimSpace(string(recorded)) != sum:
@@ -290,19 +289,23 @@ func checkOriginal(path string) string {
 	return ""
 }
 
-// recordMissingSum plans recording the SHA-256 of a backup an older
-// safe-ipam kept without one, at install (every DaemonSet start), so that
-// uninstall can check it.
-func recordMissingSum(p *Plan, path string) error {
+// requireSum refuses an install over a backup of path with no recorded
+// SHA-256: install never vouches for a file it did not write. Recording
+// the sum of whatever is there now (every DaemonSet start runs install)
+// would launder a backup swapped after its sum was removed; an older
+// safe-ipam's backup is vouched for by the operator, once.
+func requireSum(path string) error {
 	if !exists(backupPath(path)) || exists(sumPath(path)) {
 		return nil
 	}
-	sum, err := fileSum(backupPath(path))
-	if err != nil {
-		return refuse("%v", err)
-	}
-	p.add(Step{Path: sumPath(path), Action: "record the SHA-256 of the original an older safe-ipam kept", data: []byte(sum + "\n"), perm: 0o600})
-	return nil
+	return refuse("%s", unvouched(path, "install"))
+}
+
+// unvouched says that nothing vouches for the backup of path, and how the
+// operator does before running again.
+func unvouched(path, again string) string {
+	return fmt.Sprintf("no SHA-256 of %s is recorded in %s, so nothing shows it is the file install kept; if it is Calico's (compare it with Calico's release), record its sum (sha256sum %s | cut -d' ' -f1 > %s) and run %s again",
+		backupPath(path), sumPath(path), backupPath(path), sumPath(path), again)
 }
 
 // absentStep records that path did not exist, for uninstall.
