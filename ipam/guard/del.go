@@ -52,7 +52,9 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 		return err
 	}
 	if marked == nil {
-		g.releaseRenamed(ctx, att, marker.IPs, env.Path)
+		if err := g.releaseRenamed(ctx, att, marker.IPs, env.Path); err != nil {
+			return err
+		}
 	}
 	g.releasePodHandle(ctx, marked, env, runtimeDEL)
 	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
@@ -229,6 +231,12 @@ func (g *Guard) DeadNodeWitness(death *rulebook.Death) rulebook.Witness {
 // released every attachment the rules do not keep. The GC verb and
 // safe-ipam gc both collect through it.
 func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string, w rulebook.Witness) error {
+	return g.collect(ctx, rec, cniPath, w, ownJudgment)
+}
+
+// collect is Collect; own says whose word frees a pod-name handle
+// (releasePodHandle).
+func (g *Guard) collect(ctx context.Context, rec *record.Record, cniPath string, w rulebook.Witness, own evidence) error {
 	env := delegate.Env{Path: cniPath}
 	att := rec.Attachment
 	for attempt := 0; ; attempt++ {
@@ -244,16 +252,16 @@ func (g *Guard) Collect(ctx context.Context, rec *record.Record, cniPath string,
 		if err != nil {
 			return storeError("marking "+att.String(), err)
 		}
-		return g.releaseMarked(ctx, marked, env)
+		return g.releaseMarked(ctx, marked, env, own)
 	}
 }
 
-func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env delegate.Env) error {
+func (g *Guard) releaseMarked(ctx context.Context, marked *record.Record, env delegate.Env, own evidence) error {
 	att := marked.Attachment
 	if err := g.releaseWithVM(ctx, att, marked, delegate.Env{Path: env.Path}, cniargs.Args{}, nil); err != nil {
 		return err
 	}
-	g.releasePodHandle(ctx, marked, env, ownJudgment)
+	g.releasePodHandle(ctx, marked, env, own)
 	marked, err := g.releaseQuarantines(ctx, marked, env)
 	if err != nil {
 		return err

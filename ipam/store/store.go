@@ -94,11 +94,18 @@ type Cluster interface {
 	// ListEveryNode returns the records of a network on every node, as
 	// List does one node's, read at one point.
 	ListEveryNode(ctx context.Context, network string) ([]*record.Record, error)
-	// HolderOf returns the record, on whichever node, whose address index
-	// entry holds addr in network, with its quarantines; nil when none
-	// does.
-	HolderOf(ctx context.Context, network, addr string) (*record.Record, error)
+	// Holder names the record, on whichever node, whose address index
+	// entry holds addr in network (one read, of the entry alone); nil
+	// when none does.
+	Holder(ctx context.Context, network, addr string) (*Holding, error)
 	Sweeps
+}
+
+// Holding names the record an address index entry points at: its node
+// and attachment (ForNode(Node).Get reads it).
+type Holding struct {
+	Node       string
+	Attachment record.Attachment
 }
 
 // Sweeps is what the sweeps of every node's records (gc --dead-nodes)

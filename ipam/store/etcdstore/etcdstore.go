@@ -351,12 +351,12 @@ func (s *Store) Get(ctx context.Context, att record.Attachment) (*record.Record,
 	return rec, nil
 }
 
-// HolderOf implements store.Cluster: the index entry names the holder's
-// key, which names its node.
-func (s *Store) HolderOf(ctx context.Context, network, addr string) (*record.Record, error) {
-	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+// Holder implements store.Cluster: the index entry's value is the
+// holder's key, which names its node and attachment.
+func (s *Store) Holder(ctx context.Context, network, addr string) (*store.Holding, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	resp, err := s.client.Get(tctx, AddressKey(s.prefix, network, addr))
+	resp, err := s.client.Get(ctx, AddressKey(s.prefix, network, addr))
 	if err != nil {
 		return nil, fmt.Errorf("%w: reading the holder of %s: %v", store.ErrUnavailable, addr, err)
 	}
@@ -367,7 +367,7 @@ func (s *Store) HolderOf(ctx context.Context, network, addr string) (*record.Rec
 	if !ok {
 		return nil, fmt.Errorf("the index entry of %s names %q, not a record", addr, resp.Kvs[0].Value)
 	}
-	return s.ForNode(node).Get(ctx, att)
+	return &store.Holding{Node: node, Attachment: att}, nil
 }
 
 // releaseOps delete what a deleted record owned: its index entries (only
