@@ -210,12 +210,12 @@ func (c *checker) releasedLeaveNothing() {
 		if a.State != Deleted && !a.Gone || a.Alone && len(live[c.m.Handle(a)]) > 0 {
 			continue // running, or its pod-name handle is its pod's next incarnation's now
 		}
-		if h := a.QuarantinedBy; h != nil && h.Gone && c.m.needsDeadNodesGC() {
-			continue // quarantined with a dead node's record, which the sweep releases with it
-		}
 		for _, al := range c.obs.Calico.AllocationsOf(c.m.Handle(a)) {
 			if quarantinable[al.IP] {
 				continue // a quarantine, released with the victim that holds the address
+			}
+			if h := a.QuarantinedBy; h != nil && h.Gone && slices.Contains(h.IPs, al.IP) && c.m.needsDeadNodesGC() {
+				continue // quarantined with a dead node's record, which the sweep releases with it
 			}
 			c.report(InvReleased, Lost, a.String(), al.IP, "Calico still holds the address of an attachment the runtime deleted")
 		}

@@ -34,9 +34,11 @@ type cliFlags struct {
 	// releaseQuarantines: uninstall releases the quarantines of running
 	// holders instead of re-claiming them.
 	releaseQuarantines bool
-	out                *admin.Output
-	settle             time.Duration
-	metrics            admin.MetricsAddr
+	// formerHosts: uninstall forgets the records these hosts wrote too.
+	formerHosts []string
+	out         *admin.Output
+	settle      time.Duration
+	metrics     admin.MetricsAddr
 	// fullCheckEvery is the watch's period of full checks.
 	fullCheckEvery time.Duration
 	// handles, store and logFile are node settings; "" leaves them.
@@ -94,6 +96,13 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
+		fs.Func("former-host", "also forget the records host `NAME` wrote under this node's Calico name, a host name this machine had before (a host rename; the etcd store); repeatable", func(v string) error {
+			if v == "" {
+				return errors.New("a host name, not empty")
+			}
+			f.formerHosts = append(f.formerHosts, v)
+			return nil
+		})
 		fs.BoolVar(&f.releaseQuarantines, "release-quarantines", false, "release the allocations quarantined with running holders through calico-ipam instead of re-claiming them for the holders: their addresses become free in Calico while the holders use them (the output names the holders to restart)")
 	}
 	if code, stop := cmd.ParseOrExit(args); stop {
@@ -141,7 +150,10 @@ no DEL or GC of safe-ipam comes for them any more. An allocation
 quarantined with a record whose pod runs holds that pod's address: it is
 re-claimed for the pod in Calico's datastore (the address goes back under
 the pod's own handle), or, where that cannot be written, kept and the pod
-named to restart; --release-quarantines releases them instead. It refuses
+named to restart; --release-quarantines releases them instead. In the
+etcd store, records another host wrote under this node's Calico name (a
+stale nodename) stay, that machine's; --former-host NAME names a host
+name this machine had before a rename, whose records are its own. It refuses
 while a watch (install --watch) keeps safe-ipam on the node, and while a
 network config it has no original of names safe-ipam (calico-node renders
 it from the calico-config patch: revert that first, as the message says).
@@ -234,7 +246,7 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 
 // forgetRecords is uninstall's second half, once Calico's files are back.
 func forgetRecords(f *cliFlags, records *nodeRecords, stdout, stderr io.Writer) int {
-	notes, err := records.forget(context.Background(), f.dryRun, f.releaseQuarantines)
+	notes, err := records.forget(context.Background(), f.dryRun, f.releaseQuarantines, f.formerHosts)
 	w := stdout
 	if f.out.JSON {
 		w = stderr // stdout is the JSON report

@@ -124,11 +124,11 @@ func (r *nodeRecords) done() error {
 // them) and says what it did; a store it cannot reach is an error that
 // names it, and uninstall can be run again: it finishes from the file
 // keep wrote. release releases the quarantines of running holders too.
-func (r *nodeRecords) forget(ctx context.Context, dryRun, release bool) ([]string, error) {
+func (r *nodeRecords) forget(ctx context.Context, dryRun, release bool, formerHosts []string) ([]string, error) {
 	var notes []string
 	for i, cfg := range r.configs {
 		path := r.pending[i].Path
-		n, q, err := forgetNetwork(ctx, cfg, path, r.binDir, dryRun, release)
+		n, q, err := forgetNetwork(ctx, cfg, path, r.binDir, dryRun, release, formerHosts)
 		notes = append(notes, q.notes(cfg.Network, dryRun)...)
 		if err != nil {
 			return notes, fmt.Errorf("forgetting the records of %s: %w", path, err)
@@ -146,7 +146,7 @@ func (r *nodeRecords) forget(ctx context.Context, dryRun, release bool) ([]strin
 // forgetNetwork forgets the node's records of cfg's network, settling
 // their quarantines; it returns how many records, and what became of the
 // quarantines.
-func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun, release bool) (int, *quarantineFates, error) {
+func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun, release bool, formerHosts []string) (int, *quarantineFates, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "uninstall")
@@ -162,7 +162,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	if err != nil {
 		return 0, q, err
 	}
-	list := q.ownRecords(all, o.Store)
+	list := q.ownRecords(all, o.Store, append([]string{record.ThisHost()}, formerHosts...))
 	for i, rec := range list {
 		if dryRun {
 			q.count(rec, release)
@@ -179,14 +179,14 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	return len(list), q, nil
 }
 
-// ownRecords are the records of all that this machine may forget
-// (rulebook.UninstallForgets); those another host wrote are counted.
-func (q *quarantineFates) ownRecords(all []*record.Record, st store.Store) []*record.Record {
+// ownRecords are the records of all that this machine, known by hosts,
+// may forget (rulebook.UninstallForgets); those another host wrote are
+// counted.
+func (q *quarantineFates) ownRecords(all []*record.Record, st store.Store, hosts []string) []*record.Record {
 	_, shared := st.(store.Cluster)
-	host := record.ThisHost()
 	var own []*record.Record
 	for _, rec := range all {
-		if rulebook.UninstallForgets(rec, host, shared).Release {
+		if rulebook.UninstallForgets(rec, hosts, shared).Release {
 			own = append(own, rec)
 			continue
 		}
@@ -243,8 +243,12 @@ func (q *quarantineFates) notes(network string, dryRun bool) []string {
 	var notes []string
 	re, rel := "re-claimed", "released"
 	if q.keptOthers > 0 {
-		notes = append(notes, fmt.Sprintf("left %d record(s) of network %q that host(s) %s wrote under this node's Calico name (a stale nodename?): that machine's safe-ipam fences and releases them; fix the nodename (docs/operations.md)",
-			q.keptOthers, network, strings.Join(q.otherHosts, ", ")))
+		leave := "left"
+		if dryRun {
+			leave = "would leave"
+		}
+		notes = append(notes, fmt.Sprintf("%s %d record(s) of network %q that host(s) %s wrote under this node's Calico name (a stale nodename?): that machine's safe-ipam fences and releases them; fix the nodename (docs/operations.md). If a host named so is this machine before a host rename, they are its own: uninstall with --former-host NAME forgets them too",
+			leave, q.keptOthers, network, strings.Join(q.otherHosts, ", ")))
 	}
 	if dryRun {
 		re, rel = "would re-claim", "would release"

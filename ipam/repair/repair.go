@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/snapshot"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
@@ -176,7 +177,7 @@ func planQuarantineReleases(snap *snapshot.Snapshot, rec *record.Record) []Actio
 // 2.x pod's) is left to the next audit, which judges it by pod: another
 // incarnation of the pod may hold an address under it.
 func planOwnRelease(snap *snapshot.Snapshot, rec *record.Record) []Action {
-	if rec.Handle != rec.Network+"."+rec.ContainerID && rec.Handle != rec.ContainerID || len(snap.HeldBy(rec.Handle)) == 0 {
+	if !rulebook.OwnHandle(rec) || len(snap.HeldBy(rec.Handle)) == 0 {
 		return nil
 	}
 	return []Action{{Kind: ReleaseHandle, Handle: rec.Handle, Address: audit.Addrs(rec.IPs), Record: rec.Attachment.String(),

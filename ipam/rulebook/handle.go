@@ -131,6 +131,16 @@ func (c HandleCase) unjudged() string {
 	return ""
 }
 
+// OwnHandle says whether rec's handle is its own container's ("<network>.<containerID>",
+// or the bare container ID safe-ipam has Calico 2.x key by): what Calico
+// holds under it is that container's alone, so once the rulebook lets
+// the record go, releasing the handle with it frees no one else's. A
+// pod-name or VM handle outlives the container: it is judged by pod or
+// by VM (Handle).
+func OwnHandle(rec *record.Record) bool {
+	return rec.Handle == rec.Network+"."+rec.ContainerID || rec.Handle == rec.ContainerID
+}
+
 // PodHandleOwner says why the owner attributes Calico keeps for an
 // address under rec's pod-name handle do not prove the address rec's
 // ("" when they do). Any DEL by pod name frees every address under the

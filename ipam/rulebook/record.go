@@ -201,17 +201,19 @@ func TrustEmpty(l *Listing, node, what string, held int) string {
 		l.Source, where, what)
 }
 
-// UninstallForgets judges whether uninstall on host may forget rec, read
-// under its node's Calico name: in a store machines share, a record
-// another machine wrote there (a stale nodename) is that machine's, whose
-// safe-ipam still fences its addresses and releases it on its pod's DEL;
-// forgotten (and re-keyed in pod mode), its running pods would lose their
-// fence and leak their addresses. A record without a host (an older
-// safe-ipam's) is forgotten: kept, nothing would release it once this
-// machine's pods are deleted through Calico alone, and forgetting costs
-// another machine's pod its fence only.
-func UninstallForgets(rec *record.Record, host string, shared bool) Verdict {
-	if shared && rec.Host != "" && host != "" && rec.Host != host {
+// UninstallForgets judges whether uninstall may forget rec, read under
+// its node's Calico name, on the machine whose host names are hosts (now
+// first, then the ones it had before a host rename, the operator's word):
+// in a store machines share, a record another machine wrote there (a
+// stale nodename) is that machine's, whose safe-ipam still fences its
+// addresses and releases it on its pod's DEL; forgotten (and re-keyed in
+// pod mode), its running pods would lose their fence and leak their
+// addresses. A record without a host (an older safe-ipam's) is
+// forgotten: kept, nothing would release it once this machine's pods are
+// deleted through Calico alone, and forgetting costs another machine's
+// pod its fence only.
+func UninstallForgets(rec *record.Record, hosts []string, shared bool) Verdict {
+	if shared && rec.Host != "" && len(hosts) > 0 && hosts[0] != "" && !slices.Contains(hosts, rec.Host) {
 		return keep("written by host %s under this node's Calico name: a stale nodename? That machine's safe-ipam releases it", rec.Host)
 	}
 	return release("this machine's record: uninstall forgets it")

@@ -252,9 +252,10 @@ func TestUninstallForgets(t *testing.T) {
 		{"another host's name, file store (a host rename)", "them", "me", false, true},
 		{"no host (an older safe-ipam's)", "", "me", true, true},
 		{"this host's name unknown", "them", "", true, true},
+		{"this host before a rename (--former-host)", "before", "me", true, true},
 	}
 	for _, tt := range tests {
-		if got := rulebook.UninstallForgets(&record.Record{Host: tt.recHost}, tt.host, tt.shared); got.Release != tt.forgets {
+		if got := rulebook.UninstallForgets(&record.Record{Host: tt.recHost}, []string{tt.host, "before"}, tt.shared); got.Release != tt.forgets {
 			t.Errorf("%s: %+v, want forget %v", tt.name, got, tt.forgets)
 		}
 	}
@@ -266,6 +267,17 @@ func TestDeathRows(t *testing.T) {
 		w := rulebook.Witness{Node: "node9", Shared: true, Death: row.Death(), Now: now, Grace: rulebooktest.Grace, OwnerRuns: never}
 		if v := w.Judge(row.Record("node9", "c1", 0, now)); v.Release != row.Release {
 			t.Errorf("%s: %+v, want release %v", row.Name, v, row.Release)
+		}
+	}
+}
+
+// A record's own handle is its container's alone; a pod-name or VM
+// handle outlives it.
+func TestOwnHandle(t *testing.T) {
+	for handle, own := range map[string]bool{"net1.c1": true, "c1": true, "default.web-0": false, "net1.vmi.default.vm1": false, "net1.c2": false} {
+		rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}, Handle: handle}
+		if got := rulebook.OwnHandle(rec); got != own {
+			t.Errorf("%s: own %v, want %v", handle, got, own)
 		}
 	}
 }

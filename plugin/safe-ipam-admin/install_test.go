@@ -208,3 +208,31 @@ func TestInstallIndexesOldRecords(t *testing.T) {
 		t.Fatalf("index entry %s after install: %v (%v)", index, got, err)
 	}
 }
+
+// Review of issue 41: in the etcd store, uninstall leaves the records
+// another host wrote under this node's Calico name (a stale nodename:
+// that machine's safe-ipam still fences and releases them), and says so;
+// --former-host names a host name this machine had before a rename, whose
+// records are its own and go too.
+func TestUninstallLeavesAnotherHostsRecords(t *testing.T) {
+	safe, dirs, etcd, cfg, node := takenOver(t)
+	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
+	for _, w := range []struct{ cid, host string }{{"mine", record.ThisHost()}, {"renamed", "before-a-rename"}, {"theirs", "another-machine"}} {
+		att := record.Attachment{Network: cfg.Network, ContainerID: w.cid, IfName: "eth0"}
+		rec := &record.Record{Attachment: att, Node: node, Host: w.host, Handle: cfg.Network + "." + w.cid, State: record.Committed}
+		if _, err := st.Commit(context.Background(), nil, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out := run(t, safe, append([]string{"uninstall", "--dry-run"}, dirs...)...); code != 0 || !strings.Contains(out, "would leave 2 record(s)") {
+		t.Fatalf("uninstall --dry-run: exit %d\n%s", code, out)
+	}
+	code, out := run(t, safe, append([]string{"uninstall", "--former-host", "before-a-rename"}, dirs...)...)
+	if code != 0 || !strings.Contains(out, "forgot 2 record(s)") || !strings.Contains(out, "left 1 record(s)") {
+		t.Fatalf("uninstall: exit %d\n%s", code, out)
+	}
+	recs, err := st.List(context.Background(), cfg.Network)
+	if err != nil || len(recs) != 1 || recs[0].ContainerID != "theirs" {
+		t.Fatalf("records after uninstall: %v (%v); want another machine's alone", recs, err)
+	}
+}
