@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 )
 
@@ -25,8 +26,12 @@ type Delegate struct {
 	// OutsideCNIPath allows a binDir or an absolute binary outside
 	// CNI_PATH. Without safe-ipam a network config can run only what the
 	// runtime's CNI_PATH holds; a config that can name any file would let
-	// whoever edits it run that file as root on the next pod start.
-	OutsideCNIPath bool `json:"outsideCNIPath,omitempty"`
+	// whoever edits it (a ConfigMap, a namespace admin's Multus
+	// NetworkAttachmentDefinition) run that file as root on the next pod
+	// start. So only the node decides: the node setting
+	// delegateOutsideCNIPath sets it (NodeSettingsFile, written by install
+	// --delegate-outside-cni-path), never a network config's key.
+	OutsideCNIPath bool `json:"-"`
 	// Check forwards CHECK to the delegate. Default: true, except for
 	// calico-ipam, which has no CHECK.
 	Check *bool `json:"check,omitempty"`
@@ -42,7 +47,13 @@ func (d Delegate) ForwardsCheck() bool {
 
 func (c *Config) readDelegate(ipamType string) error {
 	c.Delegate = Delegate{Type: DefaultDelegate}
+	if err := c.refuseOutsideFromConfig(); err != nil {
+		return err
+	}
 	if err := strictField(c.ipam, "delegate", &c.Delegate); err != nil {
+		return err
+	}
+	if err := field(c.ipam, outsideKey, &c.Delegate.OutsideCNIPath); err != nil {
 		return err
 	}
 	if !validPluginName(c.Delegate.Type) {
@@ -55,6 +66,25 @@ func (c *Config) readDelegate(ipamType string) error {
 		return err
 	}
 	return c.Delegate.checkNotSelf(ipamType)
+}
+
+// outsideKey is the node setting that lets the delegate live outside
+// CNI_PATH.
+const outsideKey = "delegateOutsideCNIPath"
+
+// refuseOutsideFromConfig refuses a network config that would let the
+// delegate live outside CNI_PATH: the node's settings alone may.
+func (c *Config) refuseOutsideFromConfig() error {
+	if _, set := c.ipam[outsideKey]; set && !slices.Contains(c.FromNode, outsideKey) {
+		return invalid("ipam."+outsideKey, "is a node setting (safe-ipam install --delegate-outside-cni-path), never a network config's: whoever edits a network config must not choose what runs as root")
+	}
+	var d map[string]json.RawMessage
+	if raw, ok := c.ipam["delegate"]; ok && json.Unmarshal(raw, &d) == nil {
+		if _, set := d["outsideCNIPath"]; set {
+			return invalid("ipam.delegate.outsideCNIPath", "is no network config key: whoever edits a network config must not choose what runs as root; on the node that needs a delegate outside CNI_PATH, run safe-ipam install --delegate-outside-cni-path")
+		}
+	}
+	return nil
 }
 
 func (d *Delegate) checkBinary() error {

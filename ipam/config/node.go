@@ -22,7 +22,7 @@ import (
 const NodeSettingsFile = ".safe-ipam.json"
 
 // NodeSettingsKeys are the ipam keys the node settings may give.
-var NodeSettingsKeys = []string{"delegateHandles", "store", "logFile", "logLevel", "gcGracePeriod", "verbTimeout"}
+var NodeSettingsKeys = []string{"delegateHandles", "store", "logFile", "logLevel", "gcGracePeriod", "verbTimeout", outsideKey}
 
 // ParseOnNode is Parse with the node settings in binDir (NodeSettingsFile;
 // none when binDir is "" or the file is absent): each of their keys that

@@ -22,7 +22,8 @@ import (
 var ErrMissing = errors.New("delegate binary not found")
 
 // ErrOutsideCNIPath means the config names a delegate file outside
-// CNI_PATH without saying that it may (ipam.delegate.outsideCNIPath).
+// CNI_PATH, and the node's settings do not allow it
+// (delegateOutsideCNIPath).
 var ErrOutsideCNIPath = errors.New("delegate outside CNI_PATH")
 
 // Delegate is a resolved delegate binary.
@@ -111,22 +112,40 @@ func locate(t Target, cniPath string) (string, error) {
 	return path, nil
 }
 
-// confined refuses dir, named by setting, unless it is one of CNI_PATH's
-// directories or the config allows any (see config.Delegate).
+// confined refuses dir, named by setting, unless it is, by name, one of
+// CNI_PATH's directories (a directory that only leads there, through a
+// symbolic link, could be flipped elsewhere between the check and the
+// exec), or the node allows any (see config.Delegate): then no symbolic
+// link may lie on its path, for the same reason.
 func (t Target) confined(dir, setting, cniPath string) error {
 	if t.OutsideCNIPath {
+		if link := linkOnPath(dir); link != "" {
+			return fmt.Errorf("%w: %s names %s, and %s on its path is a symbolic link: the file checked must be the file that runs", ErrOutsideCNIPath, setting, dir, link)
+		}
 		return nil
 	}
-	info, err := os.Stat(dir)
 	for _, d := range filepath.SplitList(cniPath) {
 		if filepath.Clean(d) == filepath.Clean(dir) {
 			return nil
 		}
-		if other, oerr := os.Stat(d); err == nil && oerr == nil && os.SameFile(info, other) {
-			return nil
+	}
+	return fmt.Errorf("%w: %s names %s, which is not in CNI_PATH (%s); only the node may allow that: safe-ipam install --delegate-outside-cni-path", ErrOutsideCNIPath, setting, dir, cniPath)
+}
+
+// linkOnPath is the first symbolic link on the absolute path dir ("" for
+// none; a part that cannot be read counts as one: nothing vouches for it).
+func linkOnPath(dir string) string {
+	at := "/"
+	for _, part := range strings.Split(strings.TrimPrefix(filepath.Clean(dir), "/"), "/") {
+		if part == "" {
+			continue
+		}
+		at = filepath.Join(at, part)
+		if st, err := os.Lstat(at); err != nil || st.Mode()&os.ModeSymlink != 0 {
+			return at
 		}
 	}
-	return fmt.Errorf("%w: %s names %s, which is not in CNI_PATH (%s); set ipam.delegate.outsideCNIPath to true to allow it", ErrOutsideCNIPath, setting, dir, cniPath)
+	return ""
 }
 
 // HandedOverEnv names, in the build a call was handed over to, the CNI

@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,13 +36,26 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{name: "CNI_ARGS", env: func(e delegate.Env) delegate.Env { e.Args = "K8S_POD_NAME=a;oops"; return e }, code: types.ErrInvalidEnvironmentVariables, field: "CNI_ARGS"},
 		{name: "missing delegate", env: func(e delegate.Env) delegate.Env { e.Path = "/nonexistent"; return e }, code: types.ErrPluginNotAvailable, field: "calico-ipam"},
 		{name: "delegate not executable", conf: func(r *rig) []byte {
-			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "rig_test.go", "binDir": mustAbs(t, "."), "outsideCNIPath": true}}
+			if err := os.WriteFile(filepath.Join(binDir, "not-executable"), []byte("#!/bin/sh\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "not-executable"}}
 			return r.conf()
 		}, code: types.ErrPluginNotAvailable, field: "not an executable"},
 		{name: "delegate outside CNI_PATH", conf: func(r *rig) []byte {
 			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "calico-ipam", "binDir": "/usr/bin"}}
 			return r.conf()
+		}, code: types.ErrInvalidNetworkConfig, field: "--delegate-outside-cni-path"},
+		// Issue 42, item 1: whether the delegate may live outside CNI_PATH
+		// is the node's to say, never a network config's.
+		{name: "outsideCNIPath in the network config", conf: func(r *rig) []byte {
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "calico-ipam", "binDir": "/usr/bin", "outsideCNIPath": true}}
+			return r.conf()
 		}, code: types.ErrInvalidNetworkConfig, field: "ipam.delegate.outsideCNIPath"},
+		{name: "the node setting in the network config", conf: func(r *rig) []byte {
+			r.extraIPAM = map[string]any{"delegate": map[string]any{"type": "calico-ipam", "binDir": "/usr/bin"}, "delegateOutsideCNIPath": true}
+			return r.conf()
+		}, code: types.ErrInvalidNetworkConfig, field: "ipam.delegateOutsideCNIPath"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

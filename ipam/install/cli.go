@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,6 +44,8 @@ type cliFlags struct {
 	fullCheckEvery time.Duration
 	// handles, store and logFile are node settings; "" leaves them.
 	handles, store, logFile string
+	// outside is the node setting delegateOutsideCNIPath; nil leaves it.
+	outside *bool
 }
 
 // settings are the node settings the flags give, nil for none.
@@ -67,6 +70,9 @@ func (f *cliFlags) settings() (Settings, error) {
 			return nil, fmt.Errorf("--log-file %q: an absolute path, or - for stderr only", f.logFile)
 		}
 		s["logFile"] = strings.TrimPrefix(f.logFile, "-")
+	}
+	if f.outside != nil {
+		s["delegateOutsideCNIPath"] = *f.outside
 	}
 	if len(s) == 0 {
 		return nil, nil
@@ -94,6 +100,11 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 		fs.StringVar(&f.handles, "delegate-handles", "", `node setting: "container", or "pod" for a calico-ipam that keys ADD by namespace.podname as Calico 2.x did (unchanged when not given)`)
 		fs.StringVar(&f.store, "store", "", `node setting: where records live, "file" or "etcd" (Calico's etcd: its endpoints and TLS files from Calico's keys in the config); default as the plugin infers it`)
 		fs.StringVar(&f.logFile, "log-file", "", `node setting: the plugin's log file (absolute), or "-" for stderr only`)
+		fs.BoolFunc("delegate-outside-cni-path", "node setting: let a network config's ipam.delegate.binDir or absolute ipam.delegate.binary name a file outside CNI_PATH (=false takes it back; unchanged when not given). Only the node decides what runs as root: no network config can", func(v string) error {
+			b, err := strconv.ParseBool(v)
+			f.outside = &b
+			return err
+		})
 	} else {
 		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
 		fs.Func("former-host", "also forget the records host `NAME` wrote under this node's Calico name, a host name this machine had before (a host rename; the etcd store); repeatable", func(v string) error {
@@ -133,7 +144,8 @@ with the plugin's own parser). --store=etcd takes Calico's etcd
 (etcd_endpoints and the etcd_*_file keys of Calico's config), and is
 refused where Calico names none.
 
-The node settings (--delegate-handles, --store, --log-file) go to
+The node settings (--delegate-handles, --store, --log-file,
+--delegate-outside-cni-path) go to
 <cni-bin-dir>/.safe-ipam.json, which calico-node never rewrites; the
 plugin takes each one its network config leaves out. Uninstall removes
 the file.

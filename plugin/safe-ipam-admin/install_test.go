@@ -236,3 +236,24 @@ func TestUninstallLeavesAnotherHostsRecords(t *testing.T) {
 		t.Fatalf("records after uninstall: %v (%v); want another machine's alone", recs, err)
 	}
 }
+
+// Issue 42, item 1: install --delegate-outside-cni-path writes the node's
+// leave for a delegate outside CNI_PATH into the node settings, and
+// =false takes it back; the plugin reads it from there alone.
+func TestInstallWritesTheNodesLeaveForAnOutsideDelegate(t *testing.T) {
+	bin, conf, _ := calicoNodeDirs(t)
+	safe := filepath.Join(binDir, "safe-ipam")
+	dirs := []string{"--cni-bin-dir=" + bin, "--cni-conf-dir=" + conf}
+	for _, v := range []string{"--delegate-outside-cni-path", "--delegate-outside-cni-path=false"} {
+		if code, out := run(t, safe, append([]string{"install", "--mode=takeover", v}, dirs...)...); code != 0 {
+			t.Fatalf("install %s: exit %d\n%s", v, code, out)
+		}
+		file, err := cninode.ReadFile(filepath.Join(conf, "10-calico.conflist"), bin)
+		if err != nil || file.SafeIPAM == nil {
+			t.Fatalf("the installed conflist: %+v, %v", file, err)
+		}
+		if want := !strings.HasSuffix(v, "=false"); file.SafeIPAM.Delegate.OutsideCNIPath != want {
+			t.Errorf("after install %s: the plugin reads delegateOutsideCNIPath %v; want %v", v, file.SafeIPAM.Delegate.OutsideCNIPath, want)
+		}
+	}
+}

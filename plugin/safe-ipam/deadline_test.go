@@ -83,13 +83,13 @@ func waitGone(t *testing.T, what string, pids ...int) {
 // code 11, and the record store is left as a crash leaves it.
 func TestAHungDelegateIsKilledAtTheVerbDeadline(t *testing.T) {
 	dir := hangingDelegate(t)
-	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q,"outsideCNIPath":true},"verbTimeout":"1s"`, dir))
+	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q},"verbTimeout":"1s"`, dir))
 	// The test's own limit, far above the verb's, so that a safe-ipam
 	// without one fails the test instead of hanging it.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "safe-ipam"))
-	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
+	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir + ":" + dir}
 	cmd.Stdin = strings.NewReader(conf)
 	stdout, err := cmd.Output()
 	if ctx.Err() != nil {
@@ -106,9 +106,9 @@ func TestAHungDelegateIsKilledAtTheVerbDeadline(t *testing.T) {
 // safe-ipam; its delegate dies with it rather than run on orphaned.
 func TestTheDelegateDiesWithSafeIPAM(t *testing.T) {
 	dir := hangingDelegate(t)
-	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q,"outsideCNIPath":true}`, dir))
+	conf := hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"hang","binDir":%q}`, dir))
 	cmd := exec.Command(filepath.Join(binDir, "safe-ipam"))
-	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
+	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir + ":" + dir}
 	cmd.Stdin = strings.NewReader(conf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -150,5 +150,41 @@ func TestNodeSettingsBesideTheBinary(t *testing.T) {
 	rec, err := os.ReadFile(filepath.Join(store, "net1", "c1:eth0"))
 	if err != nil || !strings.Contains(string(rec), `"handle":"c1"`) {
 		t.Fatalf("record %s, %v; want the pod-mode handle c1 (the node settings' delegateHandles)", rec, err)
+	}
+}
+
+// Issue 42, item 1: only the node lets the delegate live outside CNI_PATH
+// (its settings beside the binary, which install writes); a network
+// config that names a binDir outside it is refused with 7 otherwise.
+func TestOnlyTheNodeLetsTheDelegateLiveOutsideCNIPath(t *testing.T) {
+	for _, allowed := range []bool{false, true} {
+		dir, out := t.TempDir(), t.TempDir()
+		for from, to := range map[string]string{filepath.Join(binDir, "safe-ipam"): filepath.Join(dir, "safe-ipam"), filepath.Join(binDir, "host-local"): filepath.Join(out, "host-local")} {
+			data, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(to, data, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if allowed {
+			if err := os.WriteFile(filepath.Join(dir, ".safe-ipam.json"), []byte(`{"delegateOutsideCNIPath":true}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(filepath.Join(dir, "safe-ipam"))
+		cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c1", "CNI_NETNS=/var/run/netns/x", "CNI_IFNAME=eth0", "CNI_PATH=" + binDir}
+		cmd.Stdin = strings.NewReader(hostLocalConf(t, "1.0.0", fmt.Sprintf(`,"delegate":{"type":"host-local","binDir":%q}`, out)))
+		stdout, err := cmd.Output()
+		if allowed {
+			if err != nil {
+				t.Fatalf("ADD with the node's leave: %v %s", err, stdout)
+			}
+			continue
+		}
+		if code, msg := cniError(t, outcome{stdout: stdout, err: err}); code != 7 || !strings.Contains(msg, "--delegate-outside-cni-path") {
+			t.Fatalf("ADD without the node's leave = %d %q; want 7 naming the node setting", code, msg)
+		}
 	}
 }
