@@ -49,7 +49,7 @@ const (
 )
 
 // ownedKeys are the ipam keys safe-ipam consumes; the delegate never sees them.
-var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod", "verbTimeout"}
+var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod", "verbTimeout", outsideKey}
 
 // Store says where records live.
 type Store struct {

@@ -158,3 +158,15 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// The node's leave for a delegate outside CNI_PATH is safe-ipam's key:
+// the delegate never sees it (review of issue 42).
+func TestTheNodesOutsideLeaveIsNotTheDelegates(t *testing.T) {
+	c, err := ParseWithNodeSettings([]byte(`{"cniVersion":"1.0.0","name":"net1","ipam":{"type":"safe-ipam"}}`), []byte(`{"delegateOutsideCNIPath":true}`), "/opt/cni/bin/.safe-ipam.json")
+	if err != nil || !c.Delegate.OutsideCNIPath {
+		t.Fatalf("parse with the node's leave: %+v, %v", c, err)
+	}
+	if out := c.DelegateConfig("1.0.0", nil); strings.Contains(string(out), "delegateOutsideCNIPath") {
+		t.Fatalf("the delegate's config carries the node's leave: %s", out)
+	}
+}

@@ -89,7 +89,11 @@ func filterStderr() (done func(), err error) {
 	os.Stderr = w
 	copied := make(chan struct{})
 	go func() {
-		_, _ = io.Copy(admin.ForPeople(orig), r)
+		if _, err := io.Copy(admin.ForPeople(orig), r); err != nil {
+			// A stderr that cannot be written (a full disk, a closed
+			// terminal) must not block the command once the pipe fills.
+			_, _ = io.Copy(io.Discard, r)
+		}
 		close(copied)
 	}()
 	return func() {

@@ -49,13 +49,52 @@ func TestAdminOutputEscapesControlCharacters(t *testing.T) {
 // own writer, here the delegate's log lines that gc relays as libcni
 // does, goes through the same filter: ESC never reaches the terminal.
 func TestRelayedDelegateOutputIsEscaped(t *testing.T) {
+	cmd := gcOfAGoneRecord(t, `printf 'calico-ipam: \033[2J\033[31mreleased\n' >&2`)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gc: %v\n%s", err, out.String())
+	}
+	if bytes.ContainsRune(out.Bytes(), 0x1b) || !strings.Contains(out.String(), `calico-ipam: \u001b[2J\u001b[31mreleased`) {
+		t.Fatalf("gc printed:\n%q\nwant the delegate's line with its ESC escaped", out.String())
+	}
+}
+
+// A stderr that cannot be written (a full disk, a closed terminal) does
+// not block the command once the filter's pipe fills (review of issue
+// 42): the filter drains what it can no longer write.
+func TestAnUnwritableStderrBlocksNothing(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	cmd := gcOfAGoneRecord(t, `head -c 200000 /dev/zero | tr '\0' x >&2`)
+	cmd.Stderr = full
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("gc with an unwritable stderr still runs after 20s")
+	}
+}
+
+// gcOfAGoneRecord is `safe-ipam-admin gc --apply` over a file store
+// holding one record whose sandbox is gone, with a delegate that runs
+// relay (a shell line) on DEL.
+func gcOfAGoneRecord(t *testing.T, relay string) *exec.Cmd {
+	t.Helper()
 	dir := t.TempDir()
 	bin, records := filepath.Join(dir, "bin"), filepath.Join(dir, "records")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	delegate := "#!/bin/sh\nif [ \"$CNI_COMMAND\" = VERSION ]; then echo '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'; exit 0; fi\n" +
-		"printf 'calico-ipam: \\033[2J\\033[31mreleased\\n' >&2\n"
+	delegate := "#!/bin/sh\nif [ \"$CNI_COMMAND\" = VERSION ]; then echo '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"1.0.0\"]}'; exit 0; fi\n" + relay + "\n"
 	if err := os.WriteFile(filepath.Join(bin, "calico-ipam"), []byte(delegate), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -79,13 +118,5 @@ func TestRelayedDelegateOutputIsEscaped(t *testing.T) {
 	if err := os.WriteFile(live, []byte(`[{"containerID":"other","ifname":"eth0"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "safe-ipam-admin"), "gc", "--conf", conf, "--cni-bin-dir", bin, "--live", live, "--apply")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("gc: %v\n%s", err, out.String())
-	}
-	if bytes.ContainsRune(out.Bytes(), 0x1b) || !strings.Contains(out.String(), `calico-ipam: \u001b[2J\u001b[31mreleased`) {
-		t.Fatalf("gc printed:\n%q\nwant the delegate's line with its ESC escaped", out.String())
-	}
+	return exec.Command(filepath.Join(binDir, "safe-ipam-admin"), "gc", "--conf", conf, "--cni-bin-dir", bin, "--live", live, "--apply")
 }
