@@ -192,7 +192,7 @@ func (c *Conf) PluginConfig(i int) ([]byte, error) {
 // ConfFiles lists the network config files of dir as libcni does: .conf,
 // .conflist and .json, sorted by name, directories left out.
 func ConfFiles(dir string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+	entries, err := nodefile.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("reading CNI config dir: %w", err)
 	}

@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Mark is in every binary that links this package (safe-ipam-admin): it
@@ -29,18 +30,18 @@ var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + about.CNI
 // IsSafeIPAM says whether the file at path is a safe-ipam binary: by its
 // Go build info, or by Mark. A missing file is not, and not an error.
 func IsSafeIPAM(path string) (bool, error) {
-	if info, err := buildinfo.ReadFile(path); err == nil && slices.Contains(mainPackages, info.Path) {
-		return true, nil
-	}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+	f, err := nodefile.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", path, err)
+		return false, fmt.Errorf("reading %w", err)
 	}
 	defer f.Close()
-	found, err := containsMark(bufio.NewReaderSize(f, 1<<20))
+	if info, err := buildinfo.Read(f); err == nil && slices.Contains(mainPackages, info.Path) {
+		return true, nil
+	}
+	found, err := containsMark(bufio.NewReaderSize(io.NewSectionReader(f, 0, nodefile.Binary), 1<<20))
 	if err != nil {
 		return false, fmt.Errorf("reading %s: %w", path, err)
 	}

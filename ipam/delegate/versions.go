@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // versionCache remembers a delegate's VERSION answer per binary, so ADD
@@ -67,7 +68,7 @@ func readCache(dir string) map[string]versionCache {
 	if dir == "" {
 		return cache
 	}
-	data, err := os.ReadFile(filepath.Join(dir, cacheFile))
+	data, err := nodefile.Read(filepath.Join(dir, cacheFile), nodefile.Small)
 	if err == nil {
 		_ = json.Unmarshal(data, &cache) // a damaged cache is just a miss
 	}

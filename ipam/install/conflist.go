@@ -3,9 +3,9 @@ package install
 import (
 	"bytes"
 	"fmt"
-	"os"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // ConflistMode rewrites every Calico network config so that its IPAM is
@@ -144,9 +144,9 @@ func stillRouted(path string) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	cur, err := os.ReadFile(path)
+	cur, err := nodefile.Read(path, nodefile.Small)
 	if err != nil {
-		return false, fmt.Errorf("reading %s: %w", path, err)
+		return false, fmt.Errorf("reading %w", err)
 	}
 	return bytes.Equal(cur, want), nil
 }

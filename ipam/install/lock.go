@@ -3,9 +3,10 @@ package install
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // ErrLocked means another install, uninstall or watch is changing the
@@ -17,9 +18,9 @@ var ErrLocked = errors.New("another safe-ipam install is changing this node")
 // byte. It does not wait: two installs at once are an operator's mistake
 // to report, and the watch loop retries on its own.
 func (n Node) lock() (unlock func(), err error) {
-	d, err := os.Open(n.ConfDir)
+	d, err := nodefile.OpenDir(n.ConfDir)
 	if err != nil {
-		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
+		return nil, fmt.Errorf("--cni-conf-dir: %w", err)
 	}
 	if err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		d.Close()
@@ -56,9 +57,9 @@ func (n Node) notWatched() (release func(), err error) {
 }
 
 func flockDir(dir, flag string, how int) (func(), error) {
-	d, err := os.Open(dir)
+	d, err := nodefile.OpenDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", flag, dir, err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	if err := syscall.Flock(int(d.Fd()), how); err != nil {
 		d.Close()

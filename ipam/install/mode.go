@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Mode is one way of putting safe-ipam in front of calico-ipam. Both
@@ -213,11 +214,11 @@ func sameContent(a, b string) (bool, error) {
 	if err != nil || sa.Size() != sb.Size() {
 		return false, err
 	}
-	da, err := os.ReadFile(a)
+	da, err := nodefile.Read(a, nodefile.Binary)
 	if err != nil {
 		return false, err
 	}
-	db, err := os.ReadFile(b)
+	db, err := nodefile.Read(b, nodefile.Binary)
 	if err != nil {
 		return false, err
 	}

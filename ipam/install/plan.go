@@ -1,6 +1,7 @@
 package install
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Plan is the changes that bring a node into (or out of) a mode, in the
@@ -122,13 +125,17 @@ func (s *Step) fill(f *os.File) error {
 
 func (s *Step) write(f *os.File) error {
 	if s.from != "" {
-		src, err := os.Open(s.from)
+		src, err := nodefile.Open(s.from)
 		if err != nil {
 			return err
 		}
 		defer src.Close()
-		if _, err := io.Copy(f, src); err != nil {
+		n, err := io.Copy(f, io.LimitReader(src, nodefile.Binary+1))
+		if err != nil {
 			return err
+		}
+		if n > nodefile.Binary {
+			return fmt.Errorf("%s: %w (%d bytes)", s.from, nodefile.ErrTooLarge, nodefile.Binary)
 		}
 	} else if _, err := f.Write(s.data); err != nil {
 		return err
@@ -199,7 +206,7 @@ func syncDirs(steps []Step) {
 			continue
 		}
 		seen[dir] = true
-		if d, err := os.Open(dir); err == nil {
+		if d, err := nodefile.OpenDir(dir); err == nil {
 			_ = d.Sync()
 			d.Close()
 		}
@@ -251,17 +258,14 @@ func fileSum(path string) (string, error) {
 	if st, err := os.Lstat(path); err == nil && !st.Mode().IsRegular() {
 		return "", fmt.Errorf("%s is not a regular file (%s)", path, st.Mode().Type())
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := nodefile.OpenNoFollow(path)
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
+		return "", fmt.Errorf("reading %w", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%s is not a regular file", path)
-	}
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("reading %s: %w", path, err)
+	if n, err := io.Copy(h, io.LimitReader(f, nodefile.Binary+1)); err != nil || n > nodefile.Binary {
+		return "", fmt.Errorf("reading %s: %w", path, cmp.Or(err, nodefile.ErrTooLarge))
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -277,12 +281,12 @@ func checkOriginal(path string) string {
 	if err != nil {
 		return err.Error()
 	}
-	recorded, err := os.ReadFile(sumPath(path))
+	recorded, err := nodefile.Read(sumPath(path), nodefile.Small)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return unvouched(path, "uninstall")
 	case err != nil:
-		return fmt.Sprintf("reading %s: %v", sumPath(path), err)
+		return fmt.Sprintf("reading %v", err)
 	case strings.TrimSpace(string(recorded)) != sum:
 		return fmt.Sprintf("%s is not the file install kept (its SHA-256 differs from %s)", backupPath(path), sumPath(path))
 	}

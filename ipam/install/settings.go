@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"reflect"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Settings are the node settings install writes beside the binary
@@ -25,12 +25,12 @@ func (n Node) settingsPath() string { return n.bin(config.NodeSettingsFile) }
 // settings, when that changes it, and returns the settings the node has
 // once p lands (nil: none).
 func (n Node) planSettings(p *Plan, s Settings) ([]byte, error) {
-	cur, err := os.ReadFile(n.settingsPath())
+	cur, err := nodefile.Read(n.settingsPath(), nodefile.Small)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		cur = nil
 	case err != nil:
-		return nil, refuse("reading %s: %v", n.settingsPath(), err)
+		return nil, refuse("reading %v", err)
 	}
 	if len(s) == 0 {
 		return cur, nil // as they are: the plugin's parser judges them

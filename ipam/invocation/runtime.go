@@ -2,7 +2,9 @@ package invocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -79,7 +81,8 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 // store it names, logs where it says, opens the call under its
 // ipam.verbTimeout and runs verb on its Guard. It runs once per process:
 // what it opens, the process's exit closes. A verb stopped by that
-// deadline fails with code 11 (guard.PastDeadline).
+// deadline fails with code 11 (guard.PastDeadline); one that does not
+// stop (stopAt) is left to the process's exit.
 func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
 	ctx := logging.WithTrace(context.Background(), r.Trace)
 	defer r.Trace.Write()
@@ -95,6 +98,47 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	defer closeLog()
 	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
 	defer cancel()
+	err = stopAt(ctx, verbGrace, func() error { return r.runOpened(ctx, verb, cfg, env, log, run) })
+	if errors.Is(err, errStillBlocked) {
+		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
+		log.Error("stopped at the deadline", "error", err)
+	}
+	return err
+}
+
+// verbGrace is how long a verb may run past ipam.verbTimeout before the
+// call returns without it: its own steps stop at the deadline (the
+// delegate is killed, lock and datastore waits end), so only a step the
+// deadline cannot reach (a read or write in a hung filesystem) is left.
+const verbGrace = 5 * time.Second
+
+// errStillBlocked is the error of a verb that did not return within
+// verbGrace of its deadline.
+var errStillBlocked = errors.New("a step still blocked (a hung filesystem?): the call ends here, and the process with it, as a crash ends it")
+
+// stopAt runs f, and returns errStillBlocked when f has not returned
+// grace after ctx ends. The caller's process exits then; every store
+// write is crash-safe, so what f leaves half done is what a crash leaves.
+func stopAt(ctx context.Context, grace time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errStillBlocked
+	}
+}
+
+// runOpened opens the call under ctx and runs verb on its Guard.
+func (r Runtime) runOpened(ctx context.Context, verb string, cfg *config.Config, env delegate.Env, log *slog.Logger, run func(context.Context, *guard.Guard, delegate.Env) error) error {
 	o, err := Open(ctx, Call{Verb: verb, Env: env, Config: cfg, Log: log, Backends: r.Backends})
 	if err != nil {
 		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)

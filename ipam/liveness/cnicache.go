@@ -4,9 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // DefaultCNICache is where libcni keeps its result cache.
@@ -51,7 +52,7 @@ func (r *cachedResult) UnmarshalJSON(data []byte) error {
 // Read reads every cache file. Any file it cannot read makes the whole
 // source unreadable.
 func (c CNICache) Read(context.Context) (*View, error) {
-	entries, err := os.ReadDir(c.Dir)
+	entries, err := nodefile.ReadDir(c.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("CNI result cache: %w", err)
 	}
@@ -96,7 +97,7 @@ type CachedAttachment struct {
 // cannot be read, or a file that cannot be read at all, is still an
 // error: that is a broken source, not a bad entry.
 func (c CNICache) ReadLenient(context.Context) ([]CachedAttachment, []Skipped, error) {
-	entries, err := os.ReadDir(c.Dir)
+	entries, err := nodefile.ReadDir(c.Dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CNI result cache: %w", err)
 	}
@@ -107,7 +108,7 @@ func (c CNICache) ReadLenient(context.Context) ([]CachedAttachment, []Skipped, e
 			continue
 		}
 		path := filepath.Join(c.Dir, e.Name())
-		data, err := os.ReadFile(path)
+		data, err := nodefile.Read(path, nodefile.Small)
 		if err != nil {
 			return nil, nil, fmt.Errorf("CNI result cache: %w", err)
 		}
@@ -144,7 +145,7 @@ func (c CNICache) onThisNode(e cacheEntry) error {
 }
 
 func readCacheEntry(path string) (Running, error) {
-	data, err := os.ReadFile(path)
+	data, err := nodefile.Read(path, nodefile.Small)
 	if err != nil {
 		return Running{}, fmt.Errorf("CNI result cache: %w", err)
 	}

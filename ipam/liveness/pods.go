@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/kubeconfig"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // DefaultPodsTimeout bounds one read of the Kubernetes API: an API server
@@ -59,9 +59,9 @@ func (p Pods) Read(ctx context.Context) (*View, error) {
 	if timeout <= 0 {
 		timeout = DefaultPodsTimeout
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", p.Kubeconfig)
+	cfg, err := kubeconfig.Load(p.Kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("pods API: kubeconfig %s: %w", p.Kubeconfig, err)
+		return nil, fmt.Errorf("pods API: kubeconfig %w", err)
 	}
 	cfg.Timeout = timeout
 	client, err := kubernetes.NewForConfig(cfg)

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile/nodefiletest"
 )
 
 func TestRead(t *testing.T) {
@@ -37,14 +38,7 @@ func TestRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []byte
-			var err error
-			done := make(chan struct{})
-			go func() { got, err = Read(tt.path, tt.limit); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("Read still blocks after 5s")
-			}
+			err := nodefiletest.Returns(t, "Read", func() (err error) { got, err = Read(tt.path, tt.limit); return err })
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.path) || strings.Count(err.Error(), tt.path) != 1 {
 					t.Fatalf("Read = %v; want %v naming %s once", err, tt.wantErr, tt.path)
@@ -55,5 +49,85 @@ func TestRead(t *testing.T) {
 				t.Fatalf("Read = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// Every opener refuses what it did not ask for, at once: a FIFO where a
+// file or directory belongs, a directory where a file does, a file where
+// a directory does, and (OpenNoFollow) a symbolic link.
+func TestOpenersRefuseWhatTheyDidNotAskFor(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	openFile := func(open func(string) (*os.File, error)) func(string) error {
+		return func(p string) error {
+			f, err := open(p)
+			if err == nil {
+				f.Close()
+			}
+			return err
+		}
+	}
+	listDir := func(p string) error { _, err := ReadDir(p); return err }
+	tests := []struct {
+		name    string
+		open    func(string) error
+		path    string
+		wantErr error
+	}{
+		{"Open: a file", openFile(Open), file, nil},
+		{"Open: a link to a file", openFile(Open), link, nil},
+		{"Open: a FIFO", openFile(Open), fifo, ErrNotRegular},
+		{"Open: a directory", openFile(Open), dir, ErrNotRegular},
+		{"OpenNoFollow: a file", openFile(OpenNoFollow), file, nil},
+		{"OpenNoFollow: a link", openFile(OpenNoFollow), link, syscall.ELOOP},
+		{"OpenNoFollow: a FIFO", openFile(OpenNoFollow), fifo, ErrNotRegular},
+		{"OpenDir: a directory", openFile(OpenDir), dir, nil},
+		{"OpenDir: a FIFO", openFile(OpenDir), fifo, ErrNotDirectory},
+		{"OpenDir: a file", openFile(OpenDir), file, ErrNotDirectory},
+		{"ReadDir: a FIFO", listDir, fifo, ErrNotDirectory},
+		{"ReadDir: missing", listDir, filepath.Join(dir, "missing"), fs.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := nodefiletest.Returns(t, tt.name, func() error { return tt.open(tt.path) })
+			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("got %v; want %v", err, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.path) {
+				t.Fatalf("%v does not name %s", err, tt.path)
+			}
+		})
+	}
+}
+
+// ReadDir lists by name, as os.ReadDir does: callers rely on the order.
+func TestReadDirSortsByName(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"c", "a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, "") != "abc" {
+		t.Fatalf("ReadDir = %v; want a b c", names)
 	}
 }

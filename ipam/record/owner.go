@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Owner is the process that wrote a pending or releasing record. While it
@@ -34,7 +36,7 @@ func (o *Owner) Alive() bool {
 }
 
 func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	b, err := nodefile.Read("/proc/sys/kernel/random/boot_id", nodefile.Name)
 	if err != nil {
 		return ""
 	}
@@ -45,7 +47,7 @@ func bootID() string {
 // before it may hold spaces and parentheses, so fields count from the
 // last ')'.
 func processStart(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := nodefile.Read("/proc/"+strconv.Itoa(pid)+"/stat", nodefile.Name)
 	if err != nil {
 		return 0, err
 	}

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeconfig"
 )
 
 // DefaultKubeTimeout bounds one request to the API server: one that does
@@ -55,12 +55,12 @@ type KubeStore struct {
 	PageSize int64
 }
 
-// NewKube reaches the API server kubeconfig names; every request is
+// NewKube reaches the API server the kubeconfig at path names; every request is
 // bounded by timeout (0: DefaultKubeTimeout).
-func NewKube(kubeconfig string, timeout time.Duration) (*KubeStore, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+func NewKube(path string, timeout time.Duration) (*KubeStore, error) {
+	cfg, err := kubeconfig.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		return nil, fmt.Errorf("kubeconfig %w", err)
 	}
 	if timeout <= 0 {
 		timeout = DefaultKubeTimeout

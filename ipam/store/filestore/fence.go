@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -165,7 +166,7 @@ func lists(rec *record.Record, att record.Attachment) bool {
 // stands in with them, so its DEL, GC or ADD releases them.
 func (s *Store) strayMarks(holder record.Attachment) []record.Quarantine {
 	dir := s.networkDir(holder.Network)
-	entries, err := os.ReadDir(dir)
+	entries, err := nodefile.ReadDir(dir)
 	if err != nil {
 		return nil
 	}

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
@@ -236,7 +237,7 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
-	entries, err := os.ReadDir(s.networkDir(network))
+	entries, err := nodefile.ReadDir(s.networkDir(network))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -286,12 +287,12 @@ func (s *Store) Ping(context.Context) error {
 func (s *Store) Close() error { return nil }
 
 func (s *Store) read(path string) (*record.Record, error) {
-	data, err := os.ReadFile(path)
+	data, err := nodefile.Read(path, nodefile.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading record %s: %w", path, err)
+		return nil, fmt.Errorf("reading record %w", err)
 	}
 	var fr fileRecord
 	if err := json.Unmarshal(data, &fr); err != nil {
@@ -404,7 +405,7 @@ func (s *Store) lock(ctx context.Context, network string) (func(), error) {
 	if err := s.makeNetworkDir(dir); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("%w: opening lock in %s: %v", store.ErrUnavailable, dir, err)
 	}
@@ -455,7 +456,7 @@ func (s *Store) makeNetworkDir(dir string) error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
+	d, err := nodefile.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("syncing %s: %w", dir, err)
 	}

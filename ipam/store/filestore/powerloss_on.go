@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // In crash-test builds the store remembers how a power loss could undo
@@ -47,7 +49,7 @@ func notePowerLoss(path string, d durability) {
 }
 
 func restorer(path string) func() {
-	data, err := os.ReadFile(path)
+	data, err := nodefile.Read(path, nodefile.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return func() { _ = os.Remove(path) }
 	}
