@@ -191,6 +191,9 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 	spec := daemonSet(t).Spec.Template.Spec
 	hostPaths := map[string]string{}
 	for _, v := range spec.Volumes {
+		if v.Name == probeSockets && v.EmptyDir != nil {
+			continue // the pod's own, not the host's
+		}
 		if v.HostPath == nil {
 			t.Errorf("volume %s is not a hostPath", v.Name)
 			continue
@@ -213,7 +216,7 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 		}
 		mounted := map[string]corev1.VolumeMount{}
 		for _, m := range c.VolumeMounts {
-			if hostPaths[m.Name] != m.MountPath {
+			if m.Name != probeSockets && hostPaths[m.Name] != m.MountPath {
 				t.Errorf("%s mounts host %s at %s", c.Name, hostPaths[m.Name], m.MountPath)
 			}
 			mounted[m.MountPath] = m
@@ -380,8 +383,13 @@ func TestUninstallManifest(t *testing.T) {
 	}
 }
 
-// The two long-running containers serve metrics on a port they declare,
-// and their liveness probe asks that port's /healthz.
+// probeSockets is the pod's emptyDir for the probe sockets.
+const probeSockets = "probe-sockets"
+
+// The two long-running containers serve metrics on a port they declare.
+// Issue 42, item 5: their probes ask the probe socket (--probe-socket),
+// in the pod's own emptyDir, which no other process on the node reaches:
+// a flood of connections to the loopback port fails no probe.
 func TestDaemonSetServesMetricsAndLiveness(t *testing.T) {
 	spec := daemonSet(t).Spec.Template.Spec
 	ports := map[int32]string{}
@@ -401,16 +409,34 @@ func TestDaemonSetServesMetricsAndLiveness(t *testing.T) {
 			t.Errorf("%s and %s both take port %d of the node", name, other, p)
 		}
 		ports[int32(p)] = name
-		lp := c.LivenessProbe
-		if lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz" || lp.HTTPGet.Port.IntValue() != p {
-			t.Errorf("%s's liveness probe %+v; want GET /healthz on %d", name, lp, p)
+		socket := flagValue(c.Command, "probe-socket")
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			mounted = mounted || m.Name == probeSockets && !m.ReadOnly && m.MountPath == filepath.Dir(socket)
+		}
+		if socket == "" || !mounted {
+			t.Errorf("%s serves its probes at --probe-socket %q, mounted from the %s emptyDir %v; want both", name, socket, probeSockets, mounted)
+		}
+		probes := map[string]*corev1.Probe{"alive": c.LivenessProbe}
+		if name == "watch" {
+			probes["ready"] = c.ReadinessProbe
+		}
+		for what, p := range probes {
+			if p == nil || p.Exec == nil || flagValue(p.Exec.Command, what+"-from") != "unix:"+socket {
+				t.Errorf("%s's %s probe %+v; want doctor --%s-from=unix:%s", name, what, p, what, socket)
+			}
+		}
+	}
+	for _, v := range spec.Volumes {
+		if v.Name == probeSockets && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory) {
+			t.Errorf("volume %s %+v; want an emptyDir in memory", probeSockets, v)
 		}
 	}
 }
 
 // Issue 33, finding 1: the metrics and health endpoints listen on the
 // node's loopback only (hostNetwork puts any other address within every
-// pod's reach), and the probes ask them there.
+// pod's reach).
 func TestDaemonSetServesMetricsOnLoopback(t *testing.T) {
 	spec := daemonSet(t).Spec.Template.Spec
 	for _, name := range []string{"watch", "gc"} {
@@ -418,9 +444,6 @@ func TestDaemonSetServesMetricsOnLoopback(t *testing.T) {
 		host, _, err := net.SplitHostPort(flagValue(c.Command, "metrics-addr"))
 		if err != nil || host != "127.0.0.1" {
 			t.Errorf("%s serves metrics at %q; want the node's loopback, 127.0.0.1", name, flagValue(c.Command, "metrics-addr"))
-		}
-		if lp := c.LivenessProbe; lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Host != "127.0.0.1" {
-			t.Errorf("%s's liveness probe %+v; want it to ask 127.0.0.1", name, lp)
 		}
 	}
 }

@@ -35,6 +35,9 @@ func TestDaemonSetIndexesOldRecordsWithItsMounts(t *testing.T) {
 	ds := daemonSetManifest(t)
 	node := &dsNode{root: t.TempDir(), safeIPAM: prepared.bin.Path(testbed.SafeIPAM)}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath == nil {
+			continue // the pod's own (the probe sockets' emptyDir): made where it is mounted
+		}
 		path := node.host(v.HostPath.Path)
 		if kind := v.HostPath.Type; kind != nil && *kind == corev1.HostPathFileOrCreate {
 			path = filepath.Dir(path) // the file is made below, as the kubelet makes it
@@ -137,12 +140,18 @@ func (n *dsNode) layOutCalico(t *testing.T, ds *appsv1.DaemonSet) {
 // in a private mount namespace; for a long-running one, until stop has
 // passed. The image's binary is the one built here; each path the
 // manifest mounts is under root, as are the paths in the command; the
-// metrics ports are left out (the host's).
+// metrics ports, and the probe sockets served beside them, are left out
+// (the host's).
 func (n *dsNode) run(t *testing.T, c corev1.Container, stop time.Duration) (string, error) {
 	t.Helper()
 	var script []string
 	for _, m := range c.VolumeMounts {
 		dir := n.host(m.MountPath)
+		if _, err := os.Stat(dir); err != nil { // an emptyDir
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
 		script = append(script, "mount --bind "+dir+" "+dir)
 		if m.ReadOnly {
 			script = append(script, "mount -o remount,bind,ro "+dir)
@@ -150,7 +159,7 @@ func (n *dsNode) run(t *testing.T, c corev1.Container, stop time.Duration) (stri
 	}
 	args := []string{n.safeIPAM}
 	for _, a := range c.Command[1:] {
-		if strings.HasPrefix(a, "--metrics-addr=") {
+		if strings.HasPrefix(a, "--metrics-addr=") || strings.HasPrefix(a, "--probe-socket=") {
 			continue
 		}
 		for _, m := range c.VolumeMounts {

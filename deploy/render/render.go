@@ -77,5 +77,5 @@ func Conflist(manifest string) (string, error) {
 }
 
 // writesConfDir are the containers that write the conf dir in the
-// conflist mode (watch shares install's mounts).
-var writesConfDir = map[string]bool{"install": true, "uninstall": true}
+// conflist mode.
+var writesConfDir = map[string]bool{"install": true, "watch": true, "uninstall": true}

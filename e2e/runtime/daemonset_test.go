@@ -108,7 +108,7 @@ func (n *node) daemonSetGC(t *testing.T) []string {
 			continue
 		}
 		local := map[string]string{"--conf": n.conflist(), "--cni-bin-dir": prepared.bin.Dir, "--cri-endpoint": n.cd.Endpoint(), "--every": "1s",
-			"--metrics-addr": "127.0.0.1:0"}
+			"--metrics-addr": "127.0.0.1:0", "--probe-socket": filepath.Join(shortDir(t), "gc.sock")}
 		var out []string
 		for _, arg := range c.Command {
 			name, _, _ := strings.Cut(arg, "=")
@@ -125,4 +125,16 @@ func (n *node) daemonSetGC(t *testing.T) []string {
 	}
 	t.Fatal("the DaemonSet has no gc container")
 	return nil
+}
+
+// shortDir is a directory for a Unix socket, whose path must stay under
+// 108 bytes: t.TempDir's carries the test's name.
+func shortDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

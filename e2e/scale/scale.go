@@ -258,6 +258,9 @@ func (s *sim) rewrite(n *node) Rewrite {
 			"--dead-node-grace": scaled(grace),
 			"--metrics-addr":    n.watchAt,
 			"--ready-from":      n.watchAt,
+			// No probe socket: the nodes share one machine's /run, and
+			// the probe asks the port (its cost is what is measured).
+			"--probe-socket": "",
 		},
 	}
 }

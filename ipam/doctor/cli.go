@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/metrics"
 )
 
 // Exit codes of doctor: admin's, named for what they mean here.
@@ -43,10 +45,12 @@ one last written more than 15 minutes ago means gc is not releasing
 them, and gives 3.
 
 With --ready-from ADDR it checks nothing itself: it asks the watch
-(install --watch --metrics-addr ADDR) for the verdict it keeps at
-http://ADDR/readyz, and exits 0 when ready, 3 when not, 2 when the watch
-does not answer. No request reaches a store or datastore: that is the
-DaemonSet's readiness probe (docs/operations.md, "Readiness").
+(install --watch --metrics-addr ADDR, or --probe-socket PATH for ADDR
+unix:PATH) for the verdict it keeps at /readyz, and exits 0 when ready, 3
+when not, 2 when the watch does not answer. No request reaches a store or
+datastore: that is the DaemonSet's readiness probe (docs/operations.md,
+"Readiness"). --alive-from ADDR asks /healthz the same way, of the watch
+or of gc --every: the liveness probes.
 
 Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
 
@@ -58,12 +62,18 @@ func Run(args []string, stdout, stderr io.Writer) int {
 	live := admin.NewLiveness(func() admin.Place { return admin.Place{} })
 	live.ThisNode, live.ExplicitOnly = true, true
 	cmd := admin.NewCommand("doctor", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagName, "or")), stderr, dirs, live, out)
-	readyFrom := cmd.Flags().String("ready-from", "", "ask the watch serving metrics at `ADDR` (e.g. 127.0.0.1:9253) for its verdict instead of checking: the readiness probe")
+	readyFrom := cmd.Flags().String("ready-from", "", "ask the watch serving probes at `ADDR` (host:port, or unix:PATH for its --probe-socket; e.g. unix:/run/safe-ipam/watch.sock) for its verdict at /readyz instead of checking: the readiness probe")
+	aliveFrom := cmd.Flags().String("alive-from", "", "ask the watch or gc --every serving probes at `ADDR` (as --ready-from) whether its loop goes round, at /healthz, instead of checking: the liveness probe")
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return code
 	}
-	if *readyFrom != "" {
-		return askWatch(*readyFrom, out.Timeout, stdout, stderr)
+	switch {
+	case *readyFrom != "" && *aliveFrom != "":
+		return cmd.FailUsage(errors.New("--ready-from and --alive-from exclude each other: one probe per call"))
+	case *readyFrom != "":
+		return askProbe(*readyFrom, "/readyz", out.Timeout, stdout, stderr)
+	case *aliveFrom != "":
+		return askProbe(*aliveFrom, "/healthz", out.Timeout, stdout, stderr)
 	}
 	n := cninode.Dirs{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
 	ctx, cancel := context.WithTimeout(context.Background(), out.Timeout)
@@ -189,13 +199,14 @@ func dash(s string) string {
 	return s
 }
 
-// askWatch is --ready-from: the watch's verdict, read from its loopback
-// endpoint, with no request to any store or datastore.
-func askWatch(addr string, timeout time.Duration, stdout, stderr io.Writer) int {
-	client := &http.Client{Timeout: timeout}
-	resp, err := client.Get("http://" + addr + "/readyz")
+// askProbe is --ready-from and --alive-from: a verdict the watch or gc
+// keeps, read from its endpoint (the loopback port, or its probe socket),
+// with no request to any store or datastore.
+func askProbe(addr, path string, timeout time.Duration, stdout, stderr io.Writer) int {
+	client, base := metrics.ProbeClient(addr, timeout)
+	resp, err := client.Get(base + path)
 	if err != nil {
-		fmt.Fprintf(stderr, "safe-ipam doctor: the watch at %s does not answer: %v\n", addr, err)
+		fmt.Fprintf(stderr, "safe-ipam doctor: %s does not answer: %v\n", addr, err)
 		return ExitError
 	}
 	defer resp.Body.Close()
@@ -208,6 +219,6 @@ func askWatch(addr string, timeout time.Duration, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stdout, "%s", body)
 		return ExitBroken
 	}
-	fmt.Fprintf(stderr, "safe-ipam doctor: the watch at %s answers %s\n", addr, resp.Status)
+	fmt.Fprintf(stderr, "safe-ipam doctor: %s answers %s\n", addr, resp.Status)
 	return ExitError
 }

@@ -17,7 +17,7 @@ func (r *runner) serveMetrics(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewGC(reg)
 	beat := metrics.NewHeartbeat(2*r.every + r.out.Timeout)
-	bound, err := metrics.Listen(ctx, r.metricsAddr.Addr, reg, beat.Alive)
+	bound, err := metrics.ListenProbes(ctx, r.metricsAddr.Addr, r.metricsAddr.ProbeSocket, reg, beat.Alive, nil)
 	if err != nil {
 		return err
 	}

@@ -322,7 +322,7 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 	observe := func(Reassertion) {}
 	if f.metrics.Addr != "" {
 		var err error
-		if observe, err = watchMetrics(ctx, f.metrics.Addr, f.node, check, f.fullCheckEvery, log); err != nil {
+		if observe, err = watchMetrics(ctx, f.metrics, f.node, check, f.fullCheckEvery, log); err != nil {
 			fmt.Fprintln(stderr, "safe-ipam install --watch:", err)
 			return ExitError
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/metrics"
 )
 
@@ -87,12 +88,12 @@ func (r *readiness) set(remote bool, err error) {
 // ends, keeping the verdict in the background; each re-assertion is
 // counted through the returned func. /healthz fails once the checks stop
 // coming round (a wedged process); /readyz is the verdict.
-func watchMetrics(ctx context.Context, addr string, node Node, check NodeCheck, every time.Duration, log *slog.Logger) (func(Reassertion), error) {
+func watchMetrics(ctx context.Context, addr admin.MetricsAddr, node Node, check NodeCheck, every time.Duration, log *slog.Logger) (func(Reassertion), error) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWatch(reg)
 	beat := metrics.NewHeartbeat(3*CheckEvery + 2*checkTimeout)
 	ready := &readiness{local: errors.New("not checked yet")}
-	bound, err := metrics.ListenProbes(ctx, addr, reg, beat.Alive, ready.Ready)
+	bound, err := metrics.ListenProbes(ctx, addr.Addr, addr.ProbeSocket, reg, beat.Alive, ready.Ready)
 	if err != nil {
 		return nil, err
 	}

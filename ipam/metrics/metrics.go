@@ -13,6 +13,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -98,30 +101,82 @@ func NewGC(reg prometheus.Registerer) *GC {
 	return g
 }
 
-// Listen binds addr at once (so that a taken port fails the command, not
-// a probe later) and serves reg at /metrics and alive at /healthz (200,
-// or 503 with alive's error) until ctx ends.
-func Listen(ctx context.Context, addr string, reg *prometheus.Registry, alive func() error) (net.Addr, error) {
-	return ListenProbes(ctx, addr, reg, alive, nil)
-}
-
-// ListenProbes is Listen serving ready at /readyz too, unless it is nil:
-// a verdict kept in memory, which the readiness probe reads without the
-// process asking anything of anyone.
-func ListenProbes(ctx context.Context, addr string, reg *prometheus.Registry, alive, ready func() error) (net.Addr, error) {
+// ListenProbes binds addr at once (so that a taken port fails the
+// command, not a probe later) and serves reg at /metrics and alive at
+// /healthz (200, or 503 with alive's error) until ctx ends, and ready at
+// /readyz unless it is nil: a verdict kept in memory, which the readiness
+// probe reads without the process asking anything of anyone. With socket, the probes (not the
+// metrics) are served on a Unix socket at that path as well: every local
+// process reaches the loopback port, and a flood of connections there
+// sheds the probe's along with the rest; the socket, in the container's
+// own filesystem, only the container's processes reach.
+func ListenProbes(ctx context.Context, addr, socket string, reg *prometheus.Registry, alive, ready func() error) (net.Addr, error) {
+	probes := http.NewServeMux()
+	probes.HandleFunc("/healthz", probe(alive, "ok"))
+	if ready != nil {
+		probes.HandleFunc("/readyz", probe(ready, "ready"))
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
+	if socket != "" {
+		sock, err := listenSocket(socket)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		serve(ctx, sock, probes)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", probe(alive, "ok"))
-	if ready != nil {
-		mux.HandleFunc("/readyz", probe(ready, "ready"))
+	mux.Handle("/", probes)
+	serve(ctx, ln, mux)
+	return ln.Addr(), nil
+}
+
+// ProbeClient is a client of the probes served at addr (host:port, or
+// unix:PATH for a probe socket), and the URL to put their paths after.
+func ProbeClient(addr string, timeout time.Duration) (*http.Client, string) {
+	socket, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return &http.Client{Timeout: timeout}, "http://" + addr
 	}
-	// Every timeout and a header cap: the endpoint answers scrapes and
-	// probes, and nobody else may keep it busy.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+	dial := &net.Dialer{}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dial.DialContext(ctx, "unix", socket)
+	}}}, "http://probe-socket"
+}
+
+// listenSocket listens on a Unix socket at path, in a directory it makes
+// (0700) if missing, replacing a socket an earlier run left there but
+// nothing else.
+func listenSocket(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("--probe-socket %s: %w", path, err)
+	}
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("--probe-socket %s: a %s is there, not a socket; safe-ipam removes only its own", path, st.Mode().Type())
+		}
+		_ = os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("--probe-socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("--probe-socket %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// serve serves h on ln until ctx ends, with every timeout and a header
+// cap: the endpoint answers scrapes and probes, and nobody else may keep
+// it busy.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10,
 		ConnState: newConnLimit(MaxConns).track}
 	go func() {
@@ -135,7 +190,6 @@ func ListenProbes(ctx context.Context, addr string, reg *prometheus.Registry, al
 			_ = ln.Close()
 		}
 	}()
-	return ln.Addr(), nil
 }
 
 // probe answers 200 and ok while check passes, else 503 and its error.

@@ -34,7 +34,7 @@ func TestListen(t *testing.T) {
 	w.Reinstalls.Inc()
 	g.Released.Add(3)
 	beat := NewHeartbeat(200 * time.Millisecond)
-	addr, err := Listen(ctx, "127.0.0.1:0", reg, beat.Alive)
+	addr, err := ListenProbes(ctx, "127.0.0.1:0", "", reg, beat.Alive, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestListen(t *testing.T) {
 	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d after a beat", code)
 	}
-	if _, err := Listen(ctx, addr.String(), reg, beat.Alive); err == nil {
+	if _, err := ListenProbes(ctx, addr.String(), "", reg, beat.Alive, nil); err == nil {
 		t.Error("a taken address was accepted")
 	}
 }

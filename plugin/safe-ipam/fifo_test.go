@@ -54,7 +54,7 @@ func TestAFIFOInTheStateHoldsNoCall(t *testing.T) {
 			var m struct {
 				IPAM struct {
 					Store    struct{ Dir string } `json:"store"`
-					CacheDir string              `json:"cacheDir"`
+					CacheDir string               `json:"cacheDir"`
 				} `json:"ipam"`
 			}
 			if err := json.Unmarshal([]byte(conf), &m); err != nil {
