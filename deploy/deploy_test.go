@@ -465,3 +465,51 @@ func TestCalicoConfigRevertIsCalicos(t *testing.T) {
 		t.Errorf("the revert's cni_network_config is not Calico's:\n%s\nwant:\n%s", cm.Data["cni_network_config"], tpl)
 	}
 }
+
+// docs/security.md, "The Pod Security restricted profile": what both
+// DaemonSets meet, and the exceptions they take, as the table says. Every
+// container drops every capability, may not escalate, has a read-only
+// root filesystem and is not privileged; the pod runs the runtime's
+// default seccomp profile, on the host's network only, with no hostPID,
+// hostIPC, AppArmor, SELinux, sysctl or /proc mount setting; the
+// containers run as root, but the uninstall DaemonSet's waiting one as
+// uid 65535.
+func TestBothDaemonSetsMeetTheirPodSecurityTable(t *testing.T) {
+	var un appsv1.DaemonSet
+	decodeStrict(t, "safe-ipam-uninstall.yaml", &un)
+	for name, spec := range map[string]corev1.PodSpec{"safe-ipam.yaml": daemonSet(t).Spec.Template.Spec, "safe-ipam-uninstall.yaml": un.Spec.Template.Spec} {
+		psc := spec.SecurityContext
+		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("%s: pod seccomp %+v; want RuntimeDefault", name, psc)
+		}
+		if psc != nil && (psc.SELinuxOptions != nil || psc.AppArmorProfile != nil || len(psc.Sysctls) > 0) {
+			t.Errorf("%s: pod sets SELinux, AppArmor or sysctls: %+v", name, psc)
+		}
+		if !spec.HostNetwork || spec.HostPID || spec.HostIPC {
+			t.Errorf("%s: hostNetwork %v hostPID %v hostIPC %v; want the network only", name, spec.HostNetwork, spec.HostPID, spec.HostIPC)
+		}
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			sc := c.SecurityContext
+			if sc == nil {
+				t.Errorf("%s: %s has no securityContext", name, c.Name)
+				continue
+			}
+			wantUID := int64(0)
+			if name == "safe-ipam-uninstall.yaml" && len(c.Command) == 0 {
+				wantUID = 65535 // the waiting container
+			}
+			switch {
+			case sc.RunAsUser == nil || *sc.RunAsUser != wantUID:
+				t.Errorf("%s: %s runs as %v; want uid %d", name, c.Name, sc.RunAsUser, wantUID)
+			case sc.Privileged != nil && *sc.Privileged, sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+				t.Errorf("%s: %s is privileged or may escalate", name, c.Name)
+			case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+				t.Errorf("%s: %s has a writable root filesystem", name, c.Name)
+			case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+				t.Errorf("%s: %s capabilities %+v; want all dropped, none added", name, c.Name, sc.Capabilities)
+			case sc.SELinuxOptions != nil || sc.AppArmorProfile != nil || sc.ProcMount != nil || sc.WindowsOptions != nil:
+				t.Errorf("%s: %s sets SELinux, AppArmor, a /proc mount or Windows options", name, c.Name)
+			}
+		}
+	}
+}

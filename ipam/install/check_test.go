@@ -1,9 +1,13 @@
 package install
 
 import (
+	"bytes"
 	"errors"
+	"net"
+	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
@@ -69,5 +73,47 @@ func TestInstallRefusesWhatThePluginRefuses(t *testing.T) {
 				assertSame(t, "after a refused install", f.snapshot(t), before)
 			})
 		}
+	}
+}
+
+// docs/security.md, the programs' calls: install reads and writes the
+// node's files and calls nothing over the network, even with the etcd
+// store, whose endpoints it only writes into the node settings: Calico's
+// etcd, here a listener that counts connections, is never dialled.
+func TestInstallCallsNothingOverTheNetwork(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer ln.Close()
+	var dialled atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			c.Close()
+		}
+	}()
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			path := f.node.conf("10-calico.conflist")
+			b, err := os.ReadFile(path)
+			must(t, err)
+			if !bytes.Contains(b, []byte("10.0.0.10:2379")) {
+				t.Fatalf("Calico's config names no etcd to point at the listener:\n%s", b)
+			}
+			must(t, os.WriteFile(path, bytes.ReplaceAll(b, []byte("10.0.0.10:2379"), []byte(ln.Addr().String())), 0o600))
+			if _, err := InstallWith(f.node, mc.mode, f.self, etcdRequested, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			if n := dialled.Load(); n > 0 {
+				t.Fatalf("install dialled Calico's etcd %d times", n)
+			}
+		})
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
 // Defaults, as on a kubeadm node with Calico.
@@ -87,9 +88,12 @@ func (n Node) checkDirs() error {
 func (n Node) removeStale() error {
 	var errs []error
 	for _, dir := range []string{n.BinDir, n.ConfDir} {
-		stale, _ := filepath.Glob(filepath.Join(dir, tempPrefix+"*"))
-		for _, f := range stale {
-			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+		entries, _ := nodefile.ReadDir(dir)
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), tempPrefix) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}

@@ -37,15 +37,18 @@ type Runtime struct {
 	Handover string
 }
 
-// Add runs ADD and prints its result.
+// Add runs ADD and prints its result, once the verb is done: a verb left
+// behind at its deadline (stopAt) prints nothing beside the error.
 func (r Runtime) Add(args *skel.CmdArgs) error {
-	return r.run("ADD", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
-		res, err := g.Add(ctx, env)
-		if err != nil {
-			return err
-		}
-		return types.PrintResult(res, res.Version())
+	var res types.Result
+	err := r.run("ADD", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) (err error) {
+		res, err = g.Add(ctx, env)
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	return types.PrintResult(res, res.Version())
 }
 
 // Del runs DEL.
@@ -94,14 +97,17 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.Handover != "" {
 		return handOver(r.Handover, args.StdinData)
 	}
-	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
-	defer closeLog()
 	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
 	defer cancel()
-	err = stopAt(ctx, verbGrace, func() error { return r.runOpened(ctx, verb, cfg, env, log, run) })
+	err = stopAt(ctx, verbGrace, func() error {
+		log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
+		defer closeLog()
+		return r.runOpened(ctx, verb, cfg, env, log, run)
+	})
 	if errors.Is(err, errStillBlocked) {
+		// Said in the CNI error alone: the log's writer may be what is
+		// blocked, and the step still holds its lock.
 		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
-		log.Error("stopped at the deadline", "error", err)
 	}
 	return err
 }

@@ -2,12 +2,15 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -140,5 +143,37 @@ func TestProbesAnswerUnderAContinuousFlood(t *testing.T) {
 	t.Logf("%d flood connections; probes at the socket failed %d of 200; at the port, %d of 10", opened.Load(), failed, portFailed)
 	if opened.Load() < 1000 {
 		t.Errorf("the flood opened %d connections; want thousands", opened.Load())
+	}
+}
+
+// The endpoint's caps (docs/security.md): a request header over 8 KiB is
+// refused, and a connection that never finishes its header is closed by
+// the header timeout (5s) rather than held.
+func TestTheEndpointCapsHeadersAndSilentConnections(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := ListenProbes(ctx, "127.0.0.1:0", "", prometheus.NewRegistry(), func() error { return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr.String()+"/healthz", nil)
+	req.Header.Set("X-Filler", strings.Repeat("x", 16<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("a 16 KiB header: %s; want 431", resp.Status)
+	}
+	c, err := net.Dial("tcp", addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\n") // and never the rest
+	_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.ReadAll(c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a connection that never finished its header was held past 15s (read: %v)", err)
 	}
 }

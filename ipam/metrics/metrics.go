@@ -109,7 +109,7 @@ func NewGC(reg prometheus.Registerer) *GC {
 // metrics) are served on a Unix socket at that path as well: every local
 // process reaches the loopback port, and a flood of connections there
 // sheds the probe's along with the rest; the socket, in the container's
-// own filesystem, only the container's processes reach.
+// own filesystem, only the pod's processes reach.
 func ListenProbes(ctx context.Context, addr, socket string, reg *prometheus.Registry, alive, ready func() error) (net.Addr, error) {
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", probe(alive, "ok"))
@@ -157,7 +157,11 @@ func listenSocket(path string) (net.Listener, error) {
 	}
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode().Type() != os.ModeSocket {
-			return nil, fmt.Errorf("--probe-socket %s: a %s is there, not a socket; safe-ipam removes only its own", path, st.Mode().Type())
+			return nil, fmt.Errorf("--probe-socket %s: something other than a socket is there (mode %s); safe-ipam replaces only a socket an earlier run left", path, st.Mode())
+		}
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("--probe-socket %s: another process serves it", path)
 		}
 		_ = os.Remove(path)
 	}

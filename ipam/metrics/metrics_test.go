@@ -3,7 +3,10 @@ package metrics
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,5 +61,37 @@ func TestListen(t *testing.T) {
 	}
 	if _, err := ListenProbes(ctx, addr.String(), "", reg, beat.Alive, nil); err == nil {
 		t.Error("a taken address was accepted")
+	}
+}
+
+// The probe socket replaces only a socket an earlier run left: not a
+// file of another kind, and not one another process still serves.
+func TestProbeSocketReplacesOnlyALeftOverSocket(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serve := func(socket string) error {
+		_, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, nil)
+		return err
+	}
+	file := filepath.Join(dir, "file.sock")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(file); err == nil {
+		t.Error("a regular file at --probe-socket was replaced")
+	}
+	left := filepath.Join(dir, "left.sock")
+	ln, err := net.Listen("unix", left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close() // as a killed process leaves it
+	if err := serve(left); err != nil {
+		t.Errorf("a socket an earlier run left: %v", err)
+	}
+	if err := serve(left); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Errorf("a socket another process serves: %v", err)
 	}
 }

@@ -79,6 +79,15 @@ func Open(path string) (*os.File, error) { return open(path, 0) }
 func OpenNoFollow(path string) (*os.File, error) { return open(path, syscall.O_NOFOLLOW) }
 
 func open(path string, flags int) (*os.File, error) {
+	// Checked before the open too: opening a device can act (a watchdog
+	// device starts counting down), and a refused input changes nothing.
+	stat := os.Stat
+	if flags&syscall.O_NOFOLLOW != 0 {
+		stat = os.Lstat
+	}
+	if info, err := stat(path); err == nil && !info.Mode().IsRegular() && info.Mode().Type() != os.ModeSymlink {
+		return nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|flags, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, unwrapPath(err))

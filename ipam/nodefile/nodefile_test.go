@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile/nodefiletest"
 )
@@ -129,5 +130,36 @@ func TestReadDirSortsByName(t *testing.T) {
 	}
 	if strings.Join(names, "") != "abc" {
 		t.Fatalf("ReadDir = %v; want a b c", names)
+	}
+}
+
+// A refused file is never opened: opening a device can act (a watchdog
+// device starts counting down). A FIFO shows it: a writer waiting on it
+// goes on only once some reader opens it.
+func TestARefusedFileIsNeverOpened(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	nodefiletest.FIFO(t, fifo)
+	opened := make(chan struct{})
+	go func() {
+		if w, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			w.Close()
+		}
+		close(opened)
+	}()
+	defer func() { // let the writer go
+		if r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			<-opened
+			r.Close()
+		}
+	}()
+	for _, open := range []func(string) (*os.File, error){Open, OpenNoFollow} {
+		if _, err := open(fifo); !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("open = %v; want ErrNotRegular", err)
+		}
+	}
+	select {
+	case <-opened:
+		t.Fatal("the refused FIFO was opened (its writer went on)")
+	case <-time.After(200 * time.Millisecond):
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
@@ -40,7 +41,7 @@ func notePowerLoss(path string, d durability) {
 		}
 		return
 	}
-	undo := func() { _ = os.WriteFile(path, nil, 0o600) }
+	undo := func() { rewrite(path, nil) }
 	if d == unsynced {
 		undo = restorer(path)
 	}
@@ -53,7 +54,17 @@ func restorer(path string) func() {
 	if errors.Is(err, fs.ErrNotExist) {
 		return func() { _ = os.Remove(path) }
 	}
-	return func() { _ = os.WriteFile(path, data, 0o600) }
+	return func() { rewrite(path, data) }
+}
+
+// rewrite puts data back at path as a power loss leaves it.
+func rewrite(path string, data []byte) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NONBLOCK, 0o600)
+	if err != nil {
+		return
+	}
+	_, _ = f.Write(data)
+	f.Close()
 }
 
 // DropUnsynced plays a power loss on this process's writes: latest first,
