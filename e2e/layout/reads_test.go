@@ -19,7 +19,7 @@ import (
 // Product code reads through package nodefile instead, and gives client-go
 // its config through package kubeconfig. Keyed by import path.
 var forbiddenReads = map[string][]string{
-	"os":                                 {"ReadFile", "Open", "ReadDir", "DirFS", "WriteFile", "Create"},
+	"os":                                 {"ReadFile", "Open", "ReadDir", "DirFS", "WriteFile", "Create", "OpenRoot", "OpenInRoot"},
 	"io/ioutil":                          {"*"},
 	"io/fs":                              {"ReadFile", "ReadDir", "Glob", "WalkDir"},
 	"path/filepath":                      {"Walk", "WalkDir", "Glob"},
@@ -37,7 +37,7 @@ var forbiddenReads = map[string][]string{
 }
 
 // openCalls open with flags the caller gives, at this argument.
-var openCalls = map[string]int{"os.OpenFile": 1, "syscall.Open": 1, "golang.org/x/sys/unix.Open": 1, "golang.org/x/sys/unix.Openat": 2}
+var openCalls = map[string]int{"os.OpenFile": 1, "syscall.Open": 1, "syscall.Openat": 2, "golang.org/x/sys/unix.Open": 1, "golang.org/x/sys/unix.Openat": 2}
 
 // Every file a CNI call or an admin command reads goes through one
 // opener (package nodefile: non-blocking, regular files only, bounded):
@@ -81,6 +81,11 @@ func checkReads(t *testing.T, root, path string) int {
 		t.Fatal(err)
 	}
 	imports := importNames(f)
+	for _, imp := range f.Imports {
+		if imp.Name != nil && imp.Name.Name == "." {
+			t.Errorf("%s dot-imports %s: its reads would go unseen", fset.Position(imp.Pos()), imp.Path.Value)
+		}
+	}
 	checked := 0
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {

@@ -18,7 +18,7 @@ type MetricsAddr struct {
 // Register implements Group.
 func (m *MetricsAddr) Register(fs *flag.FlagSet) {
 	fs.StringVar(&m.Addr, "metrics-addr", "", "while it keeps running: serve Prometheus metrics at http://`ADDR`/metrics and liveness at /healthz (the watch: its readiness verdict at /readyz too) (e.g. :9253; default: none)")
-	fs.StringVar(&m.ProbeSocket, "probe-socket", "", "with --metrics-addr: serve /healthz (the watch: /readyz too) on a Unix socket at `PATH` as well, which only this pod's processes reach (an emptyDir); the probes (doctor --alive-from, --ready-from unix:PATH) ask there, so no connection flood on --metrics-addr keeps them out (e.g. /run/safe-ipam/watch.sock)")
+	fs.StringVar(&m.ProbeSocket, "probe-socket", "", "with --metrics-addr: serve /healthz (the watch: /readyz too) on a Unix socket at `PATH` as well, which only this pod's processes reach (an emptyDir); the probes (doctor --alive-from, --ready-from unix:PATH) ask there, so no connection flood on --metrics-addr keeps them out (e.g. /run/safe-ipam/<container>.sock)")
 }
 
 // Resolve implements Group: an address must name a port.

@@ -53,6 +53,7 @@ datastore: that is the DaemonSet's readiness probe (docs/operations.md,
 or of gc --every: the liveness probes.
 
 Example: safe-ipam doctor --cri-endpoint unix:///run/containerd/containerd.sock
+Example: safe-ipam doctor --ready-from=unix:/run/safe-ipam/watch.sock
 
 `
 

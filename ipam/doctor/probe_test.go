@@ -19,7 +19,7 @@ func TestProbesAskTheEndpoint(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	socket := filepath.Join(t.TempDir(), "watch.sock")
-	addr, err := metrics.ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(),
+	addr, _, err := metrics.ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(),
 		func() error { return nil }, func() error { return errors.New("not protected: calico-ipam is Calico's") })
 	if err != nil {
 		t.Fatal(err)
@@ -29,6 +29,7 @@ func TestProbesAskTheEndpoint(t *testing.T) {
 		want int
 	}{
 		{[]string{"--alive-from", "unix:" + socket}, ExitProtected},
+		{[]string{"--alive-from", "unix://" + socket}, ExitProtected},
 		{[]string{"--alive-from", addr.String()}, ExitProtected},
 		{[]string{"--ready-from", "unix:" + socket}, ExitBroken},
 		{[]string{"--ready-from", addr.String()}, ExitBroken},

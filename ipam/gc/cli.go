@@ -119,6 +119,7 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if err := r.serveMetrics(ctx); err != nil {
 			return cmd.Fail(err)
 		}
+		defer r.metricsDone() // the probe socket goes with its listener
 	}
 	return r.loop(ctx)
 }
@@ -171,6 +172,7 @@ type runner struct {
 	every          time.Duration
 	stdout, stderr io.Writer
 	metricsAddr    admin.MetricsAddr
+	metricsDone    func() // waits, once the loop ends, for the metrics to stop
 	// tally is what this round released and left; metrics report it.
 	tally tally
 	// observe, when metrics are served, is told of each round.

@@ -17,11 +17,12 @@ func (r *runner) serveMetrics(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewGC(reg)
 	beat := metrics.NewHeartbeat(2*r.every + r.out.Timeout)
-	bound, err := metrics.ListenProbes(ctx, r.metricsAddr.Addr, r.metricsAddr.ProbeSocket, reg, beat.Alive, nil)
+	bound, wait, err := metrics.ListenProbes(ctx, r.metricsAddr.Addr, r.metricsAddr.ProbeSocket, reg, beat.Alive, nil)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(r.stderr, "safe-ipam gc: serving metrics at %s\n", bound)
+	r.metricsDone = wait
 	r.observe = func(code int, t tally) {
 		beat.Beat()
 		m.Released.Add(float64(t.released))

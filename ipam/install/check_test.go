@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -113,6 +114,51 @@ func TestInstallCallsNothingOverTheNetwork(t *testing.T) {
 			}
 			if n := dialled.Load(); n > 0 {
 				t.Fatalf("install dialled Calico's etcd %d times", n)
+			}
+		})
+	}
+}
+
+// docs/security.md, "What the DaemonSet can do on a node": install (and
+// the watch's re-install) write only the names the table lists. In the
+// bin dir: the CNI binary (as calico-ipam in takeover mode, as safe-ipam
+// in conflist mode), safe-ipam-etcd, a kept original with its SHA-256 or
+// an absence record, and the node settings; in the conf dir, only in
+// conflist mode, Calico's network config and the same kept original and
+// sum. Staged files are gone once it returns.
+func TestInstallWritesOnlyWhatTheSecurityTableLists(t *testing.T) {
+	kept := func(name string) bool {
+		return strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".safe-ipam-orig") || strings.HasSuffix(name, ".safe-ipam-sum") || strings.HasSuffix(name, ".safe-ipam-none"))
+	}
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			before := f.snapshot(t)
+			settings := Settings{"delegateHandles": "pod", "store": map[string]string{"type": config.StoreEtcd}}
+			if _, err := InstallWith(f.node, mc.mode, f.self, settings, false); err != nil {
+				t.Fatal(err)
+			}
+			f.calicoRestarts(t, "v2") // and the watch puts safe-ipam back
+			calicos := f.snapshot(t)
+			if _, err := InstallWith(f.node, mc.mode, f.self, settings, false); err != nil {
+				t.Fatal(err)
+			}
+			for path, now := range f.snapshot(t) {
+				if before[path] == now || calicos[path] == now && before[path] != calicos[path] {
+					continue // untouched, or as Calico's installer wrote it
+				}
+				dir, name := filepath.Dir(path), filepath.Base(path)
+				var listed bool
+				switch {
+				case dir == f.node.BinDir:
+					listed = kept(name) || name == config.NodeSettingsFile || name == EtcdBuild ||
+						name == CalicoIPAM && mc.mode.Name() == ModeTakeover || name == SafeIPAM && mc.mode.Name() == ModeConflist
+				case dir == f.node.ConfDir:
+					listed = mc.mode.Name() == ModeConflist && (kept(name) || name == "10-calico.conflist")
+				}
+				if !listed {
+					t.Errorf("install wrote %s, which docs/security.md does not list", path)
+				}
 			}
 		})
 	}

@@ -321,11 +321,13 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 	w := &Watcher{Node: f.node, Mode: mode, Self: self, Settings: settings, Settle: f.settle, Log: log}
 	observe := func(Reassertion) {}
 	if f.metrics.Addr != "" {
+		var stopped func()
 		var err error
-		if observe, err = watchMetrics(ctx, f.metrics, f.node, check, f.fullCheckEvery, log); err != nil {
+		if observe, stopped, err = watchMetrics(ctx, f.metrics, f.node, check, f.fullCheckEvery, log); err != nil {
 			fmt.Fprintln(stderr, "safe-ipam install --watch:", err)
 			return ExitError
 		}
+		defer stopped() // the probe socket goes with its listener
 	}
 	// Once safe-ipam is in place, records written before the address
 	// index get their entries where the store takes writes here (Calico's

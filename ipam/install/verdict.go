@@ -88,14 +88,14 @@ func (r *readiness) set(remote bool, err error) {
 // ends, keeping the verdict in the background; each re-assertion is
 // counted through the returned func. /healthz fails once the checks stop
 // coming round (a wedged process); /readyz is the verdict.
-func watchMetrics(ctx context.Context, addr admin.MetricsAddr, node Node, check NodeCheck, every time.Duration, log *slog.Logger) (func(Reassertion), error) {
+func watchMetrics(ctx context.Context, addr admin.MetricsAddr, node Node, check NodeCheck, every time.Duration, log *slog.Logger) (observe func(Reassertion), stopped func(), err error) {
 	reg := prometheus.NewRegistry()
 	m := metrics.NewWatch(reg)
 	beat := metrics.NewHeartbeat(3*CheckEvery + 2*checkTimeout)
 	ready := &readiness{local: errors.New("not checked yet")}
-	bound, err := metrics.ListenProbes(ctx, addr.Addr, addr.ProbeSocket, reg, beat.Alive, ready.Ready)
+	bound, wait, err := metrics.ListenProbes(ctx, addr.Addr, addr.ProbeSocket, reg, beat.Alive, ready.Ready)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	log.Info("serving metrics", "addr", bound.String())
 	k := &keeper{node: node, check: check, m: m, ready: ready, log: log}
@@ -127,7 +127,7 @@ func watchMetrics(ctx context.Context, addr admin.MetricsAddr, node Node, check 
 		case recheck <- struct{}{}:
 		default: // one is pending already
 		}
-	}, nil
+	}, wait, nil
 }
 
 // schedule says when the watch's next full check is due.

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
@@ -18,7 +20,7 @@ import (
 // other build sees the call the runtime made, prints its result and ends
 // with its exit code. Nothing has been opened or changed here by then. It
 // returns only when the other build cannot be run: code 50, naming it.
-func handOver(name string, stdin []byte) error {
+func handOver(name string, stdin []byte, started time.Time) error {
 	self, err := os.Executable()
 	if err != nil {
 		return types.NewError(types.ErrPluginNotAvailable, fmt.Sprintf("finding its own binary to hand the call to %s: %v", name, err), "")
@@ -36,7 +38,7 @@ func handOver(name string, stdin []byte) error {
 	}
 	// The other build must refuse a delegate that is this binary as it
 	// refuses itself: each would run the other until the deadline.
-	env := append(os.Environ(), delegate.HandedOverEnv+"="+self)
+	env := append(os.Environ(), delegate.HandedOverEnv+"="+self, startedEnv+"="+strconv.FormatInt(started.UnixNano(), 10))
 	err = syscall.Exec(bin, []string{bin}, env)
 	return types.NewError(types.ErrPluginNotAvailable,
 		fmt.Sprintf("the record store is etcd, which this build reaches through %s, and it must be installed beside %s", name, self),
@@ -69,4 +71,25 @@ func stdinFrom(data []byte) error {
 		return fmt.Errorf("rewinding: %w", err)
 	}
 	return unix.Dup3(fd, 0, 0)
+}
+
+// startedEnv carries, to the build a call is handed over to, when the
+// call started: its ipam.verbTimeout runs from then, not from its exec.
+const startedEnv = "SAFE_IPAM_CALL_STARTED"
+
+// callStarted is when this call started: now, or, in the build a call was
+// handed over to, the start the hand-over carried (only an earlier one,
+// and only after a hand-over: the runtime's environment sets no deadline).
+func callStarted(now time.Time) time.Time {
+	if os.Getenv(delegate.HandedOverEnv) == "" {
+		return now
+	}
+	ns, err := strconv.ParseInt(os.Getenv(startedEnv), 10, 64)
+	if err != nil {
+		return now
+	}
+	if t := time.Unix(0, ns); t.Before(now) {
+		return t
+	}
+	return now
 }

@@ -35,6 +35,9 @@ type Runtime struct {
 	// Handover names the build beside this one that a call whose record
 	// store is etcd is handed to when Backends do not open one.
 	Handover string
+	// Grace is how long a verb may run past its deadline before the call
+	// returns without it (0: verbGrace).
+	Grace time.Duration
 }
 
 // Add runs ADD and prints its result, once the verb is done: a verb left
@@ -87,6 +90,7 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 // deadline fails with code 11 (guard.PastDeadline); one that does not
 // stop (stopAt) is left to the process's exit.
 func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
+	started := callStarted(time.Now())
 	ctx := logging.WithTrace(context.Background(), r.Trace)
 	defer r.Trace.Write()
 	env := delegate.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
@@ -95,11 +99,17 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 		return err
 	}
 	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.Handover != "" {
-		return handOver(r.Handover, args.StdinData)
+		return handOver(r.Handover, args.StdinData, started)
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.VerbTimeout)
+	// From the call's start, not from here: the parse and a hand-over
+	// count against the same ipam.verbTimeout.
+	ctx, cancel := context.WithDeadline(ctx, started.Add(cfg.VerbTimeout))
 	defer cancel()
-	err = stopAt(ctx, verbGrace, func() error {
+	grace := r.Grace
+	if grace <= 0 {
+		grace = verbGrace
+	}
+	err = stopAt(ctx, grace, func() error {
 		log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
 		defer closeLog()
 		return r.runOpened(ctx, verb, cfg, env, log, run)

@@ -3,12 +3,20 @@ package invocation
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
 // Issue 33, finding 4: the config and the files it names are read under a
@@ -78,6 +86,65 @@ func TestEveryCallEndsByItsDeadline(t *testing.T) {
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("stopAt still waits 5s after the deadline and its grace")
+			}
+		})
+	}
+}
+
+// Issue 42, item 2: the CNI binary's verbs run under stopAt. A call
+// whose store open blocks and never heeds its context (a hung
+// filesystem) still ends, with code 11 naming ipam.verbTimeout, once the
+// deadline and the grace have passed.
+func TestACallWhoseStepBlocksEndsWithCode11(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho '{\"cniVersion\":\"1.0.0\",\"supportedVersions\":[\"0.3.1\",\"0.4.0\",\"1.0.0\",\"1.1.0\"]}'\n"
+	if err := os.WriteFile(filepath.Join(dir, "fake"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hung := make(chan struct{})
+	defer close(hung)
+	r := Runtime{Grace: 200 * time.Millisecond, Backends: Backends{Store: func(context.Context, *config.Config, string, string) (store.Store, error) {
+		<-hung // heeds no context
+		return nil, errors.New("unblocked")
+	}}}
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"net1","type":"ptp","ipam":{"type":"safe-ipam","delegate":{"type":"fake"},
+		"store":{"type":"file","dir":%q},"cacheDir":"","logFile":"","verbTimeout":"300ms"}}`, filepath.Join(dir, "records"))
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Del(&skel.CmdArgs{ContainerID: "c1", IfName: "eth0", Netns: "/var/run/netns/x", Path: dir, StdinData: []byte(conf)})
+	}()
+	select {
+	case err := <-done:
+		var cniErr *types.Error
+		if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater || !strings.Contains(cniErr.Msg, "ipam.verbTimeout") {
+			t.Fatalf("DEL = %v; want code 11 naming ipam.verbTimeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("DEL still runs 10s after a 300ms verbTimeout")
+	}
+}
+
+// A call handed over to the etcd build keeps its start: the parse and
+// the hand-over count against one ipam.verbTimeout. Only a hand-over
+// carries a start, and only an earlier one is taken.
+func TestAHandedOverCallKeepsItsStart(t *testing.T) {
+	now := time.Now()
+	earlier := now.Add(-3 * time.Second)
+	tests := []struct {
+		name, by, started string
+		want              time.Time
+	}{
+		{"not handed over", "", strconv.FormatInt(earlier.UnixNano(), 10), now},
+		{"handed over", "/opt/cni/bin/safe-ipam", strconv.FormatInt(earlier.UnixNano(), 10), earlier},
+		{"a start after now", "/opt/cni/bin/safe-ipam", strconv.FormatInt(now.Add(time.Hour).UnixNano(), 10), now},
+		{"a start that does not parse", "/opt/cni/bin/safe-ipam", "soon", now},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(delegate.HandedOverEnv, tt.by)
+			t.Setenv(startedEnv, tt.started)
+			if got := callStarted(now); !got.Equal(tt.want) {
+				t.Fatalf("callStarted = %v; want %v", got, tt.want)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile/nodefiletest"
@@ -96,4 +97,26 @@ func TestInClusterSendsTheServiceAccountsToken(t *testing.T) {
 	if !errors.Is(err, nodefile.ErrNotRegular) {
 		t.Fatalf("inCluster over a FIFO token = %v", err)
 	}
+}
+
+// The service account's token, which the kubelet rotates, is read again
+// once it is a minute old, and a failed re-read keeps the last one.
+func TestTheServiceAccountTokenIsReadAgain(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, map[string]string{"token": "first"})
+	tokens := &tokenFile{path: filepath.Join(dir, "token")}
+	get := func(want string) {
+		t.Helper()
+		if got, err := tokens.get(); err != nil || got != want {
+			t.Fatalf("token = %q, %v; want %q", got, err, want)
+		}
+	}
+	get("first")
+	write(t, dir, map[string]string{"token": "second"})
+	get("first") // within the minute
+	tokens.at = tokens.at.Add(-2 * time.Minute)
+	get("second")
+	nodefiletest.FIFO(t, filepath.Join(dir, "token"))
+	tokens.at = tokens.at.Add(-2 * time.Minute)
+	get("second")
 }

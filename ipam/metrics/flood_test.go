@@ -26,7 +26,7 @@ import (
 func TestListenSurvivesAFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := ListenProbes(ctx, "127.0.0.1:0", "", prometheus.NewRegistry(), func() error { return nil }, nil)
+	addr, _, err := ListenProbes(ctx, "127.0.0.1:0", "", prometheus.NewRegistry(), func() error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestProbesAnswerUnderAContinuousFlood(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	socket := filepath.Join(t.TempDir(), "probes", "watch.sock")
-	addr, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, func() error { return nil })
+	addr, _, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, func() error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestProbesAnswerUnderAContinuousFlood(t *testing.T) {
 func TestTheEndpointCapsHeadersAndSilentConnections(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := ListenProbes(ctx, "127.0.0.1:0", "", prometheus.NewRegistry(), func() error { return nil }, nil)
+	addr, _, err := ListenProbes(ctx, "127.0.0.1:0", "", prometheus.NewRegistry(), func() error { return nil }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

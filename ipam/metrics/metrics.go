@@ -110,7 +110,10 @@ func NewGC(reg prometheus.Registerer) *GC {
 // process reaches the loopback port, and a flood of connections there
 // sheds the probe's along with the rest; the socket, in the container's
 // own filesystem, only the pod's processes reach.
-func ListenProbes(ctx context.Context, addr, socket string, reg *prometheus.Registry, alive, ready func() error) (net.Addr, error) {
+//
+// The returned wait, called once ctx has ended, waits until both are shut
+// down, the probe socket removed with its listener.
+func ListenProbes(ctx context.Context, addr, socket string, reg *prometheus.Registry, alive, ready func() error) (bound net.Addr, wait func(), err error) {
 	probes := http.NewServeMux()
 	probes.HandleFunc("/healthz", probe(alive, "ok"))
 	if ready != nil {
@@ -118,27 +121,36 @@ func ListenProbes(ctx context.Context, addr, socket string, reg *prometheus.Regi
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
+	var done []<-chan struct{}
 	if socket != "" {
 		sock, err := listenSocket(socket)
 		if err != nil {
 			ln.Close()
-			return nil, err
+			return nil, nil, err
 		}
-		serve(ctx, sock, probes)
+		done = append(done, serve(ctx, sock, probes))
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", probes)
-	serve(ctx, ln, mux)
-	return ln.Addr(), nil
+	done = append(done, serve(ctx, ln, mux))
+	return ln.Addr(), func() {
+		for _, d := range done {
+			<-d
+		}
+	}, nil
 }
 
 // ProbeClient is a client of the probes served at addr (host:port, or
-// unix:PATH for a probe socket), and the URL to put their paths after.
+// unix:PATH, as unix:///PATH too, for a probe socket), and the URL to put
+// their paths after.
 func ProbeClient(addr string, timeout time.Duration) (*http.Client, string) {
-	socket, ok := strings.CutPrefix(addr, "unix:")
+	socket, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		socket, ok = strings.CutPrefix(addr, "unix:")
+	}
 	if !ok {
 		return &http.Client{Timeout: timeout}, "http://" + addr
 	}
@@ -178,22 +190,26 @@ func listenSocket(path string) (net.Listener, error) {
 
 // serve serves h on ln until ctx ends, with every timeout and a header
 // cap: the endpoint answers scrapes and probes, and nobody else may keep
-// it busy.
-func serve(ctx context.Context, ln net.Listener, h http.Handler) {
+// it busy. The channel closes once it is shut down.
+func serve(ctx context.Context, ln net.Listener, h http.Handler) <-chan struct{} {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10,
 		ConnState: newConnLimit(MaxConns).track}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
+		_ = ln.Close() // a listener Serve never took, or one it dropped
 	}()
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			_ = ln.Close()
 		}
 	}()
+	return done
 }
 
 // probe answers 200 and ok while check passes, else 503 and its error.

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -37,7 +38,7 @@ func TestListen(t *testing.T) {
 	w.Reinstalls.Inc()
 	g.Released.Add(3)
 	beat := NewHeartbeat(200 * time.Millisecond)
-	addr, err := ListenProbes(ctx, "127.0.0.1:0", "", reg, beat.Alive, nil)
+	addr, _, err := ListenProbes(ctx, "127.0.0.1:0", "", reg, beat.Alive, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestListen(t *testing.T) {
 	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d after a beat", code)
 	}
-	if _, err := ListenProbes(ctx, addr.String(), "", reg, beat.Alive, nil); err == nil {
+	if _, _, err := ListenProbes(ctx, addr.String(), "", reg, beat.Alive, nil); err == nil {
 		t.Error("a taken address was accepted")
 	}
 }
@@ -71,7 +72,7 @@ func TestProbeSocketReplacesOnlyALeftOverSocket(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	serve := func(socket string) error {
-		_, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, nil)
+		_, _, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, nil)
 		return err
 	}
 	file := filepath.Join(dir, "file.sock")
@@ -93,5 +94,24 @@ func TestProbeSocketReplacesOnlyALeftOverSocket(t *testing.T) {
 	}
 	if err := serve(left); err == nil || !strings.Contains(err.Error(), "another process") {
 		t.Errorf("a socket another process serves: %v", err)
+	}
+}
+
+// The probe socket goes with its endpoint: once ctx ends, wait returns
+// when the socket is removed, so a command that exits then leaves none.
+func TestProbeSocketGoesWithTheEndpoint(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "gc.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	_, wait, err := ListenProbes(ctx, "127.0.0.1:0", socket, prometheus.NewRegistry(), func() error { return nil }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(socket); err != nil {
+		t.Fatalf("no probe socket while serving: %v", err)
+	}
+	cancel()
+	wait()
+	if _, err := os.Stat(socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the probe socket is left once the endpoint stopped: %v", err)
 	}
 }
