@@ -19,17 +19,16 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // Network is the network every history attaches to, Calico's usual name.
@@ -487,7 +486,7 @@ func (c *Cluster) forgetRead(ctx context.Context, node string, recs []*record.Re
 	if err != nil {
 		return err
 	}
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: c.binaries().Dir}, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: opener.Backends()})
+	o, err := builds.OpenRelease(ctx, cfg, c.binaries().Dir, "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -297,5 +298,32 @@ func TestReleasesAskTheRulebook(t *testing.T) {
 	}
 	if found < 6 {
 		t.Errorf("found %d release or forget calls; the product has more (did a name change?)", found)
+	}
+}
+
+// Issue 43: no arrow runs back up. The record stores, their opener
+// included, import only the leaves they stand on (the config, the
+// record, the etcd connection and the bounded reader); what sets the
+// builds up (package builds) sits above both invocation and the opener.
+func TestTheStoresImportOnlyTheLeaves(t *testing.T) {
+	leaves := []string{"config", "record", "store", "etcdconn", "etcdrange", "etcdtls", "nodefile", "jsonscan", "logging"}
+	seen := 0
+	for _, p := range listPackages(t) {
+		if !strings.HasPrefix(rel(p.path), "ipam/store") {
+			continue
+		}
+		seen++
+		for _, imp := range p.imports {
+			r, ok := strings.CutPrefix(imp, module+"/ipam/")
+			if !ok {
+				continue
+			}
+			if !slices.Contains(leaves, r) && !strings.HasPrefix(r, "store/") {
+				t.Errorf("%s imports %s: a store stands on the leaves only, and what reaches Calico or runs the verbs sits above it", rel(p.path), rel(imp))
+			}
+		}
+	}
+	if seen < 4 {
+		t.Fatalf("go list listed %d packages under ipam/store", seen)
 	}
 }

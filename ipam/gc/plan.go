@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // GC from outside the runtime: behind Calico's main plugin (CNI 1.0.0 at
@@ -63,7 +62,7 @@ func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}
 	cfg := file.SafeIPAM
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: cniPath}, Config: cfg, In: file.Path, Log: log, Backends: opener.Backends()})
+	o, err := builds.OpenRelease(ctx, cfg, cniPath, file.Path, log)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -26,7 +27,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // binDir holds copies of the test binary named like delegates; a copy, not
@@ -189,7 +189,7 @@ func (r *rig) run(verb string, e delegate.Env, stdin []byte) (res types.Result, 
 	if err != nil {
 		return nil, err
 	}
-	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: opener.Backends()})
+	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: builds.Backends()})
 	if err != nil {
 		return nil, err
 	}

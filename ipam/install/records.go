@@ -13,11 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
@@ -153,7 +152,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	defer closeLog()
 	q := &quarantineFates{reclaimer: NewReclaimer(cfg, path)}
 	defer q.reclaimer.Close()
-	o, err := invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: binDir}, Config: cfg, In: path, Log: log, Backends: opener.Backends()})
+	o, err := builds.OpenRelease(ctx, cfg, binDir, path, log)
 	if err != nil {
 		return 0, q, err
 	}

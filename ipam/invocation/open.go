@@ -50,7 +50,7 @@ type Call struct {
 
 // Backends open what a call reaches besides the delegate: the record
 // store and Calico's datastore. Only builds that link the etcd client
-// reach etcd themselves (opener.Backends): the client's package init would
+// reach etcd themselves (builds.Backends): the client's package init would
 // cost every call of the CNI binary. So its lean build (Lean) opens the
 // file store only, hands a call whose record store is etcd to the build
 // beside it that has the client (Runtime.Handover), and reads Calico's

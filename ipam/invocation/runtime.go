@@ -30,7 +30,7 @@ type Runtime struct {
 	// At is the crash tests' hook at every guard.Step (CrashPoint: nil
 	// outside builds with -tags crashpoints).
 	At func(guard.Step)
-	// Backends are what this build reaches (Lean, or opener.Backends).
+	// Backends are what this build reaches (Lean, or builds.Backends).
 	Backends Backends
 	// Handover names the build beside this one that a call whose record
 	// store is etcd is handed to when Backends do not open one.

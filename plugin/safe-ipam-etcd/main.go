@@ -8,9 +8,9 @@
 package main
 
 import (
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".
@@ -24,5 +24,5 @@ var Version = "dev"
 var mark = []byte(cninode.Mark)
 
 func main() {
-	invocation.Main(invocation.Runtime{Backends: opener.Backends()}, Version+string(mark[:0]))
+	invocation.Main(invocation.Runtime{Backends: builds.Backends()}, Version+string(mark[:0]))
 }

@@ -3,15 +3,14 @@
 // safe-ipam's records, so that all of them find the same store, with the
 // same settings named in their errors. (The CNI binary's lean build,
 // which must not link the etcd client, opens the file store as Open
-// does: invocation.Lean.) Backends adds Calico's datastore for the verbs.
+// does: invocation.Lean.) builds.Backends adds Calico's datastore for the
+// verbs.
 package opener
 
 import (
 	"context"
 
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup/etcdlookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
@@ -48,18 +47,4 @@ func Open(ctx context.Context, cfg *config.Config, node string, o Options) (stor
 		return filestore.OpenReadOnly(s.Dir)
 	}
 	return filestore.Open(s.Dir)
-}
-
-// Backends are what a call of the CNI verbs reaches with every datastore
-// linked: the build of the CNI binary with the etcd client
-// (safe-ipam-etcd), and the admin commands that run the verbs' releases
-// (gc, uninstall).
-func Backends() invocation.Backends {
-	return invocation.Backends{
-		EtcdStore: true,
-		Store: func(ctx context.Context, cfg *config.Config, node, in string) (store.Store, error) {
-			return Open(ctx, cfg, node, Options{In: in})
-		},
-		CalicoEtcd: etcdlookup.New,
-	}
 }
