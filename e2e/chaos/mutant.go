@@ -216,7 +216,7 @@ func Mutants() []Mutant {
 		{
 			Name:     "gc-keeps-a-renamed-hosts-records",
 			Breaks:   "the GC verb takes a file store for shared, so after a host rename it keeps every older record as another host's, for ever (issue 41, item 2.5)",
-			File:     "ipam/guard/del.go",
+			File:     "ipam/guard/release.go",
 			Old:      "_, shared := g.store.(store.Cluster)\n",
 			New:      "_, shared := g.store.(store.Cluster)\n\tshared = true\n",
 			Catchers: func() []Job { return ScriptJobs(HostRenameScript) },
