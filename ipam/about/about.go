@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -57,33 +58,53 @@ func Answer(w io.Writer, cmd, version string) {
 	}
 }
 
+// Command is one admin command, as the overview lists it.
+type Command struct {
+	Name string
+	// Summary is its lines in the overview, without the indent.
+	Summary []string
+}
+
+// Commands are the admin commands, in the overview's order: the one list
+// the overview, the admin binary's dispatch and its tests are driven by.
+var Commands = []Command{
+	{"audit", []string{"report pod-name handles, early releases, duplicates,", "leaks, orphan records and inconsistencies in Calico's", "etcd data (safe-ipam audit -h for flags)"}},
+	{"repair", []string{"plan, and with --apply make, only proven fixes"}},
+	{"adopt", []string{"give the pods that already run on this node (from the", "CNI cache, --live or --cri-endpoint) records, with the", "handle Calico holds their addresses under; reports", "early releases (--conf FILE, --apply)"}},
+	{"gc", []string{"CNI GC where the runtime sends none: release this", "node's records that the runtime (--cri-endpoint) or", "another liveness source does not list (--apply)"}},
+	{"install", []string{"put safe-ipam in front of calico-ipam on this node", "(--mode takeover|conflist, --dry-run, --watch to keep", "it there while calico-node re-installs itself)"}},
+	{"uninstall", []string{"take it off again, restoring what install replaced"}},
+	{"doctor", []string{"is this node protected? exit 0 yes, 1 not installed,", "3 installed but broken, 2 cannot tell"}},
+}
+
 // Usage is the overview of every command.
-const Usage = `safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
+var Usage = usage()
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString(`safe-ipam: a CNI IPAM plugin in front of calico-ipam that makes DEL safe.
 
 As a CNI plugin it is run by the container runtime with CNI_COMMAND set
 (ADD, DEL, CHECK, GC, STATUS, VERSION) and its config on stdin.
 
 Admin commands (CNI_COMMAND unset):
-  safe-ipam audit       report pod-name handles, early releases, duplicates,
-                        leaks, orphan records and inconsistencies in Calico's
-                        etcd data (safe-ipam audit -h for flags)
-  safe-ipam repair      plan, and with --apply make, only proven fixes
-  safe-ipam adopt       give the pods that already run on this node (from the
-                        CNI cache, --live or --cri-endpoint) records, with the
-                        handle Calico holds their addresses under; reports
-                        early releases (--conf FILE, --apply)
-  safe-ipam gc          CNI GC where the runtime sends none: release this
-                        node's records that the runtime (--cri-endpoint) or
-                        another liveness source does not list (--apply)
-  safe-ipam install     put safe-ipam in front of calico-ipam on this node
-                        (--mode takeover|conflist, --dry-run, --watch to keep
-                        it there while calico-node re-installs itself)
-  safe-ipam uninstall   take it off again, restoring what install replaced
-  safe-ipam doctor      is this node protected? exit 0 yes, 1 not installed,
-                        3 installed but broken, 2 cannot tell
-  safe-ipam version     print the version and the CNI versions it speaks
-  safe-ipam help        this text
-`
+`)
+	line := func(name string, summary []string) {
+		for i, s := range summary {
+			if i == 0 {
+				fmt.Fprintf(&b, "  %-22s%s\n", "safe-ipam "+name, s)
+				continue
+			}
+			fmt.Fprintf(&b, "  %-22s%s\n", "", s)
+		}
+	}
+	for _, c := range Commands {
+		line(c.Name, c.Summary)
+	}
+	line("version", []string{"print the version and the CNI versions it speaks"})
+	line("help", []string{"this text"})
+	return b.String()
+}
 
 // RunAdmin is what a CNI build does when run without CNI_COMMAND: it
 // answers version and help itself and hands every other command to

@@ -9,10 +9,34 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
-// commands are every admin command.
-var commands = []string{"audit", "repair", "adopt", "gc", "install", "uninstall", "doctor"}
+// commands are every admin command, as the overview lists them.
+var commands = func() []string {
+	var names []string
+	for _, c := range about.Commands {
+		names = append(names, c.Name)
+	}
+	return names
+}()
+
+// The one command table: the overview lists every command the admin
+// binary runs, and it runs every one the overview lists.
+func TestEveryCommandRuns(t *testing.T) {
+	if len(commands) < 7 || len(runners) != len(commands) {
+		t.Fatalf("the overview lists %v; the admin binary runs %d commands", commands, len(runners))
+	}
+	for _, name := range commands {
+		if runners[name] == nil {
+			t.Errorf("the overview lists %s, which the admin binary does not run", name)
+		}
+		if !strings.Contains(about.Usage, "safe-ipam "+name+" ") {
+			t.Errorf("the overview does not show %s", name)
+		}
+	}
+}
 
 func runAdmin(t *testing.T, args ...string) (string, int) {
 	t.Helper()

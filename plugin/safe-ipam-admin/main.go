@@ -57,24 +57,24 @@ func dispatch(args []string) int {
 	}
 	defer done()
 	stdout, stderr := admin.ForPeople(os.Stdout), os.Stderr
-	switch args[0] {
-	case "audit":
-		return audit.Run(args[1:], stdout, stderr)
-	case "repair":
-		return repair.Run(args[1:], stdout, stderr)
-	case "adopt":
-		return adopt.Run(args[1:], stdout, stderr)
-	case "gc":
-		return gc.Run(args[1:], stdout, stderr)
-	case "install":
-		return install.RunInstall(args[1:], stdout, stderr, (&nodeCheck{}).check)
-	case "uninstall":
-		return install.RunUninstall(args[1:], stdout, stderr)
-	case "doctor":
-		return doctor.Run(args[1:], stdout, stderr)
+	if run, ok := runners[args[0]]; ok {
+		return run(args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "safe-ipam: unknown command %q\n\n%s", args[0], about.Usage)
 	return 2
+}
+
+// runners run about.Commands, one for each (TestEveryCommandRuns).
+var runners = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"audit":  audit.Run,
+	"repair": repair.Run,
+	"adopt":  adopt.Run,
+	"gc":     gc.Run,
+	"install": func(args []string, stdout, stderr io.Writer) int {
+		return install.RunInstall(args, stdout, stderr, (&nodeCheck{}).check)
+	},
+	"uninstall": install.RunUninstall,
+	"doctor":    doctor.Run,
 }
 
 // filterStderr makes os.Stderr a pipe whose every byte goes through
