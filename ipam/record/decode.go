@@ -111,30 +111,14 @@ func plainString(data []byte, i int) (string, int, bool) {
 // plainStrings reads an array of plain strings into dst (empty, not nil,
 // for [], as encoding/json).
 func plainStrings(data []byte, i int, dst *[]string) (int, bool) {
-	if i >= len(data) || data[i] != '[' {
-		return i, false
-	}
 	out := []string{}
-	i = jsonscan.Space(data, i+1)
-	if i < len(data) && data[i] == ']' {
-		*dst = out
-		return i + 1, true
-	}
-	for {
-		v, next, ok := plainString(data, i)
-		if !ok {
-			return i, false
-		}
+	end, ok := jsonscan.Array(data, i, func(value int) (int, bool) {
+		v, next, ok := plainString(data, value)
 		out = append(out, v)
-		i = jsonscan.Space(data, next)
-		switch {
-		case i < len(data) && data[i] == ',':
-			i = jsonscan.Space(data, i+1)
-		case i < len(data) && data[i] == ']':
-			*dst = out
-			return i + 1, true
-		default:
-			return i, false
-		}
+		return next, ok
+	})
+	if ok {
+		*dst = out
 	}
+	return end, ok
 }
