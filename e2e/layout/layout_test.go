@@ -79,7 +79,7 @@ func TestProductNeverImportsTheHarness(t *testing.T) {
 
 // guard runs the CNI verbs and nothing else: what it reads of Calico's
 // data goes through the interface it declares (guard.Calico), which
-// calico/lookup implements. No Calico transport, etcd or Kubernetes
+// lookup implements. No Calico transport, etcd or Kubernetes
 // client is its own import.
 func TestGuardImportsNoCalicoTransport(t *testing.T) {
 	banned := []string{"go.etcd.io/", module + "/ipam/etcdconn", module + "/ipam/kubeapi", "k8s.io/"}
@@ -325,5 +325,38 @@ func TestTheStoresImportOnlyTheLeaves(t *testing.T) {
 	}
 	if seen < 4 {
 		t.Fatalf("go list listed %d packages under ipam/store", seen)
+	}
+}
+
+// Issue 43: the layers. Calico's data model (ipam/calico/...) sits below
+// the verbs and imports no guard (the verbs' reader of Calico, package
+// lookup, sits beside them); the CNI builds link no admin command, no
+// liveness source and no metrics.
+func TestTheLayersRunOneWay(t *testing.T) {
+	deps := func(pkgs ...string) []string {
+		out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %v: %v", pkgs, err)
+		}
+		return strings.Fields(string(out))
+	}
+	calico := deps(module + "/ipam/calico/...")
+	if len(calico) < 10 {
+		t.Fatalf("go list found %d dependencies of ipam/calico", len(calico))
+	}
+	for _, d := range calico {
+		if d == module+"/ipam/guard" || d == module+"/ipam/invocation" {
+			t.Errorf("Calico's data model (ipam/calico/...) depends on %s, the verbs", rel(d))
+		}
+	}
+	admin := []string{"admin", "audit", "repair", "adopt", "gc", "install", "doctor", "liveness", "kubeconfig", "metrics"}
+	cni := deps(module+"/plugin/"+"safe-ipam", module+"/plugin/safe-ipam-etcd")
+	if !slices.Contains(cni, module+"/ipam/guard") {
+		t.Fatal("the CNI builds' dependencies do not include ipam/guard: is the check blind?")
+	}
+	for _, d := range cni {
+		if r, ok := strings.CutPrefix(d, module+"/ipam/"); ok && slices.Contains(admin, strings.Split(r, "/")[0]) {
+			t.Errorf("a CNI build depends on %s, an admin part", rel(d))
+		}
 	}
 }

@@ -12,10 +12,10 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup/etcdlookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup/etcdlookup"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )

@@ -78,7 +78,7 @@ type Guard struct {
 
 // Calico is what the verbs read of Calico's own data, on rare paths only
 // (a KubeVirt VM's pod, a holder on another node, an adopted pod-name
-// handle): an ordinary pod's verbs never call it. Package calico/lookup
+// handle): an ordinary pod's verbs never call it. Package lookup
 // reads it as calico-ipam reaches it; an error means Calico could not
 // tell, which the verbs take as doubt.
 type Calico interface {

@@ -20,11 +20,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )

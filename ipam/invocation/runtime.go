@@ -14,11 +14,11 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup"
 )
 
 // Runtime runs the CNI binary's verbs as a runtime calls them, through

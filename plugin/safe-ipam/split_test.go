@@ -21,7 +21,7 @@ func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
 	admin := []string{"/ipam/audit", "/ipam/adopt", "/ipam/gc", "/ipam/install", "/ipam/doctor", "/ipam/admin", "/ipam/liveness",
 		"k8s.io/client-go/", "k8s.io/cri-api/", "github.com/fsnotify/"}
 	etcd := []string{"go.etcd.io/", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/gogo/protobuf", "github.com/golang/protobuf",
-		"/ipam/etcdconn", "/ipam/etcdrange", "/ipam/store/etcdstore", "/ipam/store/opener", "/ipam/calico/etcdread", "/ipam/calico/lookup/etcdlookup"}
+		"/ipam/etcdconn", "/ipam/etcdrange", "/ipam/store/etcdstore", "/ipam/store/opener", "/ipam/calico/etcdread", "/ipam/lookup/etcdlookup"}
 	for _, tc := range []struct {
 		pkg    string
 		banned []string

@@ -13,11 +13,11 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdconn"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup"
 )
 
 // Etcd is Calico's etcd as one invocation reads it, connected on the

@@ -12,8 +12,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup"
+
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup"
 )
 
 // What the CNI binary does not read of the Kubernetes datastore is an

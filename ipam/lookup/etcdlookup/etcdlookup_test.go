@@ -11,8 +11,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/calico/lookup/etcdlookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/lookup/etcdlookup"
 )
 
 // The CNI binary reads Calico's etcd for a Node, an address's handle and
