@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -357,6 +358,29 @@ func TestTheLayersRunOneWay(t *testing.T) {
 	for _, d := range cni {
 		if r, ok := strings.CutPrefix(d, module+"/ipam/"); ok && slices.Contains(admin, strings.Split(r, "/")[0]) {
 			t.Errorf("a CNI build depends on %s, an admin part", rel(d))
+		}
+	}
+}
+
+// docs/layout.md's recipes ("Where to change what") name files that
+// exist: a move that leaves a recipe pointing nowhere fails here.
+func TestTheRecipesNameFilesThatExist(t *testing.T) {
+	root := moduleRoot(t)
+	doc, err := os.ReadFile(filepath.Join(root, "docs", "layout.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipes, ok := strings.Cut(string(doc), "## Where to change what")
+	if !ok {
+		t.Fatal("docs/layout.md has no \"Where to change what\" section")
+	}
+	named := regexp.MustCompile("`((?:ipam|plugin|e2e)/[A-Za-z0-9_./-]+\\.go)`").FindAllStringSubmatch(recipes, -1)
+	if len(named) < 15 {
+		t.Fatalf("the recipes name %d files; they name more", len(named))
+	}
+	for _, m := range named {
+		if _, err := os.Stat(filepath.Join(root, m[1])); err != nil {
+			t.Errorf("docs/layout.md's recipes name %s: %v", m[1], err)
 		}
 	}
 }
