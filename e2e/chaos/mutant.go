@@ -18,9 +18,10 @@ type Mutant struct {
 	Name string
 	// Breaks says what the change breaks.
 	Breaks string
-	// File is the changed file, relative to the module root; Old must
-	// occur in it exactly once.
-	File     string
+	// Old is replaced by New where product code marks it: a comment
+	// "// chaos:<Name>" in one file under ipam/ or plugin/, right above
+	// Old (within three lines), so that a mutant follows its code through
+	// moves and edits around it.
 	Old, New string
 	// Catchers are the histories that must catch it.
 	Catchers func() []Job
@@ -52,7 +53,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "del-passes-pod-identity",
 			Breaks: "DEL reaches calico-ipam with K8S_POD_NAMESPACE and K8S_POD_NAME",
-			File:   "ipam/guard/guard.go",
 			Old:    "Args: args.WithoutPodIdentity().String(), Path: env.Path}",
 			New:    "Args: args.String(), Path: env.Path}",
 			Catchers: func() []Job {
@@ -64,7 +64,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "forget-before-release",
 			Breaks: "DEL deletes the record before the delegate's DEL, so a crash or outage between them leaves an address no record names",
-			File:   "ipam/guard/del.go",
 			Old:    "\tg.at(DelMarked)\n",
 			New: "\tif marked != nil {\n" +
 				"\t\tif _, err := g.store.Swap(ctx, att, marked, nil); err != nil && !errors.Is(err, store.ErrConflict) {\n" +
@@ -81,7 +80,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "add-passes-pod-identity",
 			Breaks: "ADD reaches a Calico 2.x calico-ipam with pod identity, which then keys by pod name",
-			File:   "ipam/guard/add.go",
 			Old:    "cniArgs = args.WithoutPodIdentity().String()",
 			New:    "cniArgs = args.String()",
 			Catchers: func() []Job {
@@ -91,7 +89,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-ignores-valid-list",
 			Breaks: "GC collects attachments the runtime lists as valid",
-			File:   "ipam/rulebook/record.go",
 			Old:    "case l != nil && l.listsAttachment(rec.ContainerID, rec.IfName):",
 			New:    "case false && l.listsAttachment(rec.ContainerID, rec.IfName):",
 			Catchers: func() []Job {
@@ -101,7 +98,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "release-on-unknown-commit",
 			Breaks:   "an ADD whose commit answer was lost releases the addresses anyway",
-			File:     "ipam/guard/add.go",
 			Old:      "if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {",
 			New:      "if true || errors.As(err, &cniErr) {",
 			Catchers: func() []Job { return ScriptJobs(func() *Script { return AmbiguousCommitScript(Modern) }) },
@@ -109,7 +105,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "fencing-disabled",
 			Breaks: "ADD commits without the address index, so an address freed behind a live attachment's back goes to a new pod",
-			File:   "ipam/guard/add.go",
 			Old:    "_, err = g.store.Commit(ctx, pending, &committed)\n\tvar held",
 			New:    "_, err = g.store.Swap(ctx, pending.Attachment, pending, &committed)\n\tvar held",
 			Catchers: func() []Job {
@@ -121,7 +116,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "dead-node-fences",
 			Breaks: "an ADD given an address a dead node's record holds fences on it, as if the node lived",
-			File:   "ipam/guard/deadholder.go",
 			Old:    "\tif v := w.Judge(holder); !v.Release {\n",
 			New:    "\tif v := w.Judge(holder); true || !v.Release {\n",
 			Catchers: func() []Job {
@@ -131,7 +125,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "dead-node-releases-pod-handle",
 			Breaks: "gc --dead-nodes releases a dead node's pod-name handle on the address alone, freeing a new incarnation's",
-			File:   "ipam/guard/podhandle.go",
 			Old:    "\tif g.deadNode {\n",
 			New:    "\tif g.deadNode {\n\t\town = runtimeDEL\n\t}\n\tif false {\n",
 			Catchers: func() []Job {
@@ -141,7 +134,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "gc-dead-nodes-keeps",
 			Breaks: "gc --dead-nodes takes every node for known and releases nothing",
-			File:   "ipam/gc/deadnodes.go",
 			Old:    "\tif death.Known {\n",
 			New:    "\tif true || death.Known {\n",
 			Catchers: func() []Job {
@@ -151,7 +143,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "add-settles-on-one-sighting",
 			Breaks:        "the ADD settles a dead holder on its own one reading that Calico lacks the node, without the sweep's sighting a grace before (issue 41, item 2.8): the ADD's path drops the rulebook's second sighting",
-			File:          "ipam/guard/deadholder.go",
 			Old:           "\td := &rulebook.Death{Known: known}\n",
 			New:           "\td := &rulebook.Death{Known: known, Noted: true, Passed: true}\n",
 			Catchers:      func() []Job { return ScriptJobs(FoundGoneOnceScript) },
@@ -160,7 +151,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "sweep-trusts-any-listing",
 			Breaks:   "gc --dead-nodes takes an empty or sharply shrunk Nodes listing for the nodes' death (issue 41, item 2.7): the sweep's path drops the rulebook's trust in its evidence",
-			File:     "ipam/gc/deadnodes.go",
 			Old:      "MaxGoneShare: n.MaxGoneShare}); why != \"\" {",
 			New:      "MaxGoneShare: n.MaxGoneShare}); false && why != \"\" {",
 			Catchers: func() []Job { return ScriptJobs(NodesLostScript) },
@@ -168,7 +158,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "quarantine-keeps-holder-revision",
 			Breaks: "a quarantine leaves its holder's revision as it was, so a forget that read the holder before deletes it and strands the quarantine's mark",
-			File:   "ipam/store/etcdstore/etcdstore.go",
 			Old:    "\t\t\tclientv3.OpPut(hk, \"\", clientv3.WithIgnoreValue()),\n",
 			New:    "",
 			Catchers: func() []Job {
@@ -178,7 +167,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "uninstall-releases-held-quarantines",
 			Breaks: "uninstall releases the allocations quarantined with running holders, so Calico hands a running pod's address out again",
-			File:   "ipam/install/records.go",
 			Old:    "return q.reclaimer.FateOf(rec)",
 			New:    "return nil",
 			Catchers: func() []Job {
@@ -190,7 +178,6 @@ func Mutants() []Mutant {
 		{
 			Name:   "repair-takes-block-affinity-for-owner-node",
 			Breaks: "repair takes the block's affinity for the node of an allocation without owner attributes (issue 41, item 2.2): with a node-local source it frees the address another node's pod borrowed",
-			File:   "ipam/audit/findings.go",
 			Old:    "Node: al.OwnerNode(),",
 			New:    "Node: al.Node,",
 			Catchers: func() []Job {
@@ -200,7 +187,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "repair-judges-another-hosts-record",
 			Breaks:   "repair judges a record another host wrote under this node's Calico name by this host's runtime (issue 41, item 2.1): it forgets a running pod's record and releases its quarantine",
-			File:     "ipam/audit/findings.go",
 			Old:      "Shared: a.snap.RecordsShared,",
 			New:      "Shared: false,",
 			Catchers: func() []Job { return ScriptJobs(RepairStaleNodenameScript) },
@@ -208,7 +194,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "repair-leaves-the-records-own-handle",
 			Breaks:   "repair forgets a gone container's record and leaves what Calico holds under its handle, which no audit with a node-local source can judge again: a leak",
-			File:     "ipam/repair/repair.go",
 			Old:      "actions = append(actions, planOwnRelease(snap, act.rec)...)",
 			New:      "_ = planOwnRelease",
 			Catchers: func() []Job { return ScriptJobs(func() *Script { return RepairOverBorrowedBlockScript(Legacy) }) },
@@ -216,7 +201,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "gc-keeps-a-renamed-hosts-records",
 			Breaks:   "the GC verb takes a file store for shared, so after a host rename it keeps every older record as another host's, for ever (issue 41, item 2.5)",
-			File:     "ipam/guard/release.go",
 			Old:      "_, shared := g.store.(store.Cluster)\n",
 			New:      "_, shared := g.store.(store.Cluster)\n\tshared = true\n",
 			Catchers: func() []Job { return ScriptJobs(HostRenameScript) },
@@ -224,7 +208,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "gc-forgets-former-nodes",
 			Breaks:   "gc --former-node judges nothing under the former name (issue 41, item 2.4): a renamed node's records stay there for ever",
-			File:     "ipam/gc/cli.go",
 			Old:      "range append([]string{\"\"}, r.formerNodes...)",
 			New:      "range []string{\"\"}",
 			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
@@ -232,7 +215,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "del-ignores-a-former-names-record",
 			Breaks:   "a DEL that finds no record under the node's name leaves the one this machine wrote under a former Calico name (issue 41, item 2.4): it fences the freed address for ever",
-			File:     "ipam/guard/del.go",
 			Old:      "if err := g.releaseRenamed(ctx, att, marker.IPs, env.Path); err != nil {",
 			New:      "if err := error(nil); err != nil {",
 			Catchers: func() []Job { return ScriptJobs(NodeRenameScript) },
@@ -240,7 +222,6 @@ func Mutants() []Mutant {
 		{
 			Name:     "uninstall-forgets-another-hosts-records",
 			Breaks:   "uninstall forgets every record under the node's Calico name, also those another machine sharing it (a stale nodename) wrote: that machine's running pods lose their fence",
-			File:     "ipam/install/records.go",
 			Old:      "list := q.ownRecords(all, o.Store, append([]string{record.ThisHost()}, formerHosts...))",
 			New:      "list, _ := all, q.ownRecords",
 			Catchers: func() []Job { return ScriptJobs(UninstallStaleNodenameScript) },
@@ -248,7 +229,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "dry-run-loop-campaigns",
 			Breaks:        "a dry-run gc --dead-nodes --every loop campaigns like an --apply loop (issue 41, item 3): elected first, it leads and never sweeps, and no loop releases a dead node's records",
-			File:          "ipam/gc/cli.go",
 			Old:           "\tif r.every > 0 && !r.apply.On {\n",
 			New:           "\tif false && r.every > 0 && !r.apply.On {\n",
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultDryRun) }) },
@@ -257,7 +237,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "leader-never-resigns",
 			Breaks:        "a leader whose sweeps keep failing keeps the lead (issue 41, item 3): while it lives, no other loop sweeps",
-			File:          "ipam/gc/sweeper.go",
 			Old:           "\tif ok {\n\t\ts.failed = 0\n",
 			New:           "\tif true {\n\t\ts.failed = 0\n",
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultFailingLeader) }) },
@@ -266,7 +245,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "leaseless-leader-obeyed",
 			Breaks:        "a leader key without a live lease (a backup restored without its leases, a key written by hand) leads (issue 41, item 3): the node it names never sweeps, and no candidate campaigns",
-			File:          "ipam/store/etcdstore/sweeps.go",
 			Old:           "\t\tif !clean {\n\t\t\tcontinue\n\t\t}\n",
 			New:           "\t\treturn string(kv.Value), nil\n",
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultLeaselessKey) }) },
@@ -275,7 +253,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "leader-lease-in-milliseconds",
 			Breaks:        "the leader's lease is granted in milliseconds taken for seconds, so a leader that dies without revoking it (SIGKILL, a node's death) keeps the lead a thousand times longer than sweepTTL periods",
-			File:          "ipam/store/etcdstore/sweeps.go",
 			Old:           "concurrency.WithTTL(max(int(ttl.Seconds()), 5))",
 			New:           "concurrency.WithTTL(max(int(ttl.Milliseconds()), 5))",
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultLeaderKilled) }) },
@@ -284,7 +261,6 @@ func Mutants() []Mutant {
 		{
 			Name:          "grace-by-wall-clock",
 			Breaks:        "a sweep judges a gone-note's grace by its own wall clock against the time in the note, as before session 14: a note written by a machine whose clock runs behind (or read by one whose clock runs ahead) releases a dead node's records before the grace",
-			File:          "ipam/gc/deadnodes.go",
 			Old:           "Since: sg.Since, Grace: sg.Grace, Passed: sg.Passed}",
 			New:           "Since: sg.Since, Grace: sg.Grace, Passed: time.Since(sg.Since) >= sg.Grace}",
 			Catchers:      func() []Job { return ScriptJobs(func() *Script { return ElectionScript(FaultClockBehind) }) },
@@ -314,15 +290,65 @@ func (mu Mutant) Build(ctx context.Context, root, dir string) (Binaries, error) 
 }
 
 func (mu Mutant) apply(src string) error {
-	path := filepath.Join(src, mu.File)
+	path, text, i, err := mu.Target(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(text[:i]+mu.New+text[i+len(mu.Old):]), 0o644)
+}
+
+// Target finds what the mutant changes in the tree at root: the file, its
+// text, and where Old starts, right below the mutant's mark.
+func (mu Mutant) Target(root string) (path, text string, i int, err error) {
+	path, at, err := mu.mark(root)
+	if err != nil {
+		return "", "", 0, err
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("mutant %s: %w", mu.Name, err)
+		return "", "", 0, fmt.Errorf("mutant %s: %w", mu.Name, err)
 	}
-	if n := strings.Count(string(b), mu.Old); n != 1 {
-		return fmt.Errorf("mutant %s no longer applies: %q occurs %d times in %s; update it in e2e/chaos/mutant.go", mu.Name, mu.Old, n, mu.File)
+	text = string(b)
+	i = strings.Index(text[at:], mu.Old)
+	if i < 0 || strings.Count(text[at:at+i], "\n") > 3 {
+		return "", "", 0, fmt.Errorf("mutant %s no longer applies: %q is not right below its mark in %s; update it in e2e/chaos/mutant.go", mu.Name, mu.Old, path)
 	}
-	return os.WriteFile(path, []byte(strings.Replace(string(b), mu.Old, mu.New, 1)), 0o644)
+	return path, text, at + i, nil
+}
+
+// mark finds the mutant's mark under src's ipam/ and plugin/: the one
+// file that holds it, and where the line after it starts.
+func (mu Mutant) mark(src string) (string, int, error) {
+	mark := "// chaos:" + mu.Name + " "
+	var path string
+	var at int
+	for _, part := range []string{"ipam", "plugin"} {
+		err := filepath.WalkDir(filepath.Join(src, part), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			switch n := strings.Count(string(b), mark); {
+			case n == 0:
+				return nil
+			case n > 1 || path != "":
+				return fmt.Errorf("mutant %s: its mark is in more than one place (%s, %s)", mu.Name, path, p)
+			}
+			i := strings.Index(string(b), mark)
+			path, at = p, i+strings.IndexByte(string(b[i:]), '\n')+1
+			return nil
+		})
+		if err != nil {
+			return "", 0, err
+		}
+	}
+	if path == "" {
+		return "", 0, fmt.Errorf("mutant %s no longer applies: no %q under ipam/ or plugin/", mu.Name, mark)
+	}
+	return path, at, nil
 }
 
 // copyTree copies a file, or a directory's Go sources (tests left out).

@@ -1,7 +1,11 @@
 package chaos
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -39,5 +43,43 @@ func TestMutants(t *testing.T) {
 			}
 			t.Logf("%s: %s", mu.Breaks, sum)
 		})
+	}
+}
+
+// Every mutant finds its mark, once, with its Old right below it, and
+// every mark in product code is a mutant's: a move or an edit that loses
+// one fails here, in make test, before make chaos builds anything.
+func TestEveryMutantFindsItsMark(t *testing.T) {
+	root, err := ModuleRoot(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, mu := range Mutants() {
+		names[mu.Name] = true
+		if _, _, _, err := mu.Target(root); err != nil {
+			t.Error(err)
+		}
+	}
+	marks := regexp.MustCompile(`// chaos:([a-z0-9-]+) `)
+	for _, part := range []string{"ipam", "plugin"} {
+		err := filepath.WalkDir(filepath.Join(root, part), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, m := range marks.FindAllStringSubmatch(string(b), -1) {
+				if !names[m[1]] {
+					t.Errorf("%s marks %s for a mutant that does not exist", p, m[1])
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

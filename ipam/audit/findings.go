@@ -246,6 +246,7 @@ func (a *analysis) knownGone(rec *record.Record) bool { return a.recordVerdict(r
 // the liveness source, the store's kind, and --min-age as the grace.
 // forget is repair's forgetting of an orphan record.
 func (a *analysis) recordVerdict(rec *record.Record, forget bool) rulebook.Verdict {
+	// chaos:repair-judges-another-hosts-record (a mutant breaks what follows)
 	w := rulebook.Witness{Node: a.snap.RecordsNode, Shared: a.snap.RecordsShared, Listing: a.listing, Now: a.opts.Now, Grace: a.opts.MinAge, Forget: forget}
 	return w.Judge(rec)
 }
@@ -437,6 +438,7 @@ func (a *analysis) handleCase(gen rulebook.Generation, owner string, allocs []*s
 	c := rulebook.HandleCase{Generation: gen, Owner: owner, RecordsOf: a.snap.RecordsNode, Listing: a.listing,
 		MinAge: a.opts.MinAge, SettledFor: a.opts.SettledFor, Now: a.opts.Now, Allocs: make([]rulebook.Alloc, len(allocs))}
 	for i, al := range allocs {
+		// chaos:repair-takes-block-affinity-for-owner-node (a mutant breaks what follows)
 		c.Allocs[i] = rulebook.Alloc{Addr: al.Addr, Node: al.OwnerNode(), Time: al.Time()}
 	}
 	return c

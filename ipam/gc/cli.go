@@ -259,6 +259,7 @@ func (r *runner) checkConf() error {
 // list.
 func (r *runner) collectNode(ctx context.Context) int {
 	code := admin.ExitOK
+	// chaos:gc-forgets-former-nodes (a mutant breaks what follows)
 	for _, former := range append([]string{""}, r.formerNodes...) {
 		code = max(code, r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
 			c := &Collector{Node: node, Source: r.live.Source(), Former: former, FormerHosts: r.formerHosts}
@@ -276,6 +277,7 @@ func (r *runner) collectNode(ctx context.Context) int {
 // Calico's datastore answers it does not know. In a --every loop, only
 // on the node elected to sweep.
 func (r *runner) collectDeadNodes(ctx context.Context) int {
+	// chaos:dry-run-loop-campaigns (a mutant breaks what follows)
 	if r.every > 0 && !r.apply.On {
 		// A dry-run loop writes nothing, so it never campaigns (it would
 		// lead and never sweep), and it does not sweep either: every node's

@@ -111,6 +111,7 @@ func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace 
 	for _, name := range names {
 		sw.known[name] = true
 	}
+	// chaos:sweep-trusts-any-listing (a mutant breaks what follows)
 	if why := rulebook.TrustNodes(rulebook.NodesListing{Self: n.Name, Known: sw.known, Recorded: sortedKeys(counts), MaxGoneShare: n.MaxGoneShare}); why != "" {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrustedNodes, why)
 	}
@@ -131,7 +132,9 @@ func (sw *sweep) judge(ctx context.Context, node string, count int) error {
 	}
 	sg, inNotes := sw.sightings[node]
 	noted := inNotes && !sg.Legacy
+	// chaos:grace-by-wall-clock (a mutant breaks what follows)
 	death := &rulebook.Death{Known: sw.known[node], Noted: noted, Since: sg.Since, Grace: sg.Grace, Passed: sg.Passed}
+	// chaos:gc-dead-nodes-keeps (a mutant breaks what follows)
 	if death.Known {
 		sw.report.KeptUnread += count
 		if inNotes {

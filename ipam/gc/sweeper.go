@@ -43,6 +43,7 @@ const resignAfter = 2
 // expired TLS files, a listing it must refuse) gives the lead up and
 // holds off, so that another node sweeps.
 func (s *sweeper) swept(ok bool) {
+	// chaos:leader-never-resigns (a mutant breaks what follows)
 	if ok {
 		s.failed = 0
 		return

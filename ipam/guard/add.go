@@ -111,6 +111,7 @@ func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Reco
 func (g *Guard) addCall(att record.Attachment, env delegate.Env, args cniargs.Args) delegate.Env {
 	cniArgs := env.Args
 	if g.cfg.DelegateHandles == config.HandlesPod {
+		// chaos:add-passes-pod-identity (a mutant breaks what follows)
 		cniArgs = args.WithoutPodIdentity().String()
 	}
 	return delegate.Env{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: cniArgs, Path: env.Path}
@@ -131,6 +132,7 @@ func (g *Guard) commit(ctx context.Context, pending *record.Record, result types
 	if vm := g.vmHandle(ctx, pending, ips); vm != "" {
 		committed.Handle = vm
 	}
+	// chaos:fencing-disabled (a mutant breaks what follows)
 	_, err = g.store.Commit(ctx, pending, &committed)
 	var held *store.HeldError
 	if errors.As(err, &held) && committed.Shares(held.Holder) {
@@ -167,6 +169,7 @@ func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env de
 	if errors.As(err, &f) {
 		return f.err
 	}
+	// chaos:release-on-unknown-commit (a mutant breaks what follows)
 	if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {
 		return g.abandon(ctx, pending, env, args, storeError("committing "+pending.Attachment.String(), err))
 	}

@@ -32,6 +32,7 @@ func (g *Guard) settleDeadHolder(ctx context.Context, holder *record.Record, cni
 	}
 	other := g.ForNode(holder.Node, cluster.ForNode(holder.Node))
 	w := other.DeadNodeWitness(death)
+	// chaos:dead-node-fences (a mutant breaks what follows)
 	if v := w.Judge(holder); !v.Release {
 		g.log.Info("the holder is kept; fencing", "holder", holder.Attachment.String(), "node", holder.Node, "why", v.Why)
 		return false
@@ -55,6 +56,7 @@ func (g *Guard) death(ctx context.Context, cluster store.Cluster, node string) (
 	if err != nil {
 		return nil, err
 	}
+	// chaos:add-settles-on-one-sighting (a mutant breaks what follows)
 	d := &rulebook.Death{Known: known}
 	if known {
 		return d, nil

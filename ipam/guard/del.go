@@ -39,11 +39,13 @@ func (g *Guard) Del(ctx context.Context, env delegate.Env) error {
 	if err != nil {
 		return g.delUnmarked(ctx, att, env, args, prev, err)
 	}
+	// chaos:forget-before-release (a mutant breaks what follows)
 	g.at(DelMarked)
 	if err := g.releaseWithVM(ctx, att, marked, env, args, prev); err != nil {
 		return err
 	}
 	if marked == nil {
+		// chaos:del-ignores-a-former-names-record (a mutant breaks what follows)
 		if err := g.releaseRenamed(ctx, att, marker.IPs, env.Path); err != nil {
 			return err
 		}

@@ -156,6 +156,7 @@ func AttachmentOf(network string, env delegate.Env) (record.Attachment, cniargs.
 // delegate frees only the container's own handles.
 func (g *Guard) release(ctx context.Context, att record.Attachment, env delegate.Env, args cniargs.Args, prevResult []byte) error {
 	conf := g.cfg.DelegateConfig(g.version, prevResult)
+	// chaos:del-passes-pod-identity (a mutant breaks what follows)
 	call := delegate.Env{ContainerID: att.ContainerID, NetNS: env.NetNS, IfName: att.IfName, Args: args.WithoutPodIdentity().String(), Path: env.Path}
 	if err := g.delegate.Run(ctx, "DEL", conf, call); err != nil {
 		return fmt.Errorf("releasing %s in %s: %w", att, g.delegate.Type, err)

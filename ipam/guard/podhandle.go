@@ -32,6 +32,7 @@ func (g *Guard) releasePodHandle(ctx context.Context, rec *record.Record, env de
 	if rec == nil || rec.PodNamespace == "" || rec.Handle != rec.PodNamespace+"."+rec.PodName {
 		return
 	}
+	// chaos:dead-node-releases-pod-handle (a mutant breaks what follows)
 	if g.deadNode {
 		// kube-controllers freed the dead node's allocations with its Node;
 		// whatever the handle holds now is another incarnation's.

@@ -16,6 +16,7 @@ import (
 // (nil for none), this Guard's clock and gcGracePeriod, and whether the
 // store holds other machines' records too. forget is repair's.
 func (g *Guard) Witness(listing *rulebook.Listing, forget bool) rulebook.Witness {
+	// chaos:gc-keeps-a-renamed-hosts-records (a mutant breaks what follows)
 	_, shared := g.store.(store.Cluster)
 	return rulebook.Witness{Node: g.node, Shared: shared, Listing: listing, Now: g.now(), Grace: g.cfg.GCGracePeriod, Forget: forget}
 }

@@ -161,6 +161,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	if err != nil {
 		return 0, q, err
 	}
+	// chaos:uninstall-forgets-another-hosts-records (a mutant breaks what follows)
 	list := q.ownRecords(all, o.Store, append([]string{record.ThisHost()}, formerHosts...))
 	for i, rec := range list {
 		if dryRun {
@@ -222,6 +223,7 @@ func (q *quarantineFates) fate(rec *record.Record, release bool) guard.Quarantin
 	if rulebook.UninstallQuarantines(rec, release).Release {
 		return nil
 	}
+	// chaos:uninstall-releases-held-quarantines (a mutant breaks what follows)
 	return q.reclaimer.FateOf(rec)
 }
 

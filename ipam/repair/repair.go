@@ -62,6 +62,7 @@ func Plan(snap *snapshot.Snapshot, findings []audit.Finding, live *liveness.View
 		if act != nil {
 			if act.Kind == ForgetRecord {
 				actions = append(actions, planQuarantineReleases(snap, act.rec)...)
+				// chaos:repair-leaves-the-records-own-handle (a mutant breaks what follows)
 				actions = append(actions, planOwnRelease(snap, act.rec)...)
 			}
 			actions = append(actions, *act)

@@ -82,6 +82,7 @@ func Record(c RecordCase) Verdict {
 		return keep("%s names pods, not containers: it cannot prove a container gone", l.Source)
 	case l != nil && c.otherHost():
 		return keep("written by host %s under this node's Calico name: a stale nodename? %s reads host %s's runtime only", HostName(rec.Host), l.Source, l.Host)
+	// chaos:gc-ignores-valid-list (a mutant breaks what follows)
 	case l != nil && l.listsAttachment(rec.ContainerID, rec.IfName):
 		return keep("listed as running")
 	case rec.State == record.Pending && c.ownerRuns(rec.Owner):

@@ -232,6 +232,7 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 	defer cancel()
 	resp, err := s.client.Txn(ctx).If(revisionIs(key, pending), clientv3.Compare(clientv3.ModRevision(hk), "=", holder.Revision)).
 		Then(clientv3.OpDelete(key),
+			// chaos:quarantine-keeps-holder-revision (a mutant breaks what follows)
 			clientv3.OpPut(hk, "", clientv3.WithIgnoreValue()),
 			clientv3.OpPut(s.tiedKey(holder.Network, hk, q), data),
 			clientv3.OpPut(s.quarantinedKey(s.node, q.Attachment), hk)).Commit()

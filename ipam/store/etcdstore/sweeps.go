@@ -52,6 +52,7 @@ func (s *Store) Lead(ctx context.Context, network string, ttl time.Duration, cam
 	if err != nil || leader != "" || !campaign {
 		return leader, err
 	}
+	// chaos:leader-lease-in-milliseconds (a mutant breaks what follows)
 	sess, err := concurrency.NewSession(s.client, concurrency.WithTTL(max(int(ttl.Seconds()), 5)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return "", fmt.Errorf("%w: a lease to sweep %s: %v", store.ErrUnavailable, network, err)
@@ -92,6 +93,7 @@ func (s *Store) leader(ctx context.Context, pfx string, clean bool) (string, err
 				return string(kv.Value), nil
 			}
 		}
+		// chaos:leaseless-leader-obeyed (a mutant breaks what follows)
 		if !clean {
 			continue
 		}
