@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -214,13 +215,32 @@ func sameContent(a, b string) (bool, error) {
 	if err != nil || sa.Size() != sb.Size() {
 		return false, err
 	}
-	da, err := nodefile.Read(a, nodefile.Binary)
+	// Chunk by chunk: the two are binaries of tens of MiB, and the
+	// watch runs under a memory limit.
+	fa, err := nodefile.Open(a)
 	if err != nil {
 		return false, err
 	}
-	db, err := nodefile.Read(b, nodefile.Binary)
+	defer fa.Close()
+	fb, err := nodefile.Open(b)
 	if err != nil {
 		return false, err
 	}
-	return bytes.Equal(da, db), nil
+	defer fb.Close()
+	ca, cb := make([]byte, 64<<10), make([]byte, 64<<10)
+	for {
+		na, errA := io.ReadFull(fa, ca)
+		nb, errB := io.ReadFull(fb, cb)
+		if na != nb || !bytes.Equal(ca[:na], cb[:nb]) {
+			return false, nil
+		}
+		switch {
+		case errors.Is(errA, io.EOF) || errors.Is(errA, io.ErrUnexpectedEOF):
+			return errors.Is(errB, io.EOF) || errors.Is(errB, io.ErrUnexpectedEOF), nil
+		case errA != nil:
+			return false, errA
+		case errB != nil:
+			return false, errB
+		}
+	}
 }

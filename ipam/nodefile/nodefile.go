@@ -12,6 +12,7 @@
 package nodefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -56,9 +57,19 @@ func Read(path string, limit int64) ([]byte, error) {
 	return ReadAll(f, limit)
 }
 
-// ReadAll reads f, opened by Open, refusing more than limit bytes.
+// ReadAll reads f, opened by Open, refusing more than limit bytes. Its
+// buffer is sized from the file's size, as os.ReadFile sizes it: grown by
+// doubling, a large file would cost the process several times its size.
 func ReadAll(f *os.File, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	var size int64
+	if info, err := f.Stat(); err == nil {
+		size = min(info.Size(), limit)
+	}
+	// Room for the end too: ReadFrom grows a buffer with less than
+	// bytes.MinRead free before it reads the EOF.
+	buf := bytes.NewBuffer(make([]byte, 0, size+bytes.MinRead+1))
+	_, err := buf.ReadFrom(io.LimitReader(f, limit+1))
+	data := buf.Bytes()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Name(), unwrapPath(err))
 	}
