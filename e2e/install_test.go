@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
 	"context"
@@ -226,7 +227,7 @@ func (n *calicoNode) assertProtected(t *testing.T, ctx context.Context) {
 // runtime's next call would run.
 func (n *calicoNode) protectedNow(mode string) bool {
 	if mode == install.ModeTakeover {
-		ok, _ := cninode.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
+		ok, _ := builds.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
 		return ok
 	}
 	c := cninode.ReadConf(filepath.Join(n.ConfDir, "10-calico.conflist"))

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // BinDir is where safe-ipam's image holds the binaries (the manifest's
@@ -49,7 +50,7 @@ func Build(o Options, out string) error {
 		o.Tag = about.Image
 	}
 	files := map[string]File{}
-	for _, bin := range []string{about.CNIBinary, about.EtcdBinary, about.AdminBinary} {
+	for _, bin := range []string{builds.CNIBinary, builds.EtcdBinary, builds.AdminBinary} {
 		data, err := os.ReadFile(filepath.Join(o.BinDir, bin))
 		if err != nil {
 			return fmt.Errorf("image: %w (make image puts the three binaries in bin/image/)", err)
@@ -57,7 +58,7 @@ func Build(o Options, out string) error {
 		files[path.Join(BinDir, bin)] = File{Data: data, Mode: 0o755}
 	}
 	return Write(out, o.Tag, o.Arch, files, v1.Config{
-		Entrypoint: []string{path.Join(BinDir, about.CNIBinary)},
+		Entrypoint: []string{path.Join(BinDir, builds.CNIBinary)},
 		Labels: map[string]string{
 			"org.opencontainers.image.title":    "safe-ipam",
 			"org.opencontainers.image.version":  about.Release,

@@ -13,13 +13,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // The image holds the three binaries, executable, under the tag the manifest
 // pins, and reads back as an image; without a binary there is none.
 func TestBuild(t *testing.T) {
 	bin := t.TempDir()
-	want := map[string]string{about.CNIBinary: "cni build", about.EtcdBinary: "etcd build", about.AdminBinary: "admin build"}
+	want := map[string]string{builds.CNIBinary: "cni build", builds.EtcdBinary: "etcd build", builds.AdminBinary: "admin build"}
 	for name, data := range want {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
 			t.Fatal(err)
@@ -41,7 +42,7 @@ func TestBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cf.OS != "linux" || cf.Architecture != "amd64" || strings.Join(cf.Config.Entrypoint, " ") != BinDir+"/"+about.CNIBinary ||
+	if cf.OS != "linux" || cf.Architecture != "amd64" || strings.Join(cf.Config.Entrypoint, " ") != BinDir+"/"+builds.CNIBinary ||
 		cf.Config.Labels["org.opencontainers.image.version"] != about.Release || cf.Config.Labels["org.opencontainers.image.revision"] != "abc123" {
 		t.Fatalf("config = %+v", cf)
 	}
@@ -78,10 +79,10 @@ func TestBuild(t *testing.T) {
 			t.Errorf("the image's /usr/local/bin/%s = %q; want %q (holds %v)", name, got["usr/local/bin/"+name], data, got)
 		}
 	}
-	if err := os.Remove(filepath.Join(bin, about.AdminBinary)); err != nil {
+	if err := os.Remove(filepath.Join(bin, builds.AdminBinary)); err != nil {
 		t.Fatal(err)
 	}
-	if err := Build(Options{BinDir: bin}, out); err == nil || !strings.Contains(err.Error(), about.AdminBinary) {
+	if err := Build(Options{BinDir: bin}, out); err == nil || !strings.Contains(err.Error(), builds.AdminBinary) {
 		t.Fatalf("Build without the admin binary: %v; want an error naming it", err)
 	}
 }
@@ -97,7 +98,7 @@ func TestFullReferenceAndDigest(t *testing.T) {
 	digestOf := func(cni string) string {
 		t.Helper()
 		bin := t.TempDir()
-		for name, data := range map[string]string{about.CNIBinary: cni, about.EtcdBinary: "etcd build", about.AdminBinary: "admin build"} {
+		for name, data := range map[string]string{builds.CNIBinary: cni, builds.EtcdBinary: "etcd build", builds.AdminBinary: "admin build"} {
 			if err := os.WriteFile(filepath.Join(bin, name), []byte(data), 0o755); err != nil {
 				t.Fatal(err)
 			}

@@ -9,12 +9,12 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // Program names in a CNI_PATH the chaos suite builds.
 const (
-	SafeIPAM   = about.CNIBinary
+	SafeIPAM   = builds.CNIBinary
 	CalicoIPAM = "calico-ipam"
 )
 
@@ -52,10 +52,10 @@ func Build(ctx context.Context, moduleDir, dir string) (Binaries, error) {
 		{Dir: moduleDir, Out: b.Path(SafeIPAM), Pkgs: []string{pluginPkg}, Flags: []string{"-tags", crashpointTag}},
 		// The build safe-ipam hands calls over etcd to: the chaos suite's
 		// records are in Calico's etcd.
-		{Dir: moduleDir, Out: b.Path(about.EtcdBinary), Pkgs: []string{etcdPkg}, Flags: []string{"-tags", crashpointTag}},
+		{Dir: moduleDir, Out: b.Path(builds.EtcdBinary), Pkgs: []string{etcdPkg}, Flags: []string{"-tags", crashpointTag}},
 		// The admin commands, which safe-ipam hands to safe-ipam-admin
 		// beside it: gc --dead-nodes, as the DaemonSet runs it.
-		{Dir: moduleDir, Out: b.Path(about.AdminBinary), Pkgs: []string{adminPkg}},
+		{Dir: moduleDir, Out: b.Path(builds.AdminBinary), Pkgs: []string{adminPkg}},
 		{Dir: root, Out: b.Path(CalicoIPAM), Pkgs: []string{simulatorPkg}},
 	}
 	for _, build := range builds {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
+	"github.com/safe-ipam/safe-ipam/ipam/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -486,7 +486,7 @@ func (c *Cluster) forgetRead(ctx context.Context, node string, recs []*record.Re
 	if err != nil {
 		return err
 	}
-	o, err := builds.OpenRelease(ctx, cfg, c.binaries().Dir, "", slog.New(slog.DiscardHandler))
+	o, err := backends.OpenRelease(ctx, cfg, c.binaries().Dir, "", slog.New(slog.DiscardHandler))
 	if err != nil {
 		return fmt.Errorf("uninstall on %s: %w", node, err)
 	}

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/record"
 )
 
@@ -303,7 +303,7 @@ func (c *cluster) holdsRecord(ctx context.Context, addr netip.Addr) bool {
 // returns how long after since that took.
 func (c *cluster) waitTakenOver(ctx context.Context, since time.Time) time.Duration {
 	c.t.Helper()
-	want := fileSum(c.t, filepath.Join(filepath.Dir(prepared.safeIPAM), about.EtcdBinary))
+	want := fileSum(c.t, filepath.Join(filepath.Dir(prepared.safeIPAM), builds.EtcdBinary))
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if fileSum(c.t, c.node.Path(filepath.Join(binDir, "calico-ipam"))) == want {
 			return time.Since(since).Round(10 * time.Millisecond)

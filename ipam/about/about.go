@@ -6,24 +6,7 @@ package about
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
-)
-
-// The programs safe-ipam installs in a node's CNI bin dir.
-const (
-	// CNIBinary is the lean build the runtime runs on every pod start
-	// and stop; it hands admin commands to AdminBinary beside it.
-	CNIBinary = "safe-ipam"
-	// AdminBinary holds the admin commands.
-	AdminBinary = "safe-ipam-admin"
-	// EtcdBinary is the CNI binary's build with the etcd client: CNIBinary
-	// hands it every call whose record store is etcd, and each read of
-	// Calico's etcd, so that the others do not pay the client's package
-	// init.
-	EtcdBinary = "safe-ipam-etcd"
 )
 
 // Release is this tree's release: the tag of the image `make image`
@@ -104,25 +87,4 @@ Admin commands (CNI_COMMAND unset):
 	line("version", []string{"print the version and the CNI versions it speaks"})
 	line("help", []string{"this text"})
 	return b.String()
-}
-
-// RunAdmin is what a CNI build does when run without CNI_COMMAND: it
-// answers version and help itself and hands every other command to
-// AdminBinary in its own directory, replacing this process, so the
-// command's output and exit code are the operator's. It returns only on
-// failure, with the exit code to end with.
-func RunAdmin(args []string, version string) int {
-	if Builtin(args[0]) {
-		Answer(os.Stdout, args[0], version)
-		return 0
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "safe-ipam: finding its own binary: %v\n", err)
-		return 2
-	}
-	admin := filepath.Join(filepath.Dir(self), AdminBinary)
-	err = syscall.Exec(admin, append([]string{admin}, args...), os.Environ())
-	fmt.Fprintf(os.Stderr, "safe-ipam: %s is an admin command of %s, which must be installed beside %s: %v\n", args[0], AdminBinary, self, err)
-	return 2
 }

@@ -1,42 +1,30 @@
-// Package builds sets up what safe-ipam's full builds reach: the CNI
-// binary's etcd build (safe-ipam-etcd) and the admin binary link every
-// datastore, while the CNI binary's lean build opens the file store only
-// (invocation.Lean; why there are three builds: package about). Backends
-// are the full builds' datastores; OpenRelease opens a release as the GC
-// verb does, for the commands that release records (gc, uninstall) and
-// the chaos harness. It sits above invocation and the store opener, so
-// that neither imports the other.
+// Package builds is how safe-ipam's three programs reach one another,
+// and the one place that says why there are three.
+//
+// The container runtime runs the CNI binary on every pod start and stop,
+// and every call pays the init of every package the binary links. The
+// etcd client's init alone was a third of a call (docs/performance.md),
+// and the Kubernetes and CRI clients the admin commands need weigh more.
+// So safe-ipam ships three builds of one tree, installed side by side in
+// the node's CNI bin dir:
+//
+//   - CNIBinary, the lean build: the CNI verbs over the file store. It
+//     hands a call whose record store is etcd to EtcdBinary (HandOver),
+//     asks EtcdBinary for each of its rare reads of Calico's etcd
+//     (AskEtcdBuild), and hands every admin command to AdminBinary
+//     (RunAdmin).
+//   - EtcdBinary: the same verbs with the etcd client.
+//   - AdminBinary: the admin commands, with every client they use.
+//
+// Each link is an exec of a binary beside the one that runs, found from
+// the running binary's own path, never from PATH or a network config: the
+// node decides what runs. Every other package that mentions the split
+// refers here.
 package builds
 
-import (
-	"context"
-	"log/slog"
-
-	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
-	"github.com/safe-ipam/safe-ipam/ipam/lookup/etcdlookup"
-	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
+// The programs safe-ipam installs in a node's CNI bin dir.
+const (
+	CNIBinary   = "safe-ipam"
+	AdminBinary = "safe-ipam-admin"
+	EtcdBinary  = "safe-ipam-etcd"
 )
-
-// Backends are what a call of the CNI verbs reaches with every datastore
-// linked: the build of the CNI binary with the etcd client
-// (safe-ipam-etcd), and the admin commands that run the verbs' releases
-// (gc, uninstall).
-func Backends() invocation.Backends {
-	return invocation.Backends{
-		EtcdStore: true,
-		Store: func(ctx context.Context, cfg *config.Config, node, in string) (store.Store, error) {
-			return opener.Open(ctx, cfg, node, opener.Options{In: in})
-		},
-		CalicoEtcd: etcdlookup.New,
-	}
-}
-
-// OpenRelease opens what releasing cfg's records takes, as the GC verb
-// opens it: the record store, Calico's datastore and the delegate, found
-// in cniPath. in names the file cfg came from, for errors.
-func OpenRelease(ctx context.Context, cfg *config.Config, cniPath, in string, log *slog.Logger) (*invocation.Opened, error) {
-	return invocation.Open(ctx, invocation.Call{Verb: invocation.VerbGC, Env: delegate.Env{Path: cniPath}, Config: cfg, In: in, Log: log, Backends: Backends()})
-}

@@ -13,7 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
@@ -22,7 +22,6 @@ import (
 const (
 	CalicoIPAM   = "calico-ipam"
 	CalicoBinary = "calico"
-	SafeIPAM     = about.CNIBinary
 )
 
 // Conf is one network config file of the conf dir.
@@ -56,7 +55,7 @@ func (p Plugin) UsesCalicoIPAM() bool { return p.IPAMType == CalicoIPAM || p.Typ
 // RoutedThroughSafeIPAM says whether conflist mode's rewrite is in place:
 // the IPAM is safe-ipam, and its delegate calico-ipam.
 func (p Plugin) RoutedThroughSafeIPAM() bool {
-	return p.IPAMType == SafeIPAM && (p.Delegate == CalicoIPAM || p.Delegate == "")
+	return p.IPAMType == builds.CNIBinary && (p.Delegate == CalicoIPAM || p.Delegate == "")
 }
 
 // IsCalico says whether the file configures calico-ipam, directly or

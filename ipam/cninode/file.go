@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
@@ -55,7 +56,7 @@ func isTakenOver(p Plugin, binDir string) (bool, error) {
 	if binDir == "" || p.IPAMType != CalicoIPAM {
 		return false, nil
 	}
-	return IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
+	return builds.IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
 }
 
 func fileFromPlugin(path, network string, stdin []byte, takenOver bool, binDir string) (*File, error) {
@@ -86,5 +87,5 @@ func namesSafeIPAM(top map[string]json.RawMessage) bool {
 		Delegate json.RawMessage `json:"delegate"`
 	}
 	_ = json.Unmarshal(top["ipam"], &ipam)
-	return ipam.Type == SafeIPAM || ipam.Delegate != nil
+	return ipam.Type == builds.CNIBinary || ipam.Delegate != nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
@@ -52,7 +53,7 @@ func TestReadFile(t *testing.T) {
 				t.Fatalf("file %+v", f)
 			}
 			if (f.SafeIPAM != nil) != tt.safeIPAM {
-				t.Fatalf("SafeIPAM %+v, want present %v", f.SafeIPAM, tt.safeIPAM)
+				t.Fatalf("builds.CNIBinary %+v, want present %v", f.SafeIPAM, tt.safeIPAM)
 			}
 			if f.SafeIPAM != nil && (f.SafeIPAM.Store.Type != config.StoreEtcd || f.SafeIPAM.Store.Prefix != tt.prefix || f.SafeIPAM.Network != "k8s-pod-network") {
 				t.Fatalf("safe-ipam config %+v", f.SafeIPAM)
@@ -84,7 +85,7 @@ func TestReadFileOnATakenOverNode(t *testing.T) {
 		name, binDir string
 		safeIPAM     bool
 	}{
-		{"calico-ipam is safe-ipam", bin("#!/bin/sh\n# " + Mark + "\n"), true},
+		{"calico-ipam is safe-ipam", bin("#!/bin/sh\n# " + builds.Mark + "\n"), true},
 		{"calico-ipam is Calico's", bin("#!/bin/sh\n# calico\n"), false},
 		{"no bin dir", "", false},
 		{"a bin dir without calico-ipam", t.TempDir(), false},

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
@@ -148,17 +149,12 @@ func linkOnPath(dir string) string {
 	return ""
 }
 
-// HandedOverEnv names, in the build a call was handed over to, the CNI
-// binary that handed it over: a delegate that is that binary is refused
-// as one that is this binary is.
-const HandedOverEnv = "SAFE_IPAM_HANDED_OVER_BY"
-
 func isSelf(info os.FileInfo) bool {
 	self, err := os.Executable()
 	if err != nil {
 		return false
 	}
-	for _, path := range []string{self, os.Getenv(HandedOverEnv)} {
+	for _, path := range []string{self, os.Getenv(builds.HandedOverEnv)} {
 		if path == "" {
 			continue
 		}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 func TestNegotiate(t *testing.T) {
@@ -91,7 +93,7 @@ func TestFind(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.name == "the binary that handed the call over" {
-				t.Setenv(HandedOverEnv, filepath.Join(other, "handed-over-by"))
+				t.Setenv(builds.HandedOverEnv, filepath.Join(other, "handed-over-by"))
 			}
 			got, _, err := find(tt.target, tt.path)
 			switch {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
@@ -54,7 +55,7 @@ type Report struct {
 
 // What <bin>/calico-ipam can be.
 const (
-	BinarySafeIPAM = cninode.SafeIPAM
+	BinarySafeIPAM = builds.CNIBinary
 	BinaryCalico   = cninode.CalicoBinary
 	BinaryMissing  = "missing"
 )
@@ -209,7 +210,7 @@ func binaryKind(path string) string {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return BinaryMissing
 	}
-	if ok, _ := cninode.IsSafeIPAM(path); ok {
+	if ok, _ := builds.IsSafeIPAM(path); ok {
 		return BinarySafeIPAM
 	}
 	return BinaryCalico
@@ -248,7 +249,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 	kind := binaryKind(n.Bin(name))
 	if kind != BinarySafeIPAM {
 		net.IPAM = name + " (" + kind + ")"
-		if name == cninode.SafeIPAM {
+		if name == builds.CNIBinary {
 			// Half taken off: worse than not installed, every pod start
 			// fails (plugin not found). Broken, and says how to mend it.
 			net.Installed = true

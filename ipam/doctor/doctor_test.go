@@ -15,6 +15,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/install"
@@ -46,9 +47,9 @@ func newNode(t *testing.T) *node {
 		must(t, os.Mkdir(d, 0o755))
 	}
 	n.self = filepath.Join(root, "safe-ipam")
-	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+cninode.Mark+"\n"), 0o755))
+	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+builds.Mark+"\n"), 0o755))
 	// The CNI binary's etcd build, which install puts beside it.
-	must(t, os.WriteFile(filepath.Join(root, install.EtcdBuild), []byte("#!/bin/sh\n# etcd build\n# "+cninode.Mark+"\n"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, builds.EtcdBinary), []byte("#!/bin/sh\n# etcd build\n# "+builds.Mark+"\n"), 0o755))
 	calico := filepath.Join(root, "calico-build")
 	must(t, os.WriteFile(calico, []byte(calicoScript), 0o755))
 	tpl, err := testbed.CalicoNetworkTemplate()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -380,7 +381,7 @@ func TestGCTakesATakenOverNodesConflist(t *testing.T) {
 		t.Fatal(err)
 	}
 	// safe-ipam in Calico's place, Calico's multi-call binary beside it.
-	if err := os.WriteFile(filepath.Join(bin, "calico-ipam"), []byte("#!/bin/sh\n# "+cninode.Mark+"\n"), 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(bin, "calico-ipam"), []byte("#!/bin/sh\n# "+builds.Mark+"\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(bin, "calico"), []byte(delegateScript), 0o755); err != nil {

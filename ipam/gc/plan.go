@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
+	"github.com/safe-ipam/safe-ipam/ipam/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/invocation"
@@ -62,7 +62,7 @@ func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}
 	cfg := file.SafeIPAM
-	o, err := builds.OpenRelease(ctx, cfg, cniPath, file.Path, log)
+	o, err := backends.OpenRelease(ctx, cfg, cniPath, file.Path, log)
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
 // reindex gives this node's records that have no address index entry
-// theirs (install.ReindexNetwork: records written before fencing existed
+// theirs (opener.Reindex: records written before fencing existed
 // fence nothing until then), and says so. gc --apply --every does it
 // once, at its start: the DaemonSet's gc container is the one that mounts
 // the file store writable (install and watch mount it read-only), so
@@ -17,7 +17,7 @@ import (
 // tried again before the next round.
 func (r *runner) reindex(ctx context.Context) bool {
 	cfg := r.conf.File.SafeIPAM
-	indexed, held, err := install.ReindexNetwork(ctx, cfg, r.conf.Conf)
+	indexed, held, err := opener.Reindex(ctx, cfg, r.conf.Conf)
 	if err != nil {
 		fmt.Fprintf(r.stderr, "safe-ipam gc: indexing the records of %s: %v; tried again before the next round\n", r.conf.Conf, err)
 		return false

@@ -18,7 +18,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
+	"github.com/safe-ipam/safe-ipam/ipam/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -189,7 +189,7 @@ func (r *rig) run(verb string, e delegate.Env, stdin []byte) (res types.Result, 
 	if err != nil {
 		return nil, err
 	}
-	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: builds.Backends()})
+	o, err := invocation.Open(context.Background(), invocation.Call{Verb: verb, Env: e, Config: cfg, Log: slog.New(slog.DiscardHandler), Backends: backends.Full()})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
@@ -151,8 +152,8 @@ func TestInstallWritesOnlyWhatTheSecurityTableLists(t *testing.T) {
 				var listed bool
 				switch {
 				case dir == f.node.BinDir:
-					listed = kept(name) || name == config.NodeSettingsFile || name == EtcdBuild ||
-						name == CalicoIPAM && mc.mode.Name() == ModeTakeover || name == SafeIPAM && mc.mode.Name() == ModeConflist
+					listed = kept(name) || name == config.NodeSettingsFile || name == builds.EtcdBinary ||
+						name == CalicoIPAM && mc.mode.Name() == ModeTakeover || name == builds.CNIBinary && mc.mode.Name() == ModeConflist
 				case dir == f.node.ConfDir:
 					listed = mc.mode.Name() == ModeConflist && (kept(name) || name == "10-calico.conflist")
 				}

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
 
@@ -344,13 +344,6 @@ func runWatch(f *cliFlags, mode Mode, self string, settings Settings, stderr io.
 	return ExitOK
 }
 
-// The programs: the admin binary runs install, the CNI binary is what it
-// puts on the node (with its etcd build, EtcdBuild).
-const (
-	AdminBinary = about.AdminBinary
-	CNIBinary   = about.CNIBinary
-)
-
 // cniBinary is the binary install puts on the node: the CNI binary beside
 // this one (safe-ipam-admin, which safe-ipam hands admin commands to).
 func cniBinary() (string, error) {
@@ -364,12 +357,12 @@ func cniBinary() (string, error) {
 // cniBinaryBeside refuses when the CNI binary is missing: the admin binary
 // is no CNI plugin, and installing it would break every pod start.
 func cniBinaryBeside(self string) (string, error) {
-	if filepath.Base(self) != AdminBinary {
+	if filepath.Base(self) != builds.AdminBinary {
 		return self, nil // a test binary, or safe-ipam renamed by an operator
 	}
-	lean := filepath.Join(filepath.Dir(self), CNIBinary)
+	lean := filepath.Join(filepath.Dir(self), builds.CNIBinary)
 	if info, err := os.Stat(lean); err != nil || !info.Mode().IsRegular() {
-		return "", fmt.Errorf("the CNI binary %s must be beside %s (make build puts them in bin/): %s is not a regular file", CNIBinary, AdminBinary, lean)
+		return "", fmt.Errorf("the CNI binary %s must be beside %s (make build puts them in bin/): %s is not a regular file", builds.CNIBinary, builds.AdminBinary, lean)
 	}
 	return lean, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 )
 
@@ -39,7 +40,7 @@ func routeThroughSafeIPAM(c *cninode.Conf) ([]byte, error) {
 	last := 0
 	for _, s := range spans {
 		out.Write(c.Raw[last:s.start])
-		out.WriteString(strconv.Quote(SafeIPAM))
+		out.WriteString(strconv.Quote(builds.CNIBinary))
 		if s.path == ipamType {
 			out.WriteString(`, "delegate": {"type": "` + CalicoIPAM + `"}`)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
@@ -27,11 +28,11 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
-	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
+	if taken, err := builds.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
 		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
 	}
 	p := &Plan{}
-	if err := installBuilds(p, n, n.bin(SafeIPAM), self); err != nil {
+	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
 		return nil, err
 	}
 	for _, c := range confs {
@@ -81,7 +82,7 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 		}
 		notes = append(notes, more...)
 	}
-	more, err := uninstallFile(p, n.bin(SafeIPAM), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(SafeIPAM)) })
+	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return builds.IsSafeIPAM(n.bin(builds.CNIBinary)) })
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
@@ -102,7 +103,7 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 // (deploy/calico-config-conflist.patch.yaml), which install never wrote,
 // so it has nothing to restore: calico-config must be reverted first.
 func keepsSafeIPAMNamed(n Node, p *Plan, files []string) error {
-	if !p.removes(n.bin(SafeIPAM)) {
+	if !p.removes(n.bin(builds.CNIBinary)) {
 		return nil
 	}
 	for _, f := range files {
@@ -119,14 +120,14 @@ func keepsSafeIPAMNamed(n Node, p *Plan, files []string) error {
 			"(kubectl -n kube-system patch configmap calico-config --type merge --patch-file deploy/calico-config-conflist.revert.yaml), "+
 			"then kubectl -n kube-system rollout restart daemonset calico-node and wait for its rollout status: "+
 			"calico-node then writes a config naming calico-ipam, which works with or without safe-ipam. Then uninstall again (docs/install.md, \"Uninstalling from a cluster\")",
-			f, n.bin(SafeIPAM))
+			f, n.bin(builds.CNIBinary))
 	}
 	return nil
 }
 
 func namesSafeIPAM(c *cninode.Conf) bool {
 	for _, pl := range c.Plugins {
-		if pl.IPAMType == SafeIPAM || pl.Type == SafeIPAM {
+		if pl.IPAMType == builds.CNIBinary || pl.Type == builds.CNIBinary {
 			return true
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // fixture is a node modelled on a Calico one: Calico's rendered network
@@ -18,7 +18,7 @@ import (
 // network.
 type fixture struct {
 	node      Node
-	self      string // a safe-ipam "binary": it carries the cninode.Mark
+	self      string // a safe-ipam "binary": it carries the builds.Mark
 	etcd      string // its etcd build, beside it
 	installer testbed.CalicoInstaller
 	template  string
@@ -31,9 +31,9 @@ func newFixture(t *testing.T) *fixture {
 	for _, d := range []string{f.node.BinDir, f.node.ConfDir} {
 		must(t, os.Mkdir(d, 0o755))
 	}
-	f.self = writeFile(t, filepath.Join(root, "safe-ipam-build"), "#!/bin/sh\n# "+cninode.Mark+"\n", 0o755)
+	f.self = writeFile(t, filepath.Join(root, "safe-ipam-build"), "#!/bin/sh\n# "+builds.Mark+"\n", 0o755)
 	// The CNI binary's etcd build, which install puts beside it.
-	f.etcd = writeFile(t, filepath.Join(root, EtcdBuild), "#!/bin/sh\n# etcd build\n# "+cninode.Mark+"\n", 0o755)
+	f.etcd = writeFile(t, filepath.Join(root, builds.EtcdBinary), "#!/bin/sh\n# etcd build\n# "+builds.Mark+"\n", 0o755)
 	calico := writeFile(t, filepath.Join(root, "calico-v1"), "Calico's multi-call binary, v1\n", 0o755)
 	f.template = calicoTemplate(t)
 	f.installer = testbed.CalicoInstaller{Binary: calico, BinDir: f.node.BinDir, ConfDir: f.node.ConfDir, Network: render(t, f.template, "1440")}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
@@ -103,7 +104,7 @@ func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result,
 }
 
 // etcdBuildBeside is the CNI binary's etcd build in self's directory.
-func etcdBuildBeside(self string) string { return filepath.Join(filepath.Dir(self), EtcdBuild) }
+func etcdBuildBeside(self string) string { return filepath.Join(filepath.Dir(self), builds.EtcdBinary) }
 
 // planChecked plans m's install of the CNI binary self with the node
 // settings s, and refuses it when the plugin would refuse a config it

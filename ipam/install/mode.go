@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
@@ -95,7 +96,7 @@ func installBuilds(p *Plan, n Node, path, self string) error {
 	if err := requireFile(etcd, "the CNI binary's build with the etcd client, which install puts beside it"); err != nil {
 		return err
 	}
-	if err := installBinary(p, n.bin(EtcdBuild), etcd); err != nil {
+	if err := installBinary(p, n.bin(builds.EtcdBinary), etcd); err != nil {
 		return err
 	}
 	return installBinary(p, path, self)
@@ -107,14 +108,14 @@ func installBuilds(p *Plan, n Node, path, self string) error {
 // other mode's install, or one this uninstall keeps), the etcd build stays
 // with it: that binary may hand it calls.
 func uninstallEtcdBuild(p *Plan, n Node) ([]string, error) {
-	for _, cni := range []string{n.bin(SafeIPAM), n.bin(CalicoIPAM)} {
-		ours, err := cninode.IsSafeIPAM(cni)
+	for _, cni := range []string{n.bin(builds.CNIBinary), n.bin(CalicoIPAM)} {
+		ours, err := builds.IsSafeIPAM(cni)
 		if err != nil || (ours && !p.removes(cni) && !p.restores(cni)) {
 			return nil, err
 		}
 	}
-	path := n.bin(EtcdBuild)
-	return uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) })
+	path := n.bin(builds.EtcdBinary)
+	return uninstallFile(p, path, func() (bool, error) { return builds.IsSafeIPAM(path) })
 }
 
 // installBinary plans putting self at path, keeping what was there.
@@ -126,7 +127,7 @@ func installBinary(p *Plan, path, self string) error {
 	if same {
 		return requireSum(path)
 	}
-	ours, err := cninode.IsSafeIPAM(path)
+	ours, err := builds.IsSafeIPAM(path)
 	if err != nil {
 		return refuse("%v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
@@ -44,7 +45,7 @@ func conflistProtected(t *testing.T, f *fixture) error {
 	if _, err := config.Parse(conf); err != nil {
 		return err
 	}
-	if ok, _ := cninode.IsSafeIPAM(f.node.bin(SafeIPAM)); !ok {
+	if ok, _ := builds.IsSafeIPAM(f.node.bin(builds.CNIBinary)); !ok {
 		return errors.New("bin/safe-ipam is not safe-ipam")
 	}
 	return etcdBuildInstalled(f)
@@ -53,15 +54,15 @@ func conflistProtected(t *testing.T, f *fixture) error {
 // etcdBuildInstalled: safe-ipam-etcd, which the CNI binary hands the calls
 // over etcd to, is beside it, as built.
 func etcdBuildInstalled(f *fixture) error {
-	if same, err := sameContent(f.etcd, f.node.bin(EtcdBuild)); err != nil || !same {
-		return fmt.Errorf("bin/%s is not the CNI binary's etcd build (%v)", EtcdBuild, err)
+	if same, err := sameContent(f.etcd, f.node.bin(builds.EtcdBinary)); err != nil || !same {
+		return fmt.Errorf("bin/%s is not the CNI binary's etcd build (%v)", builds.EtcdBinary, err)
 	}
 	return nil
 }
 
 // takeoverProtected: calico-ipam is safe-ipam, Calico's config untouched.
 func takeoverProtected(t *testing.T, f *fixture) error {
-	if ok, _ := cninode.IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
+	if ok, _ := builds.IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
 		return errors.New("bin/calico-ipam is not safe-ipam")
 	}
 	got, err := os.ReadFile(f.node.conf("10-calico.conflist"))
@@ -101,7 +102,7 @@ func TestModeInstallsTheBuildTheNodeCalls(t *testing.T) {
 				if _, err := InstallWith(f.node, mc.mode, f.self, tc.settings, false); err != nil {
 					t.Fatal(err)
 				}
-				cniPath := f.node.bin(SafeIPAM)
+				cniPath := f.node.bin(builds.CNIBinary)
 				if mc.mode.Name() == ModeTakeover {
 					cniPath = f.node.bin(CalicoIPAM)
 				}
@@ -142,8 +143,8 @@ func TestUninstallOfTheOtherModeKeepsTheEtcdBuild(t *testing.T) {
 			if _, err := Uninstall(f.node, mc.mode, false); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := os.Stat(f.node.bin(EtcdBuild)); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("after the %s uninstall: %s is still there (%v)", mc.mode.Name(), EtcdBuild, err)
+			if _, err := os.Stat(f.node.bin(builds.EtcdBinary)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after the %s uninstall: %s is still there (%v)", mc.mode.Name(), builds.EtcdBinary, err)
 			}
 		})
 	}
@@ -160,14 +161,14 @@ func TestModeInstallsEtcdBuildFirst(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cniPath := f.node.bin(SafeIPAM)
+			cniPath := f.node.bin(builds.CNIBinary)
 			if mc.mode.Name() == ModeTakeover {
 				cniPath = f.node.bin(CalicoIPAM)
 			}
 			etcd, cni := -1, -1
 			for i, s := range r.Plan.Steps {
 				switch {
-				case s.from != "" && s.Path == f.node.bin(EtcdBuild):
+				case s.from != "" && s.Path == f.node.bin(builds.EtcdBinary):
 					etcd = i
 				case s.from != "" && s.Path == cniPath:
 					cni = i
@@ -300,7 +301,7 @@ func withoutInstalled(snap map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range snap {
 		base := k[strings.LastIndexByte(k, '/')+1:]
-		if !isBackupName(base) && base != SafeIPAM && base != EtcdBuild {
+		if !isBackupName(base) && base != builds.CNIBinary && base != builds.EtcdBinary {
 			out[k] = v
 		}
 	}
@@ -331,7 +332,7 @@ var refusals = []refusal{
 	{"no etcd build beside the CNI binary", func(t *testing.T, f *fixture) func() {
 		must(t, os.Remove(f.etcd))
 		return nil
-	}, EtcdBuild},
+	}, builds.EtcdBinary},
 	{"another install holds the lock", func(t *testing.T, f *fixture) func() {
 		unlock, err := f.node.lock()
 		must(t, err)

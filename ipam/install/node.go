@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
@@ -32,11 +31,6 @@ const (
 const (
 	CalicoIPAM   = cninode.CalicoIPAM
 	CalicoBinary = cninode.CalicoBinary
-	SafeIPAM     = cninode.SafeIPAM
-	// EtcdBuild is the CNI binary's build with the etcd client, which
-	// every mode puts beside the CNI binary: the CNI binary hands it each
-	// call whose record store is etcd, and reads of Calico's etcd.
-	EtcdBuild = about.EtcdBinary
 )
 
 // Node is one node's CNI directories.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
+	"github.com/safe-ipam/safe-ipam/ipam/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -152,7 +152,7 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 	defer closeLog()
 	q := &quarantineFates{reclaimer: NewReclaimer(cfg, path)}
 	defer q.reclaimer.Close()
-	o, err := builds.OpenRelease(ctx, cfg, binDir, path, log)
+	o, err := backends.OpenRelease(ctx, cfg, binDir, path, log)
 	if err != nil {
 		return 0, q, err
 	}
@@ -286,7 +286,7 @@ func (q *quarantineFates) notes(network string, dryRun bool) []string {
 func reindex(n Node, out, errOut io.Writer) {
 	r := recordsOf(n)
 	for i, cfg := range r.configs {
-		indexed, held, err := ReindexNetwork(context.Background(), cfg, r.pending[i].Path)
+		indexed, held, err := opener.Reindex(context.Background(), cfg, r.pending[i].Path)
 		if err != nil {
 			fmt.Fprintf(errOut, "safe-ipam install: indexing the records of %s: %v; gc --apply --every (the DaemonSet's gc container, which mounts the file store writable) does it at its start, as the next install does\n", r.pending[i].Path, err)
 			continue
@@ -296,24 +296,4 @@ func reindex(n Node, out, errOut io.Writer) {
 			fmt.Fprintf(errOut, "safe-ipam install: %s is held by two records, %s among them: run safe-ipam audit (duplicate)\n", h.Addr, h.Holder.Attachment)
 		}
 	}
-}
-
-// ReindexNetwork gives the records of cfg's network on this node (cfg
-// read from the config at path) their address index entries
-// (store.Reindex): install does it, and gc --apply --every at its start,
-// since the DaemonSet's gc container is the one that may write the file
-// store.
-func ReindexNetwork(ctx context.Context, cfg *config.Config, path string) (int, []*store.HeldError, error) {
-	node, err := cfg.Node()
-	if err != nil {
-		return 0, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	st, err := opener.Open(ctx, cfg, node, opener.Options{In: path})
-	if err != nil {
-		return 0, nil, err
-	}
-	defer st.Close()
-	return store.Reindex(ctx, st, cfg.Network)
 }

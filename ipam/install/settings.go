@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"reflect"
 
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
@@ -119,7 +120,7 @@ func (n Node) planForgetSettings(p *Plan) {
 		return
 	}
 	for _, s := range p.Steps {
-		if (s.Path == n.bin(CalicoIPAM) && s.rename != "") || (s.Path == n.bin(SafeIPAM) && s.remove) {
+		if (s.Path == n.bin(CalicoIPAM) && s.rename != "") || (s.Path == n.bin(builds.CNIBinary) && s.remove) {
 			p.add(removeStep("remove safe-ipam's node settings", n.settingsPath()))
 			return
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // DefaultSettle is how long the watch waits after the last change it saw
@@ -131,7 +133,7 @@ func (w *Watcher) relevant(ev fsnotify.Event) bool {
 		}
 		return false
 	}
-	return name == CalicoIPAM || name == CalicoBinary || name == SafeIPAM || name == EtcdBuild
+	return name == CalicoIPAM || name == CalicoBinary || name == builds.CNIBinary || name == builds.EtcdBinary
 }
 
 // reassert installs again and says whether the node is protected.

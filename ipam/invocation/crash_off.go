@@ -4,5 +4,5 @@ package invocation
 
 import "github.com/safe-ipam/safe-ipam/ipam/guard"
 
-// CrashPoint is a no-op outside crash-test builds: Runtime.At.
+// CrashPoint is a no-op outside crash-test builds: Verbs.At.
 var CrashPoint func(guard.Step)

@@ -2,7 +2,7 @@
 // runtime's call validated, its delegate found, the node and CNI version
 // settled, Calico's data and the record store opened, each failure with
 // the CNI error code a runtime acts on, and the Guard that runs the verb
-// built over them. The CNI binary's verbs run through Runtime; `safe-ipam
+// built over them. The CNI binary's verbs run through Verbs; `safe-ipam
 // gc` and uninstall, which release as the GC verb does, call Open.
 package invocation
 
@@ -19,7 +19,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
@@ -50,11 +50,11 @@ type Call struct {
 
 // Backends open what a call reaches besides the delegate: the record
 // store and Calico's datastore. Only builds that link the etcd client
-// reach etcd themselves (builds.Backends): the client's package init would
-// cost every call of the CNI binary. So its lean build (Lean) opens the
+// reach etcd themselves (backends.Full; why: package builds). So the CNI
+// binary's lean build (Lean) opens the
 // file store only, hands a call whose record store is etcd to the build
-// beside it that has the client (Runtime.Handover), and reads Calico's
-// etcd, on the verbs' rare paths, through that build too (lookup.Beside).
+// beside it that has the client (Verbs.HandOverTo), and reads Calico's
+// etcd, on the verbs' rare paths, through that build too (lookup.Relayed).
 type Backends struct {
 	// Store opens the record store cfg names for node's records, to
 	// write; in names the file cfg came from, for errors.
@@ -69,7 +69,7 @@ type Backends struct {
 // and Calico's etcd read through the etcd build beside the binary.
 func Lean() Backends {
 	return Backends{Store: openFileStore, CalicoEtcd: func(c config.Calico, warn lookup.Warn) lookup.Reader {
-		return lookup.NewBeside(filepath.Join(ownDir(), about.EtcdBinary), c, warn)
+		return lookup.NewRelayed(filepath.Join(ownDir(), builds.EtcdBinary), c, warn)
 	}}
 }
 

@@ -14,6 +14,7 @@ import (
 	cniversion "github.com/containernetworking/cni/pkg/version"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
@@ -21,20 +22,20 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/lookup"
 )
 
-// Runtime runs the CNI binary's verbs as a runtime calls them, through
-// skel: one method per verb, one verb per process.
-type Runtime struct {
+// Verbs are the CNI verbs of one CNI build, as the container runtime
+// calls them through skel: one method per verb, one verb per process.
+type Verbs struct {
 	// Trace, when SAFE_IPAM_TRACE is set, records when each phase ended
 	// for `make bench`.
 	Trace *logging.Trace
 	// At is the crash tests' hook at every guard.Step (CrashPoint: nil
 	// outside builds with -tags crashpoints).
 	At func(guard.Step)
-	// Backends are what this build reaches (Lean, or builds.Backends).
+	// Backends are what this build reaches (Lean, or backends.Full).
 	Backends Backends
-	// Handover names the build beside this one that a call whose record
+	// HandOverTo names the build beside this one that a call whose record
 	// store is etcd is handed to when Backends do not open one.
-	Handover string
+	HandOverTo string
 	// Grace is how long a verb may run past its deadline before the call
 	// returns without it (0: verbGrace).
 	Grace time.Duration
@@ -42,7 +43,7 @@ type Runtime struct {
 
 // Add runs ADD and prints its result, once the verb is done: a verb left
 // behind at its deadline (stopAt) prints nothing beside the error.
-func (r Runtime) Add(args *skel.CmdArgs) error {
+func (r Verbs) Add(args *skel.CmdArgs) error {
 	var res types.Result
 	err := r.run("ADD", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) (err error) {
 		res, err = g.Add(ctx, env)
@@ -55,28 +56,28 @@ func (r Runtime) Add(args *skel.CmdArgs) error {
 }
 
 // Del runs DEL.
-func (r Runtime) Del(args *skel.CmdArgs) error {
+func (r Verbs) Del(args *skel.CmdArgs) error {
 	return r.run("DEL", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
 		return g.Del(ctx, env)
 	})
 }
 
 // Check runs CHECK.
-func (r Runtime) Check(args *skel.CmdArgs) error {
+func (r Verbs) Check(args *skel.CmdArgs) error {
 	return r.run("CHECK", args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
 		return g.Check(ctx, env)
 	})
 }
 
 // GC runs GC, with the valid attachments the runtime lists in its config.
-func (r Runtime) GC(args *skel.CmdArgs) error {
+func (r Verbs) GC(args *skel.CmdArgs) error {
 	return r.run(VerbGC, args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
 		return g.GC(ctx, env, args.StdinData)
 	})
 }
 
 // Status runs STATUS.
-func (r Runtime) Status(args *skel.CmdArgs) error {
+func (r Verbs) Status(args *skel.CmdArgs) error {
 	return r.run(VerbStatus, args, func(ctx context.Context, g *guard.Guard, env delegate.Env) error {
 		return g.Status(ctx, env)
 	})
@@ -89,8 +90,8 @@ func (r Runtime) Status(args *skel.CmdArgs) error {
 // what it opens, the process's exit closes. A verb stopped by that
 // deadline fails with code 11 (guard.PastDeadline); one that does not
 // stop (stopAt) is left to the process's exit.
-func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
-	started := callStarted(time.Now())
+func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *guard.Guard, delegate.Env) error) error {
+	started := builds.CallStarted(time.Now())
 	ctx := logging.WithTrace(context.Background(), r.Trace)
 	defer r.Trace.Write()
 	env := delegate.Env{ContainerID: args.ContainerID, NetNS: args.Netns, IfName: args.IfName, Args: args.Args, Path: args.Path}
@@ -98,8 +99,8 @@ func (r Runtime) run(verb string, args *skel.CmdArgs, run func(context.Context, 
 	if err != nil {
 		return err
 	}
-	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.Handover != "" {
-		return handOver(r.Handover, args.StdinData, started)
+	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.HandOverTo != "" {
+		return builds.HandOver(r.HandOverTo, args.StdinData, started)
 	}
 	// From the call's start, not from here: the parse and a hand-over
 	// count against the same ipam.verbTimeout.
@@ -154,7 +155,7 @@ func stopAt(ctx context.Context, grace time.Duration, f func() error) error {
 }
 
 // runOpened opens the call under ctx and runs verb on its Guard.
-func (r Runtime) runOpened(ctx context.Context, verb string, cfg *config.Config, env delegate.Env, log *slog.Logger, run func(context.Context, *guard.Guard, delegate.Env) error) error {
+func (r Verbs) runOpened(ctx context.Context, verb string, cfg *config.Config, env delegate.Env, log *slog.Logger, run func(context.Context, *guard.Guard, delegate.Env) error) error {
 	o, err := Open(ctx, Call{Verb: verb, Env: env, Config: cfg, Log: log, Backends: r.Backends})
 	if err != nil {
 		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
@@ -213,16 +214,16 @@ func ownDir() string {
 
 // Main is a CNI build's main: the trace (exec and init are done when it
 // starts), then a read of Calico's etcd for the lean build beside it
-// (lookup.ReadEnv), or an admin command when run without CNI_COMMAND
-// (about.RunAdmin), else the verb through skel. r's Backends and Handover
+// (builds.ReadEnv), or an admin command when run without CNI_COMMAND
+// (builds.RunAdmin), else the verb through skel. r's Backends and HandOverTo
 // say which build it is.
-func Main(r Runtime, version string) {
+func Main(r Verbs, version string) {
 	r.Trace, r.At = logging.NewTrace(), CrashPoint
-	if os.Getenv(lookup.ReadEnv) != "" {
+	if os.Getenv(builds.ReadEnv) != "" {
 		os.Exit(serveRead(r.Backends))
 	}
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
-		os.Exit(about.RunAdmin(os.Args[1:], version))
+		os.Exit(builds.RunAdmin(os.Args[1:], version))
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: r.Add, Del: r.Del, Check: r.Check, GC: r.GC, Status: r.Status},
 		cniversion.PluginSupports(about.CNIVersions...),
@@ -236,7 +237,7 @@ func serveRead(b Backends) int {
 	open := b.CalicoEtcd
 	if !b.EtcdStore {
 		open = func(config.Calico, lookup.Warn) lookup.Reader {
-			return lookup.Unread("this build of safe-ipam does not read Calico's etcd: " + about.EtcdBinary + " does")
+			return lookup.Unavailable("this build of safe-ipam does not read Calico's etcd: " + builds.EtcdBinary + " does")
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lookup.ServeTimeout)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -103,7 +101,7 @@ func TestACallWhoseStepBlocksEndsWithCode11(t *testing.T) {
 	}
 	hung := make(chan struct{})
 	defer close(hung)
-	r := Runtime{Grace: 200 * time.Millisecond, Backends: Backends{Store: func(context.Context, *config.Config, string, string) (store.Store, error) {
+	r := Verbs{Grace: 200 * time.Millisecond, Backends: Backends{Store: func(context.Context, *config.Config, string, string) (store.Store, error) {
 		<-hung // heeds no context
 		return nil, errors.New("unblocked")
 	}}}
@@ -121,31 +119,5 @@ func TestACallWhoseStepBlocksEndsWithCode11(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("DEL still runs 10s after a 300ms verbTimeout")
-	}
-}
-
-// A call handed over to the etcd build keeps its start: the parse and
-// the hand-over count against one ipam.verbTimeout. Only a hand-over
-// carries a start, and only an earlier one is taken.
-func TestAHandedOverCallKeepsItsStart(t *testing.T) {
-	now := time.Now()
-	earlier := now.Add(-3 * time.Second)
-	tests := []struct {
-		name, by, started string
-		want              time.Time
-	}{
-		{"not handed over", "", strconv.FormatInt(earlier.UnixNano(), 10), now},
-		{"handed over", "/opt/cni/bin/safe-ipam", strconv.FormatInt(earlier.UnixNano(), 10), earlier},
-		{"a start after now", "/opt/cni/bin/safe-ipam", strconv.FormatInt(now.Add(time.Hour).UnixNano(), 10), now},
-		{"a start that does not parse", "/opt/cni/bin/safe-ipam", "soon", now},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(delegate.HandedOverEnv, tt.by)
-			t.Setenv(startedEnv, tt.started)
-			if got := callStarted(now); !got.Equal(tt.want) {
-				t.Fatalf("callStarted = %v; want %v", got, tt.want)
-			}
-		})
 	}
 }

@@ -112,8 +112,8 @@ func (c *Kubernetes) kubeClient() (*kubeapi.Client, error) {
 	return kube, nil
 }
 
-// Unread is a Reader whose every read fails with why.
-func Unread(why string) Reader { return unread(why) }
+// Unavailable is a Reader whose every read fails with why.
+func Unavailable(why string) Reader { return unread(why) }
 
 type unread string
 

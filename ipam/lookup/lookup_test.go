@@ -58,7 +58,7 @@ func TestKubernetesAPIExposureIsWarned(t *testing.T) {
 // etcd build's name alone would be looked up on PATH, which the network
 // config's environment does not choose but the node's does not vouch for
 // either. The read refuses with 50 and runs nothing.
-func TestBesideNeverRunsABuildFoundOnPath(t *testing.T) {
+func TestTheRelayNeverRunsABuildFoundOnPath(t *testing.T) {
 	dir := t.TempDir()
 	ran := filepath.Join(dir, "ran")
 	script := "#!/bin/sh\n: > " + ran + "\necho '{\"known\":true}'\n"
@@ -66,7 +66,7 @@ func TestBesideNeverRunsABuildFoundOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	_, err := lookup.NewBeside("safe-ipam-etcd", config.Calico{}, nil).NodeKnown(context.Background(), "node1")
+	_, err := lookup.NewRelayed("safe-ipam-etcd", config.Calico{}, nil).NodeKnown(context.Background(), "node1")
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "never runs one found on PATH") {
 		t.Fatalf("read through a bare name: %v; want code 50", err)

@@ -1,7 +1,7 @@
 // Command safe-ipam-admin holds safe-ipam's admin commands (audit, repair,
-// adopt, gc, install, uninstall, doctor). The CNI binary safe-ipam hands
-// them to it; it is not a CNI plugin itself, so the Kubernetes and CRI
-// clients it links never weigh on a pod start.
+// adopt, gc, install, uninstall, doctor), which the CNI binary hands to
+// it. It is not a CNI plugin itself (package builds says why there are
+// three builds).
 package main
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/gc"
@@ -30,8 +31,8 @@ func main() {
 	if os.Getenv("CNI_COMMAND") != "" {
 		// A runtime pointed at this binary: say which one it wants, in the
 		// form a runtime reports.
-		_ = types.NewError(types.ErrPluginNotAvailable, about.AdminBinary+" is not a CNI plugin",
-			"the runtime must run "+about.CNIBinary+", which hands admin commands to "+about.AdminBinary).Print()
+		_ = types.NewError(types.ErrPluginNotAvailable, builds.AdminBinary+" is not a CNI plugin",
+			"the runtime must run "+builds.CNIBinary+", which hands admin commands to "+builds.AdminBinary).Print()
 		os.Exit(1)
 	}
 	args := os.Args[1:]

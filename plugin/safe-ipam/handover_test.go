@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/about"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // safe-ipam links no etcd client: a call whose record store is etcd (here
@@ -40,8 +39,8 @@ func TestCNIBuildHandsCallsOverEtcdToSafeIPAMEtcd(t *testing.T) {
 	}
 
 	code, msg := cniError(t, call(alone, "ADD", etcdConf))
-	if code != 50 || !strings.Contains(msg, about.EtcdBinary) {
-		t.Errorf("ADD over etcd without %s: %d %q; want 50 naming it", about.EtcdBinary, code, msg)
+	if code != 50 || !strings.Contains(msg, builds.EtcdBinary) {
+		t.Errorf("ADD over etcd without %s: %d %q; want 50 naming it", builds.EtcdBinary, code, msg)
 	}
 	assertNothingAllocated(t, etcdConf)
 	if n := records(t, server); n != 0 {
@@ -57,24 +56,24 @@ func TestCNIBuildHandsCallsOverEtcdToSafeIPAMEtcd(t *testing.T) {
 	}} {
 		misplaced := t.TempDir()
 		copyFile(t, filepath.Join(binDir, "safe-ipam"), filepath.Join(misplaced, "safe-ipam"))
-		place(filepath.Join(misplaced, "safe-ipam"), filepath.Join(misplaced, about.EtcdBinary))
+		place(filepath.Join(misplaced, "safe-ipam"), filepath.Join(misplaced, builds.EtcdBinary))
 		done := make(chan outcome, 1)
 		go func() { done <- call(misplaced, "ADD", etcdConf) }()
 		select {
 		case out := <-done:
-			if code, msg := cniError(t, out); code != 50 || !strings.Contains(msg, filepath.Join(misplaced, about.EtcdBinary)) {
-				t.Errorf("ADD over etcd with a lean build as %s: %d %q; want 50 naming the file", about.EtcdBinary, code, msg)
+			if code, msg := cniError(t, out); code != 50 || !strings.Contains(msg, filepath.Join(misplaced, builds.EtcdBinary)) {
+				t.Errorf("ADD over etcd with a lean build as %s: %d %q; want 50 naming the file", builds.EtcdBinary, code, msg)
 			}
 		case <-time.After(20 * time.Second):
-			t.Fatalf("ADD over etcd with a lean build as %s still runs after 20s: it hands the call to itself", about.EtcdBinary)
+			t.Fatalf("ADD over etcd with a lean build as %s still runs after 20s: it hands the call to itself", builds.EtcdBinary)
 		}
 	}
 	assertNothingAllocated(t, etcdConf)
 
 	if out := call(alone, "ADD", fileConf); out.err != nil {
-		t.Errorf("ADD over the file store without %s: %v, %s", about.EtcdBinary, out.err, out.stdout)
+		t.Errorf("ADD over the file store without %s: %v, %s", builds.EtcdBinary, out.err, out.stdout)
 	} else if out := call(alone, "DEL", fileConf); out.err != nil {
-		t.Errorf("DEL over the file store without %s: %v, %s", about.EtcdBinary, out.err, out.stdout)
+		t.Errorf("DEL over the file store without %s: %v, %s", builds.EtcdBinary, out.err, out.stdout)
 	}
 
 	out := call(binDir, "ADD", etcdConf)
@@ -108,15 +107,15 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 // Releases before safe-ipam-etcd existed tell safe-ipam's binaries by
-// their main package or by cninode.Mark; rolled back onto a node, they must
+// their main package or by builds.Mark; rolled back onto a node, they must
 // still know the etcd build for safe-ipam's, or they keep it as Calico's
 // original to restore.
 func TestEtcdBuildCarriesTheMark(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join(binDir, about.EtcdBinary))
+	data, err := os.ReadFile(filepath.Join(binDir, builds.EtcdBinary))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(data, []byte(cninode.Mark)) {
-		t.Errorf("%s does not carry cninode.Mark", about.EtcdBinary)
+	if !bytes.Contains(data, []byte(builds.Mark)) {
+		t.Errorf("%s does not carry builds.Mark", builds.EtcdBinary)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // The CNI binary runs on every pod start and stop, and pays every linked
@@ -79,7 +79,7 @@ func TestCNIBuildHandsAdminCommandsToSafeIPAMAdmin(t *testing.T) {
 	// install and doctor must recognise the CNI build, which does not link
 	// package install, on a node.
 	for _, name := range []string{"safe-ipam", "safe-ipam-admin"} {
-		if ok, err := cninode.IsSafeIPAM(filepath.Join(dir, name)); !ok || err != nil {
+		if ok, err := builds.IsSafeIPAM(filepath.Join(dir, name)); !ok || err != nil {
 			t.Errorf("%s is not recognised as safe-ipam (%v)", name, err)
 		}
 	}

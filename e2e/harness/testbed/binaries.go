@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // Names of the programs a CNI_PATH built by the testbed holds.
@@ -20,9 +20,9 @@ const (
 	PTP              = "ptp"
 	Loopback         = "loopback"
 	LinkLocalGateway = "linklocal-gateway"
-	SafeIPAM         = about.CNIBinary
-	SafeIPAMAdmin    = about.AdminBinary
-	SafeIPAMEtcd     = about.EtcdBinary
+	SafeIPAM         = builds.CNIBinary
+	SafeIPAMAdmin    = builds.AdminBinary
+	SafeIPAMEtcd     = builds.EtcdBinary
 	CalicoIPAM       = "calico-ipam"
 	// CalicoSim is the simulator, built beside a real calico-ipam to play
 	// Calico's main plugin (see MainPlugin).

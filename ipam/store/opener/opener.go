@@ -3,12 +3,13 @@
 // safe-ipam's records, so that all of them find the same store, with the
 // same settings named in their errors. (The CNI binary's lean build,
 // which must not link the etcd client, opens the file store as Open
-// does: invocation.Lean.) builds.Backends adds Calico's datastore for the
+// does: invocation.Lean.) backends.Full adds Calico's datastore for the
 // verbs.
 package opener
 
 import (
 	"context"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -47,4 +48,24 @@ func Open(ctx context.Context, cfg *config.Config, node string, o Options) (stor
 		return filestore.OpenReadOnly(s.Dir)
 	}
 	return filestore.Open(s.Dir)
+}
+
+// Reindex gives the records of cfg's network on this node (cfg
+// read from the config at path) their address index entries
+// (store.Reindex), within 30 seconds: install does it, and gc --apply
+// --every at its start, since the DaemonSet's gc container is the one
+// that may write the file store.
+func Reindex(ctx context.Context, cfg *config.Config, path string) (int, []*store.HeldError, error) {
+	node, err := cfg.Node()
+	if err != nil {
+		return 0, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := Open(ctx, cfg, node, Options{In: path})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer st.Close()
+	return store.Reindex(ctx, st, cfg.Network)
 }

@@ -1,4 +1,4 @@
-package cninode
+package builds
 
 import (
 	"errors"

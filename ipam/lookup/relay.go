@@ -1,30 +1,17 @@
 package lookup
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/types"
-
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
-
-// ReadEnv, set in a CNI build's environment, asks it for one read of
-// Calico's etcd (a Request on stdin, a Response on stdout) instead of a
-// verb. The CNI binary's lean build, which does not link the etcd client,
-// reads Calico's etcd this way, through the etcd build beside it: only on
-// the verbs' rare paths, so an ordinary pod's calls never pay the etcd
-// client's init.
-const ReadEnv = "SAFE_IPAM_READ_CALICO_ETCD"
 
 // ServeTimeout bounds one read in the etcd build: connecting, then reading.
 const ServeTimeout = 2 * Timeout
@@ -55,50 +42,44 @@ type Response struct {
 	Error      string                          `json:"error,omitempty"`
 }
 
-// Beside reads Calico's etcd by running bin, the CNI binary's etcd build,
-// once per read, with ReadEnv set.
-type Beside struct {
+// Relayed reads Calico's etcd through bin, the CNI binary's etcd build,
+// which it runs once per read (builds.AskEtcdBuild).
+type Relayed struct {
 	bin  string
 	conf config.Calico
 	warn Warn
 }
 
-// NewBeside is Calico's etcd read through bin; it runs nothing yet.
-func NewBeside(bin string, c config.Calico, warn Warn) *Beside {
-	return &Beside{bin: bin, conf: c, warn: warn.orNobody()}
+// NewRelayed is Calico's etcd read through bin; it runs nothing yet.
+func NewRelayed(bin string, c config.Calico, warn Warn) *Relayed {
+	return &Relayed{bin: bin, conf: c, warn: warn.orNobody()}
 }
 
 // Close closes nothing: each read's process ends with it.
-func (b *Beside) Close() error { return nil }
+func (b *Relayed) Close() error { return nil }
 
 // NodeKnown says whether Calico's etcd holds the Node called node.
-func (b *Beside) NodeKnown(ctx context.Context, node string) (bool, error) {
+func (b *Relayed) NodeKnown(ctx context.Context, node string) (bool, error) {
 	resp, err := b.read(ctx, Request{Op: opNode, Node: node})
 	return resp.Known, err
 }
 
 // Allocation reads what Calico records of ip; a zero Allocation when ip
 // is not allocated.
-func (b *Beside) Allocation(ctx context.Context, ip netip.Addr) (guard.Allocation, error) {
+func (b *Relayed) Allocation(ctx context.Context, ip netip.Addr) (guard.Allocation, error) {
 	resp, err := b.read(ctx, Request{Op: opAllocation, IP: ip})
 	return resp.Allocation, err
 }
 
 // HandleAllocations lists the addresses Calico keeps under handle.
-func (b *Beside) HandleAllocations(ctx context.Context, handle string) (map[netip.Addr]guard.Allocation, error) {
+func (b *Relayed) HandleAllocations(ctx context.Context, handle string) (map[netip.Addr]guard.Allocation, error) {
 	resp, err := b.read(ctx, Request{Op: opHandle, Handle: handle})
 	return resp.Held, err
 }
 
 // read runs one Request in the etcd build, bounded as the in-process
 // reads are (connecting, then reading) and by ctx.
-func (b *Beside) read(ctx context.Context, req Request) (Response, error) {
-	if !filepath.IsAbs(b.bin) {
-		// The node decides what runs: a bare name would be looked up on
-		// PATH (the binary could not tell its own directory).
-		return Response{}, types.NewError(types.ErrPluginNotAvailable,
-			fmt.Sprintf("reading Calico's etcd: %s is not a path beside this binary (it cannot tell its own directory); safe-ipam never runs one found on PATH", b.bin), "")
-	}
+func (b *Relayed) read(ctx context.Context, req Request) (Response, error) {
 	req.Calico = b.conf
 	in, err := json.Marshal(req)
 	if err != nil {
@@ -108,14 +89,9 @@ func (b *Beside) read(ctx context.Context, req Request) (Response, error) {
 	// error and warnings come back rather than a kill.
 	ctx, cancel := context.WithTimeout(ctx, ServeTimeout+2*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b.bin)
-	cmd.Env = append(os.Environ(), ReadEnv+"=1") // proxies and GODEBUG, as the in-process reads had
-	cmd.Stdin = bytes.NewReader(in)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := builds.AskEtcdBuild(ctx, b.bin, in)
 	if err != nil {
-		return Response{}, fmt.Errorf("reading Calico's etcd through %s: %w %s", b.bin, err, bytes.TrimSpace(stderr.Bytes()))
+		return Response{}, err
 	}
 	var resp Response
 	if err := json.Unmarshal(out, &resp); err != nil {
@@ -132,7 +108,7 @@ func (b *Beside) read(ctx context.Context, req Request) (Response, error) {
 
 // Serve answers the Request on in with a reader of Calico's etcd that
 // open makes (the etcd build's), writing the Response on out: what a
-// build run with ReadEnv does.
+// build run with builds.ReadEnv does.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, open func(config.Calico, Warn) Reader) error {
 	var req Request
 	var resp Response

@@ -1,4 +1,4 @@
-package cninode
+package builds
 
 import (
 	"bufio"
@@ -10,21 +10,22 @@ import (
 	"io/fs"
 	"slices"
 
-	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
 )
 
-// Mark is in every binary that links this package (safe-ipam-admin): it
-// tells safe-ipam from Calico's binary when both are named calico-ipam,
-// whatever their versions. Test doubles carry it too.
+// Mark is the build mark: it is in every binary that refers to it
+// (AdminBinary, through IsSafeIPAM, and EtcdBinary, for releases that
+// knew no plugin/safe-ipam-etcd), and tells safe-ipam from Calico's
+// binary when both are named calico-ipam, whatever their versions. Test
+// doubles carry it too.
 const Mark = "safe-ipam:binary-mark:6c1f0a2e-94d3-4b8e-a5f7-0e3d2c9b8a41"
 
 // mainPackages are what Go's build info names as the main package of the
 // CNI binary's builds: plugin/safe-ipam and plugin/safe-ipam-etcd, and
 // plugin in releases that built both programs from one package (a node
-// being upgraded still has that one). The CNI builds do not link this
-// package, so their build info, not Mark, tells them apart.
-var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + about.CNIBinary, "github.com/safe-ipam/safe-ipam/plugin/" + about.EtcdBinary,
+// being upgraded still has that one). The lean build does not refer to
+// Mark, so its build info, not Mark, tells it apart.
+var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + CNIBinary, "github.com/safe-ipam/safe-ipam/plugin/" + EtcdBinary,
 	"github.com/safe-ipam/safe-ipam/plugin"}
 
 // IsSafeIPAM says whether the file at path is a safe-ipam binary: by its

@@ -10,7 +10,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/lookup"
@@ -35,7 +35,7 @@ func TestCNIBuildReadsCalicosEtcdThroughSafeIPAMEtcd(t *testing.T) {
 	}
 	conf := config.Calico{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}
 	warned := map[string]string{}
-	beside := lookup.NewBeside(filepath.Join(binDir, about.EtcdBinary), conf, func(transport, why string) { warned[transport] = why })
+	beside := lookup.NewRelayed(filepath.Join(binDir, builds.EtcdBinary), conf, func(transport, why string) { warned[transport] = why })
 	itself := etcdlookup.New(conf, nil)
 	defer itself.Close()
 	ip := asg.Prefix().Addr()
@@ -54,18 +54,18 @@ func TestCNIBuildReadsCalicosEtcdThroughSafeIPAMEtcd(t *testing.T) {
 			want, wantErr := read.do(itself)
 			got, err := read.do(beside)
 			if (err != nil) != (wantErr != nil) || (err == nil && !reflect.DeepEqual(got, want)) {
-				t.Errorf("through %s: %#v, %v; itself: %#v, %v", about.EtcdBinary, got, err, want, wantErr)
+				t.Errorf("through %s: %#v, %v; itself: %#v, %v", builds.EtcdBinary, got, err, want, wantErr)
 			}
 		})
 	}
 	if why := warned["Calico's etcd"]; !strings.Contains(why, srv.Endpoint()) {
 		t.Errorf("warnings %v; want the plain-text etcd at %s", warned, srv.Endpoint())
 	}
-	lean := lookup.NewBeside(filepath.Join(binDir, about.CNIBinary), conf, nil)
+	lean := lookup.NewRelayed(filepath.Join(binDir, builds.CNIBinary), conf, nil)
 	if _, err := lean.NodeKnown(ctx, "node1"); err == nil || !strings.Contains(err.Error(), "does not read Calico's etcd") {
 		t.Errorf("a read through safe-ipam itself: %v; want it refused", err)
 	}
-	gone := lookup.NewBeside(filepath.Join(t.TempDir(), about.EtcdBinary), conf, nil)
+	gone := lookup.NewRelayed(filepath.Join(t.TempDir(), builds.EtcdBinary), conf, nil)
 	if _, err := gone.Allocation(ctx, ip); err == nil {
 		t.Error("a read through a missing safe-ipam-etcd: no error")
 	}
