@@ -79,7 +79,7 @@ func TestProductNeverImportsTheHarness(t *testing.T) {
 }
 
 // guard runs the CNI verbs and nothing else: what it reads of Calico's
-// data goes through the interface it declares (guard.Calico), which
+// data goes through the interface it declares (guard.CalicoData), which
 // lookup implements. No Calico transport, etcd or Kubernetes
 // client is its own import.
 func TestGuardImportsNoCalicoTransport(t *testing.T) {
@@ -93,7 +93,7 @@ func TestGuardImportsNoCalicoTransport(t *testing.T) {
 		for _, imp := range p.imports {
 			for _, b := range banned {
 				if strings.HasPrefix(imp, b) || strings.Contains(imp, "."+b) { // sigs.k8s.io/ too
-					t.Errorf("ipam/guard imports %s: it reads Calico's data through guard.Calico only", imp)
+					t.Errorf("ipam/guard imports %s: it reads Calico's data through guard.CalicoData only", imp)
 				}
 			}
 		}

@@ -13,7 +13,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
-// Calico is where Calico's data and safe-ipam's records are, and which
+// Datastores is where Calico's data and safe-ipam's records are, and which
 // node this is: from the node's CNI config (--conf) the way calico-ipam
 // reads it, with explicit flags winning.
 //
@@ -23,7 +23,7 @@ import (
 // is also the liveness source unless --live, --cni-cache or
 // --cri-endpoint names another. With etcd it is only the pods liveness
 // source, as before.
-type Calico struct {
+type Datastores struct {
 	// NodeConf is --conf, --cni-bin-dir and --node.
 	NodeConf
 	// Datastore is Calico's: datastore.Etcd or datastore.Kubernetes.
@@ -43,7 +43,7 @@ type Calico struct {
 // Register adds --conf, --cni-bin-dir and --node (NodeConf), --datastore,
 // the etcd flags, --kubeconfig, --network, --records-prefix and
 // --store-dir.
-func (c *Calico) Register(fs *flag.FlagSet) {
+func (c *Datastores) Register(fs *flag.FlagSet) {
 	c.NodeConf.Register(fs)
 	pods, _ := liveness.KindOf("kubeconfig")
 	others := liveness.Say(func(k liveness.Kind) bool { return !k.Shared }, liveness.Kind.FlagName, "or")
@@ -60,11 +60,11 @@ func (c *Calico) Register(fs *flag.FlagSet) {
 
 // Resolve reads --conf and resolves the node as calico-ipam does: a
 // judgment under another name than Calico's would be about the wrong node.
-func (c *Calico) Resolve(cmd *Command) error {
+func (c *Datastores) Resolve(cmd *Command) error {
 	if err := c.NodeConf.Resolve(cmd); err != nil {
 		return err
 	}
-	var calico config.Calico
+	var calico config.CalicoSettings
 	if file := c.File; file != nil {
 		calico = file.Calico
 		c.fill("datastore", &c.Datastore, file.Calico.Datastore())
@@ -86,7 +86,7 @@ func (c *Calico) Resolve(cmd *Command) error {
 }
 
 // fillStore learns where the plugin keeps its records from ipam.store.
-func (c *Calico) fillStore(s *config.Config) {
+func (c *Datastores) fillStore(s *config.Config) {
 	switch {
 	case s == nil:
 	case s.Store.Type == config.StoreEtcd:
@@ -99,7 +99,7 @@ func (c *Calico) fillStore(s *config.Config) {
 // resolveDatastore checks --datastore and finds the kubernetes
 // datastore's API server as calico-ipam does: kubernetes.kubeconfig, else
 // the KUBECONFIG environment variable.
-func (c *Calico) resolveDatastore(calico config.Calico) error {
+func (c *Datastores) resolveDatastore(calico config.CalicoSettings) error {
 	switch c.Datastore {
 	case datastore.Etcd:
 		return nil
@@ -127,7 +127,7 @@ func (c *Calico) resolveDatastore(calico config.Calico) error {
 	return nil
 }
 
-func (c *Calico) fill(name string, dst *string, v string) {
+func (c *Datastores) fill(name string, dst *string, v string) {
 	if !c.cmd.Set(name) {
 		*dst = v
 	}
@@ -136,7 +136,7 @@ func (c *Calico) fill(name string, dst *string, v string) {
 // Settings are the resolved ways to reach Calico's datastore, as plain
 // values; a TLS fault names the file and the flag (or --conf key) that
 // gave it. Package datastore opens it.
-func (c *Calico) Settings() datastore.Settings {
+func (c *Datastores) Settings() datastore.Settings {
 	return datastore.Settings{Type: c.Datastore, Endpoints: strings.Split(c.Endpoints, ","), Kubeconfig: c.Kubeconfig,
 		TLS: etcdtls.Files{
 			Cert: etcdtls.File{Path: c.CertFile, Setting: c.setting("etcd-cert", config.CalicoTLSKey("cert"))},
@@ -146,7 +146,7 @@ func (c *Calico) Settings() datastore.Settings {
 }
 
 // Place is where the command runs, as this group resolved it.
-func (c *Calico) Place() Place {
+func (c *Datastores) Place() Place {
 	return Place{Node: c.Node, NodeErr: c.NodeErr, Datastore: c.Datastore, KubeconfigFlag: c.KubeconfigFlag, Kubeconfig: c.Kubeconfig}
 }
 
@@ -160,7 +160,7 @@ type Place struct {
 }
 
 // setting names where a value came from: the flag, or the --conf key.
-func (c *Calico) setting(flagName, confKey string) string {
+func (c *Datastores) setting(flagName, confKey string) string {
 	if c.Conf != "" && !c.cmd.Set(flagName) {
 		return confKey + " in " + c.Conf
 	}
@@ -170,6 +170,6 @@ func (c *Calico) setting(flagName, confKey string) string {
 // CalicoSettings are the settings calico-ipam reaches its datastore with,
 // from its network config c (read from the file at path, which TLS errors
 // name).
-func CalicoSettings(c config.Calico, path string) datastore.Settings {
+func CalicoSettings(c config.CalicoSettings, path string) datastore.Settings {
 	return datastore.Settings{Type: c.Datastore(), Endpoints: c.Endpoints(), TLS: c.EtcdTLS(path), Kubeconfig: c.Kubeconfig}
 }

@@ -33,7 +33,7 @@ func TestLivenessFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calico := &admin.Calico{}
+			calico := &admin.Datastores{}
 			live := admin.NewLiveness(calico.Place)
 			cmd := admin.NewCommand("test", "", io.Discard, calico, live)
 			err := cmd.Parse(tt.args)
@@ -55,7 +55,7 @@ func TestLivenessFlags(t *testing.T) {
 func TestEveryKindCanBeNamed(t *testing.T) {
 	for _, k := range liveness.Kinds() {
 		t.Run(k.Flag, func(t *testing.T) {
-			calico := &admin.Calico{}
+			calico := &admin.Datastores{}
 			live := admin.NewLiveness(calico.Place)
 			cmd := admin.NewCommand("test", "", io.Discard, calico, live)
 			if err := cmd.Parse([]string{"--node", "n1", "--" + k.Flag, "/some/where"}); err != nil {

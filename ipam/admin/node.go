@@ -81,7 +81,7 @@ func (n *NodeConf) Resolve(cmd *Command) error {
 // Read reads --conf: as the flags are resolved, and again for a command
 // that keeps running (gc --every), since calico-node may rewrite it.
 func (n *NodeConf) Read() error {
-	var calico config.Calico
+	var calico config.CalicoSettings
 	if n.Conf != "" {
 		file, err := cninode.ReadFile(n.Conf, n.calicoBinDir())
 		if err != nil {

@@ -39,7 +39,7 @@ Example: safe-ipam adopt --conf /etc/cni/net.d/10-calico.conflist \
 // cli is one run of adopt.
 type cli struct {
 	cmd    *admin.Command
-	calico *admin.Calico
+	calico *admin.Datastores
 	live   *admin.Liveness
 	out    *admin.Output
 	apply  *admin.Apply
@@ -48,7 +48,7 @@ type cli struct {
 
 // Run is `safe-ipam adopt`.
 func Run(args []string, stdout, stderr io.Writer) int {
-	c := &cli{calico: &admin.Calico{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr,
+	c := &cli{calico: &admin.Datastores{}, out: admin.NewOutput(2 * time.Minute), stderr: stderr,
 		apply: admin.NewApply("write the records", "be written")}
 	c.live = admin.NewLiveness(c.calico.Place)
 	c.cmd = admin.NewCommand("adopt", fmt.Sprintf(usage, liveness.Say(liveness.NamesContainers, liveness.Kind.FlagArg, "|")), stderr, c.calico, c.live, c.out, c.apply)

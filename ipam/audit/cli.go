@@ -55,7 +55,7 @@ func Run(args []string, stdout, stderr io.Writer) int {
 // audit found.
 type CLI struct {
 	Cmd    *admin.Command
-	Calico *admin.Calico
+	Calico *admin.Datastores
 	Live   *admin.Liveness
 	Out    *admin.Output
 	MinAge time.Duration
@@ -70,7 +70,7 @@ type CLI struct {
 // NewCLI registers the shared flags of a command named name, and its own
 // groups.
 func NewCLI(name, usage string, stderr io.Writer, own ...admin.Group) *CLI {
-	c := &CLI{Calico: &admin.Calico{}, Out: admin.NewOutput(2 * time.Minute)}
+	c := &CLI{Calico: &admin.Datastores{}, Out: admin.NewOutput(2 * time.Minute)}
 	c.Live = admin.NewLiveness(c.Calico.Place)
 	c.Live.PodsByDefault = true
 	c.Cmd = admin.NewCommand(name, usage, stderr, append([]admin.Group{c.Calico, c.Live, c.Out}, own...)...)

@@ -14,7 +14,7 @@ import (
 type File struct {
 	Path    string
 	Network string
-	Calico  config.Calico
+	Calico  config.CalicoSettings
 	// SafeIPAM is nil when the file's IPAM is not safe-ipam's.
 	SafeIPAM *config.Config
 	// Plugin is the config of the plugin with the ipam section, as the

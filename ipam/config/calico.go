@@ -23,11 +23,11 @@ const (
 // and no nodename_file.
 const CalicoNodenameFile = "/var/lib/calico/nodename"
 
-// Calico is what calico-ipam reads from the top level of the plugin
+// CalicoSettings is what calico-ipam reads from the top level of the plugin
 // config to find its datastore and its node. safe-ipam reads the same keys
 // the same way, so that its records, GC and audits name the node and the
 // etcd that Calico uses.
-type Calico struct {
+type CalicoSettings struct {
 	DatastoreType  string `json:"datastore_type"`
 	EtcdEndpoints  string `json:"etcd_endpoints"`
 	EtcdCertFile   string `json:"etcd_cert_file"`
@@ -43,8 +43,8 @@ type Calico struct {
 
 // ReadCalico decodes the Calico keys of a plugin config, naming the key
 // whose value has the wrong type (calico-ipam would refuse it too).
-func ReadCalico(top map[string]json.RawMessage) (Calico, error) {
-	var c Calico
+func ReadCalico(top map[string]json.RawMessage) (CalicoSettings, error) {
+	var c CalicoSettings
 	for key, dst := range map[string]*string{
 		"datastore_type": &c.DatastoreType, "etcd_endpoints": &c.EtcdEndpoints,
 		calicoTLSKeys.cert: &c.EtcdCertFile, calicoTLSKeys.key: &c.EtcdKeyFile, calicoTLSKeys.ca: &c.EtcdCACertFile,
@@ -64,7 +64,7 @@ func ReadCalico(top map[string]json.RawMessage) (Calico, error) {
 // Datastore is the datastore calico-ipam uses: datastore_type when set;
 // otherwise etcdv3 when etcd_endpoints is set, else kubernetes. Calico's
 // own calico-etcd.yaml relies on this: its config has no datastore_type.
-func (c Calico) Datastore() string {
+func (c CalicoSettings) Datastore() string {
 	switch {
 	case c.DatastoreType != "":
 		return c.DatastoreType
@@ -75,7 +75,7 @@ func (c Calico) Datastore() string {
 }
 
 // Endpoints splits etcd_endpoints on commas.
-func (c Calico) Endpoints() []string {
+func (c CalicoSettings) Endpoints() []string {
 	var eps []string
 	for _, e := range strings.Split(c.EtcdEndpoints, ",") {
 		if e = strings.TrimSpace(e); e != "" {
@@ -90,7 +90,7 @@ func (c Calico) Endpoints() []string {
 // and is not empty; else the deprecated hostname key; else the OS host
 // name, trimmed and lowercased. A record, GC or liveness judgment under
 // another name than Calico's would be about the wrong node.
-func (c Calico) Node() (string, error) {
+func (c CalicoSettings) Node() (string, error) {
 	node, from, err := c.resolveNode()
 	if err != nil {
 		return "", invalid(from, err.Error())
@@ -107,7 +107,7 @@ func (c Calico) Node() (string, error) {
 }
 
 // nodenameFileOf says which file a name read from setting came from.
-func (c Calico) nodenameFileOf(from string) (string, bool) {
+func (c CalicoSettings) nodenameFileOf(from string) (string, bool) {
 	switch {
 	case from == "nodename_file":
 		return c.NodenameFile, true
@@ -118,7 +118,7 @@ func (c Calico) nodenameFileOf(from string) (string, bool) {
 }
 
 // resolveNode returns the name and the setting it came from.
-func (c Calico) resolveNode() (node, from string, err error) {
+func (c CalicoSettings) resolveNode() (node, from string, err error) {
 	if c.Nodename != "" {
 		return c.Nodename, "nodename", nil
 	}

@@ -60,19 +60,19 @@ func TestNodeResolution(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		calico    Calico
+		calico    CalicoSettings
 		want      string
 		wantField string // set when resolution must fail, naming this setting
 	}{
-		{"nodename wins", Calico{Nodename: "n1", NodenameFile: named, Hostname: "h"}, "n1", ""},
-		{"then nodename_file", Calico{NodenameFile: named, Hostname: "h"}, "node-from-file", ""},
-		{"a missing file falls through to hostname", Calico{NodenameFile: missing, Hostname: "h"}, "h", ""},
-		{"a blank file falls through to hostname", Calico{NodenameFile: blank, Hostname: "h"}, "h", ""},
-		{"then the OS host name, lowercased", Calico{NodenameFile: missing}, strings.ToLower(strings.TrimSpace(host)), ""},
-		{"an unreadable file is an error, not a guess", Calico{NodenameFile: dir, Hostname: "h"}, "", "nodename_file"},
-		{"an invalid name is an error", Calico{Nodename: "a/b"}, "", "nodename"},
-		{"a key file is an error naming it", Calico{NodenameFile: key, Hostname: "h"}, "", "nodename_file"},
-		{"/dev/zero is an error, read only so far", Calico{NodenameFile: "/dev/zero", Hostname: "h"}, "", "nodename_file"},
+		{"nodename wins", CalicoSettings{Nodename: "n1", NodenameFile: named, Hostname: "h"}, "n1", ""},
+		{"then nodename_file", CalicoSettings{NodenameFile: named, Hostname: "h"}, "node-from-file", ""},
+		{"a missing file falls through to hostname", CalicoSettings{NodenameFile: missing, Hostname: "h"}, "h", ""},
+		{"a blank file falls through to hostname", CalicoSettings{NodenameFile: blank, Hostname: "h"}, "h", ""},
+		{"then the OS host name, lowercased", CalicoSettings{NodenameFile: missing}, strings.ToLower(strings.TrimSpace(host)), ""},
+		{"an unreadable file is an error, not a guess", CalicoSettings{NodenameFile: dir, Hostname: "h"}, "", "nodename_file"},
+		{"an invalid name is an error", CalicoSettings{Nodename: "a/b"}, "", "nodename"},
+		{"a key file is an error naming it", CalicoSettings{NodenameFile: key, Hostname: "h"}, "", "nodename_file"},
+		{"/dev/zero is an error, read only so far", CalicoSettings{NodenameFile: "/dev/zero", Hostname: "h"}, "", "nodename_file"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

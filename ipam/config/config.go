@@ -67,7 +67,7 @@ type Store struct {
 type Config struct {
 	Network         string
 	CNIVersion      string
-	Calico          Calico // the top-level keys calico-ipam reads
+	Calico          CalicoSettings // the top-level keys calico-ipam reads
 	Delegate        Delegate
 	DelegateHandles string
 	Store           Store

@@ -25,7 +25,7 @@ func (k tlsKeys) files(cert, key, ca, in string) etcdtls.Files {
 
 // EtcdTLS are Calico's etcd TLS files, each named by its key; in, when
 // not "", is the file the keys were read from.
-func (c Calico) EtcdTLS(in string) etcdtls.Files {
+func (c CalicoSettings) EtcdTLS(in string) etcdtls.Files {
 	return calicoTLSKeys.files(c.EtcdCertFile, c.EtcdKeyFile, c.EtcdCACertFile, in)
 }
 

@@ -457,7 +457,7 @@ func checkCalico(ctx context.Context, cfg *config.Config, path, node string, rec
 
 // calicoExposure names the transport to Calico's datastore and says how
 // it is exposed, as the CNI binary warns of it (package lookup).
-func calicoExposure(c config.Calico) (transport, why string) {
+func calicoExposure(c config.CalicoSettings) (transport, why string) {
 	if c.Datastore() == config.DatastoreEtcd {
 		return "Calico's etcd", etcdtls.Exposure(c.Endpoints(), c.EtcdTLS(""))
 	}

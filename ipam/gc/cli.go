@@ -261,7 +261,7 @@ func (r *runner) collectNode(ctx context.Context) int {
 	code := admin.ExitOK
 	// chaos:gc-forgets-former-nodes (a mutant breaks what follows)
 	for _, former := range append([]string{""}, r.formerNodes...) {
-		code = max(code, r.collect(ctx, "gc-admin", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+		code = max(code, r.collect(ctx, "gc-admin", func(ctx context.Context, node *Releaser) (*Report, func() error, int, error) {
 			c := &Collector{Node: node, Source: r.live.Source(), Former: former, FormerHosts: r.formerHosts}
 			plan, report, err := c.Plan(ctx)
 			if err != nil {
@@ -299,7 +299,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 			return admin.ExitOK
 		}
 	}
-	code := r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Node) (*Report, func() error, int, error) {
+	code := r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Releaser) (*Report, func() error, int, error) {
 		cfg := r.conf.File.SafeIPAM
 		ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.conf.Conf))
 		if err != nil {
@@ -342,7 +342,7 @@ func (r *runner) failedSweep() {
 // plan is one collection's planning on the opened node: its report, how
 // to apply it, and how many records it releases (no report: nothing to
 // do).
-type plan func(ctx context.Context, node *Node) (report *Report, apply func() error, n int, err error)
+type plan func(ctx context.Context, node *Releaser) (report *Report, apply func() error, n int, err error)
 
 // collect runs one collection within the time limit, on this node's store
 // opened with a log for verb: it plans, applies with --apply, counts and
@@ -354,7 +354,7 @@ func (r *runner) collect(ctx context.Context, verb string, planOn plan) int {
 	cfg := r.conf.File.SafeIPAM
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb)
 	defer closeLog()
-	node, err := OpenNode(ctx, r.conf.File, r.conf.BinDir, log)
+	node, err := OpenReleaser(ctx, r.conf.File, r.conf.BinDir, log)
 	if err != nil {
 		return r.cmd.Fail(err)
 	}

@@ -71,7 +71,7 @@ func (p *DeadPlan) Len() int {
 // sweep is one PlanDeadNodes: what it read, and the plan and report it
 // builds.
 type sweep struct {
-	node      *Node
+	node      *Releaser
 	cluster   store.Cluster
 	known     map[string]bool
 	sightings map[string]store.Sighting
@@ -88,7 +88,7 @@ type sweep struct {
 // the notes of nodes that came back or have no records left, for
 // NoteSweep to write. Every read error is an error, and the plan is then
 // empty.
-func (n *Node) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace time.Duration) (*DeadPlan, *Report, error) {
+func (n *Releaser) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, grace time.Duration) (*DeadPlan, *Report, error) {
 	cluster, ok := n.store.(store.Cluster)
 	if !ok {
 		return nil, nil, ErrNodeLocalStore
@@ -176,7 +176,7 @@ func (sw *sweep) forgetRest(counts map[string]int) {
 // NoteSweep writes what the plan's sweep found: the nodes it found gone
 // first, and the notes to forget. A dry run does not call it, so that it
 // writes nothing to the store (the next sweep that applies notes them).
-func (n *Node) NoteSweep(ctx context.Context, p *DeadPlan) error {
+func (n *Releaser) NoteSweep(ctx context.Context, p *DeadPlan) error {
 	for _, node := range sortedKeys(p.notes) {
 		var err error
 		if p.notes[node] {
@@ -193,7 +193,7 @@ func (n *Node) NoteSweep(ctx context.Context, p *DeadPlan) error {
 
 // ApplyDeadNodes releases the plan's records as the GC verb does, each
 // through a Guard over its own node's keys, going on past errors.
-func (n *Node) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error {
+func (n *Releaser) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) error {
 	var errs []error
 	for _, node := range sortedKeys(p.Release) {
 		g := n.guard.ForNode(node, p.cluster.ForNode(node))

@@ -53,9 +53,9 @@ type Entry struct {
 	Why        string   `json:"why"`
 }
 
-// Collector runs one gc on a Node.
+// Collector runs one gc with a node's Releaser.
 type Collector struct {
-	Node   *Node
+	Node   *Releaser
 	Source liveness.Source
 	// Former, when set, is a Calico node name this machine had before:
 	// the collection judges the records it wrote under that name.
@@ -64,7 +64,7 @@ type Collector struct {
 	// they wrote are judged as this machine's.
 	FormerHosts []string
 	// target is the node whose records the plan judged.
-	target *Node
+	target *Releaser
 }
 
 // Plan lists the records first and reads the source second: a sandbox

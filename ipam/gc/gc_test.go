@@ -276,7 +276,7 @@ func newCollector(t *testing.T, n *node, v *liveness.View) *gc.Collector {
 	if err != nil {
 		t.Fatal(err)
 	}
-	node, err := gc.OpenNode(t.Context(), file, n.bin, slog.New(slog.DiscardHandler))
+	node, err := gc.OpenReleaser(t.Context(), file, n.bin, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,10 +41,10 @@ type Kept struct {
 	Why    string
 }
 
-// Node is one node's record store and the Guard that releases from it,
+// Releaser is one node's record store and the Guard that releases from it,
 // wired from the node's CNI config file as the runtime would run the
 // plugin, with the delegate found in CNIPath.
-type Node struct {
+type Releaser struct {
 	Name    string
 	Network string
 	CNIPath string
@@ -56,8 +56,8 @@ type Node struct {
 	opened       *invocation.Opened
 }
 
-// OpenNode wires a Node from a CNI config file of the node.
-func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog.Logger) (*Node, error) {
+// OpenReleaser wires a Releaser from a CNI config file of the node.
+func OpenReleaser(ctx context.Context, file *cninode.File, cniPath string, log *slog.Logger) (*Releaser, error) {
 	if file.SafeIPAM == nil {
 		return nil, fmt.Errorf("CNI config %s: its IPAM is not safe-ipam", file.Path)
 	}
@@ -71,17 +71,17 @@ func OpenNode(ctx context.Context, file *cninode.File, cniPath string, log *slog
 		o.Close()
 		return nil, err
 	}
-	return &Node{Name: name, Network: cfg.Network, CNIPath: cniPath, guard: o.Guard, store: o.Store, opened: o}, nil
+	return &Releaser{Name: name, Network: cfg.Network, CNIPath: cniPath, guard: o.Guard, store: o.Store, opened: o}, nil
 }
 
 // Close closes the node's store and what its Guard read Calico's data
 // through.
-func (n *Node) Close() error { return n.opened.Close() }
+func (n *Releaser) Close() error { return n.opened.Close() }
 
 // List lists this node's records of the network. List them before
 // reading what runs: a sandbox that becomes ready in between is then
 // listed by the source, not mistaken for garbage.
-func (n *Node) List(ctx context.Context) ([]*record.Record, error) {
+func (n *Releaser) List(ctx context.Context) ([]*record.Record, error) {
 	recs, err := n.store.List(ctx, n.Network)
 	if err != nil {
 		return nil, fmt.Errorf("listing records of %s: %w", n.Network, err)
@@ -92,7 +92,7 @@ func (n *Node) List(ctx context.Context) ([]*record.Record, error) {
 // Plan judges recs by the rulebook, on listing's word. Any record
 // written less than gcGracePeriod ago is kept too: its sandbox may not be
 // listed by any source yet (a liveness source lags).
-func (n *Node) Plan(recs []*record.Record, listing *rulebook.Listing) *Plan {
+func (n *Releaser) Plan(recs []*record.Record, listing *rulebook.Listing) *Plan {
 	w := n.guard.Witness(listing, false)
 	p := &Plan{Records: len(recs), witness: w, OtherHosts: rulebook.OtherHosts(listing, w.Shared, recs)}
 	for _, rec := range recs {
@@ -111,22 +111,22 @@ var ErrFormerNeedsCluster = errors.New("--former-node needs the etcd store: a fi
 
 // Former is this node's store and Guard over the records of name, a
 // Calico node name this machine had before.
-func (n *Node) Former(name string) (*Node, error) {
+func (n *Releaser) Former(name string) (*Releaser, error) {
 	cluster, ok := n.store.(store.Cluster)
 	if !ok {
 		return nil, ErrFormerNeedsCluster
 	}
 	st := cluster.ForNode(name)
-	return &Node{Name: name, Network: n.Network, CNIPath: n.CNIPath, MaxGoneShare: n.MaxGoneShare, guard: n.guard.ForNode(name, st), store: st, opened: n.opened}, nil
+	return &Releaser{Name: name, Network: n.Network, CNIPath: n.CNIPath, MaxGoneShare: n.MaxGoneShare, guard: n.guard.ForNode(name, st), store: st, opened: n.opened}, nil
 }
 
 // Shared says whether the node's store holds other machines' records too.
-func (n *Node) Shared() bool { return n.guard.Witness(nil, false).Shared }
+func (n *Releaser) Shared() bool { return n.guard.Witness(nil, false).Shared }
 
 // Apply releases the plan's records as the GC verb does, going on past
 // errors and reporting them all. A record that changed since it was
 // listed is judged again as it is now.
-func (n *Node) Apply(ctx context.Context, p *Plan) error {
+func (n *Releaser) Apply(ctx context.Context, p *Plan) error {
 	var errs []error
 	for _, rec := range p.Release {
 		if err := n.guard.Collect(ctx, rec, n.CNIPath, p.witness); err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/guard"
 )
 
-// fakeCalico is Calico's data as a test sets it (guard.Calico): which
+// fakeCalico is Calico's data as a test sets it (guard.CalicoData): which
 // Nodes exist and which handle keeps every address. What it is not given
 // it cannot tell, as a Calico that does not answer; reads counts what the
 // verbs asked.
@@ -51,7 +51,7 @@ func (f *fakeCalico) HandleAllocations(context.Context, string) (map[netip.Addr]
 	return f.held, nil
 }
 
-// Issue 29: the verbs read Calico's data through guard.Calico, and only on
+// Issue 29: the verbs read Calico's data through guard.CalicoData, and only on
 // their rare paths. An ordinary pod's ADD and DEL read nothing of it; a
 // virt-launcher pod's ADD reads which handle keeps its address and records
 // its VM's handle.

@@ -57,7 +57,7 @@ type Guard struct {
 	cfg      *config.Config
 	store    store.Store
 	delegate *delegate.Delegate
-	calico   Calico
+	calico   CalicoData
 	version  string // spoken with the delegate
 	log      *slog.Logger
 	now      func() time.Time
@@ -76,12 +76,12 @@ type Guard struct {
 	At func(Step)
 }
 
-// Calico is what the verbs read of Calico's own data, on rare paths only
+// CalicoData is what the verbs read of Calico's own data, on rare paths only
 // (a KubeVirt VM's pod, a holder on another node, an adopted pod-name
 // handle): an ordinary pod's verbs never call it. Package lookup
 // reads it as calico-ipam reaches it; an error means Calico could not
 // tell, which the verbs take as doubt.
-type Calico interface {
+type CalicoData interface {
 	// NodeKnown says whether Calico holds the Node called node.
 	NodeKnown(ctx context.Context, node string) (bool, error)
 	// Allocation is what Calico records of ip (a zero Allocation when ip
@@ -117,7 +117,7 @@ type Parts struct {
 	Version  string
 	Delegate *delegate.Delegate
 	Store    store.Store
-	Calico   Calico
+	Calico   CalicoData
 	Log      *slog.Logger
 }
 

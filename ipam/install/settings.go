@@ -95,22 +95,22 @@ func withCalicoEtcd(s Settings, confs []*cninode.Conf) (Settings, error) {
 
 // calicoKeys are the top-level keys calico-ipam reads from the first
 // plugin of c whose IPAM is Calico's.
-func calicoKeys(c *cninode.Conf) (config.Calico, error) {
+func calicoKeys(c *cninode.Conf) (config.CalicoSettings, error) {
 	for i, p := range c.Plugins {
 		if !p.UsesCalicoIPAM() && !p.RoutedThroughSafeIPAM() {
 			continue
 		}
 		stdin, err := c.PluginConfig(i)
 		if err != nil {
-			return config.Calico{}, fmt.Errorf("%s: plugin %d: %w", c.Path, i, err)
+			return config.CalicoSettings{}, fmt.Errorf("%s: plugin %d: %w", c.Path, i, err)
 		}
 		var top map[string]json.RawMessage
 		if err := json.Unmarshal(stdin, &top); err != nil {
-			return config.Calico{}, fmt.Errorf("%s: plugin %d: %w", c.Path, i, err)
+			return config.CalicoSettings{}, fmt.Errorf("%s: plugin %d: %w", c.Path, i, err)
 		}
 		return config.ReadCalico(top)
 	}
-	return config.Calico{}, fmt.Errorf("%s: no plugin's IPAM is calico-ipam", c.Path)
+	return config.CalicoSettings{}, fmt.Errorf("%s: no plugin's IPAM is calico-ipam", c.Path)
 }
 
 // planForgetSettings adds to p the removal of the node settings when p

@@ -62,13 +62,13 @@ type Backends struct {
 	// EtcdStore says whether Store opens an etcd store.
 	EtcdStore bool
 	// CalicoEtcd reads Calico's etcd datastore.
-	CalicoEtcd func(c config.Calico, warn lookup.Warn) lookup.Reader
+	CalicoEtcd func(c config.CalicoSettings, warn lookup.Warn) lookup.Reader
 }
 
 // Lean are the backends of the CNI binary's lean build: the file store,
 // and Calico's etcd read through the etcd build beside the binary.
 func Lean() Backends {
-	return Backends{Store: openFileStore, CalicoEtcd: func(c config.Calico, warn lookup.Warn) lookup.Reader {
+	return Backends{Store: openFileStore, CalicoEtcd: func(c config.CalicoSettings, warn lookup.Warn) lookup.Reader {
 		return lookup.NewRelayed(filepath.Join(ownDir(), builds.EtcdBinary), c, warn)
 	}}
 }

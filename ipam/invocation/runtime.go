@@ -236,7 +236,7 @@ func Main(r Verbs, version string) {
 func serveRead(b Backends) int {
 	open := b.CalicoEtcd
 	if !b.EtcdStore {
-		open = func(config.Calico, lookup.Warn) lookup.Reader {
+		open = func(config.CalicoSettings, lookup.Warn) lookup.Reader {
 			return lookup.Unavailable("this build of safe-ipam does not read Calico's etcd: " + builds.EtcdBinary + " does")
 		}
 	}

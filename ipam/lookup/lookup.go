@@ -27,7 +27,7 @@ const Timeout = 5 * time.Second
 // Reader is Calico's datastore as one invocation reads it. Close it when
 // the invocation ends.
 type Reader interface {
-	guard.Calico
+	guard.CalicoData
 	Close() error
 }
 
@@ -46,14 +46,14 @@ func (w Warn) orNobody() Warn {
 // Kubernetes reads Calico's Kubernetes datastore, connected on the first
 // read.
 type Kubernetes struct {
-	conf config.Calico
+	conf config.CalicoSettings
 	kube *kubeapi.Client
 	warn Warn
 }
 
 // New is Calico's Kubernetes datastore as the config's top-level keys
 // name it; it connects to nothing yet.
-func New(c config.Calico, warn Warn) *Kubernetes {
+func New(c config.CalicoSettings, warn Warn) *Kubernetes {
 	return &Kubernetes{conf: c, warn: warn.orNobody()}
 }
 

@@ -20,7 +20,7 @@ import (
 // What the CNI binary does not read of the Kubernetes datastore is an
 // error, never an answer; and nothing was connected to close.
 func TestKubernetesDatastoreKeepsNodesAndHandlesUnread(t *testing.T) {
-	c := lookup.New(config.Calico{DatastoreType: config.DatastoreKubernetes}, nil)
+	c := lookup.New(config.CalicoSettings{DatastoreType: config.DatastoreKubernetes}, nil)
 	ctx := context.Background()
 	if _, err := c.NodeKnown(ctx, "node1"); err == nil || !strings.Contains(err.Error(), "does not read") {
 		t.Errorf("NodeKnown = %v; want an error saying it does not read the datastore", err)
@@ -45,7 +45,7 @@ func TestKubernetesAPIExposureIsWarned(t *testing.T) {
 		t.Fatal(err)
 	}
 	warned := map[string]string{}
-	c := lookup.New(config.Calico{DatastoreType: config.DatastoreKubernetes, Kubeconfig: kubeconfig}, func(transport, why string) { warned[transport] = why })
+	c := lookup.New(config.CalicoSettings{DatastoreType: config.DatastoreKubernetes, Kubeconfig: kubeconfig}, func(transport, why string) { warned[transport] = why })
 	if a, err := c.Allocation(context.Background(), netip.MustParseAddr("10.0.0.1")); err != nil || a.Handle != "" {
 		t.Fatalf("Allocation = %+v, %v; want none", a, err)
 	}
@@ -66,7 +66,7 @@ func TestTheRelayNeverRunsABuildFoundOnPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	_, err := lookup.NewRelayed("safe-ipam-etcd", config.Calico{}, nil).NodeKnown(context.Background(), "node1")
+	_, err := lookup.NewRelayed("safe-ipam-etcd", config.CalicoSettings{}, nil).NodeKnown(context.Background(), "node1")
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable || !strings.Contains(err.Error(), "never runs one found on PATH") {
 		t.Fatalf("read through a bare name: %v; want code 50", err)

@@ -25,11 +25,11 @@ const (
 
 // Request is one read of Calico's etcd.
 type Request struct {
-	Calico config.Calico `json:"calico"`
-	Op     string        `json:"op"`
-	Node   string        `json:"node,omitempty"`
-	IP     netip.Addr    `json:"ip,omitzero"`
-	Handle string        `json:"handle,omitempty"`
+	Calico config.CalicoSettings `json:"calico"`
+	Op     string                `json:"op"`
+	Node   string                `json:"node,omitempty"`
+	IP     netip.Addr            `json:"ip,omitzero"`
+	Handle string                `json:"handle,omitempty"`
 }
 
 // Response is its answer: the read's result, the exposure warnings of the
@@ -46,12 +46,12 @@ type Response struct {
 // which it runs once per read (builds.AskEtcdBuild).
 type Relayed struct {
 	bin  string
-	conf config.Calico
+	conf config.CalicoSettings
 	warn Warn
 }
 
 // NewRelayed is Calico's etcd read through bin; it runs nothing yet.
-func NewRelayed(bin string, c config.Calico, warn Warn) *Relayed {
+func NewRelayed(bin string, c config.CalicoSettings, warn Warn) *Relayed {
 	return &Relayed{bin: bin, conf: c, warn: warn.orNobody()}
 }
 
@@ -109,7 +109,7 @@ func (b *Relayed) read(ctx context.Context, req Request) (Response, error) {
 // Serve answers the Request on in with a reader of Calico's etcd that
 // open makes (the etcd build's), writing the Response on out: what a
 // build run with builds.ReadEnv does.
-func Serve(ctx context.Context, in io.Reader, out io.Writer, open func(config.Calico, Warn) Reader) error {
+func Serve(ctx context.Context, in io.Reader, out io.Writer, open func(config.CalicoSettings, Warn) Reader) error {
 	var req Request
 	var resp Response
 	if err := json.NewDecoder(in).Decode(&req); err != nil {

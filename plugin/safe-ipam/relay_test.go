@@ -33,7 +33,7 @@ func TestCNIBuildReadsCalicosEtcdThroughSafeIPAMEtcd(t *testing.T) {
 	if _, err := srv.Client().Put(ctx, calico.NodeKey("node1"), `{"kind":"Node"}`); err != nil {
 		t.Fatal(err)
 	}
-	conf := config.Calico{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}
+	conf := config.CalicoSettings{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}
 	warned := map[string]string{}
 	beside := lookup.NewRelayed(filepath.Join(binDir, builds.EtcdBinary), conf, func(transport, why string) { warned[transport] = why })
 	itself := etcdlookup.New(conf, nil)

@@ -40,7 +40,7 @@ func open(ctx context.Context, s Settings) (Datastore, *clientv3.Client, error) 
 
 // OpenCalico opens Calico's datastore, as calico-ipam reaches it from its
 // network config (admin.CalicoSettings) or as the flags say
-// (admin.Calico.Settings): the one way every command opens it. Close with
+// (admin.Datastores.Settings): the one way every command opens it. Close with
 // the returned func.
 func OpenCalico(ctx context.Context, s Settings) (Datastore, func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -23,14 +23,14 @@ import (
 // Etcd is Calico's etcd as one invocation reads it, connected on the
 // first read. Close it when the invocation ends.
 type Etcd struct {
-	conf config.Calico
+	conf config.CalicoSettings
 	cli  *clientv3.Client
 	warn lookup.Warn
 }
 
 // New is Calico's etcd as the config's top-level keys name it; it
 // connects to nothing yet. Its type fits invocation.Backends.
-func New(c config.Calico, warn lookup.Warn) lookup.Reader {
+func New(c config.CalicoSettings, warn lookup.Warn) lookup.Reader {
 	if warn == nil {
 		warn = func(string, string) {}
 	}

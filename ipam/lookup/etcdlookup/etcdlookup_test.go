@@ -35,7 +35,7 @@ func TestReadsCalicosEtcd(t *testing.T) {
 	}
 	warned := map[string]string{}
 	warn := func(transport, why string) { warned[transport] = why }
-	c := etcdlookup.New(config.Calico{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}, warn)
+	c := etcdlookup.New(config.CalicoSettings{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}, warn)
 	defer c.Close()
 	for node, known := range map[string]bool{"node1": true, "node2": false} {
 		if got, err := c.NodeKnown(ctx, node); err != nil || got != known {
