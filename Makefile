@@ -89,7 +89,7 @@ e2e-cluster: kube-binaries
 # safe-ipam (root). CALICO_IPAM=path runs the scenarios against a real
 # calico-ipam.
 e2e-kubernetes: kube-binaries
-	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|KDD|PodsSource|RekeyToPodHandle)' ./e2e/harness/kubetest/... ./ipam/liveness/... ./ipam/audit/... ./ipam/calico/datastore/... ./ipam/adopt/... ./e2e/harness/calicosim/... ./e2e/harness/testbed/... ./e2e/
+	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|KDD|PodsSource|RekeyToPodHandle)' ./e2e/harness/kubetest/... ./ipam/admin/liveness/... ./ipam/admin/audit/... ./ipam/calico/datastore/... ./ipam/admin/adopt/... ./e2e/harness/calicosim/... ./e2e/harness/testbed/... ./e2e/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

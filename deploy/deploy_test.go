@@ -16,7 +16,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -25,8 +25,8 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
 func decodeStrict(t *testing.T, path string, into any) {
@@ -297,7 +297,7 @@ func TestCalicoConfigPatchIsCalicosWithSafeIPAM(t *testing.T) {
 }
 
 // Issue 20, finding 7: the ClusterRole grants exactly the verbs the code
-// calls (client-go and dynamic-client calls in ipam/liveness and
+// calls (client-go and dynamic-client calls in ipam/admin/liveness and
 // ipam/calico/datastore), each for the reason given.
 func TestRBACGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	var role rbacv1.ClusterRole

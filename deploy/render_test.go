@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/safe-ipam/safe-ipam/deploy/render"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 )
 
 // The manifests rendered for k3s's CNI dirs name those dirs everywhere

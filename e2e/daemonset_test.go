@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Issue 30, item 3: records written before fencing existed must get

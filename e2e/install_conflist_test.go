@@ -13,8 +13,8 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/ipam/doctor"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 )
 
 // Issue 30, item 2: `install --store=etcd` wrote a store without

@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
 
 	"context"
 	"encoding/json"
@@ -28,8 +28,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/statefulset"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/ipam/doctor"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 )
 
 // calicoNetwork is the network of Calico's manifest.

@@ -15,7 +15,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Issue 21: KubeVirt VMs (Calico 3.32 and later). calico-ipam keeps a

@@ -17,10 +17,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/etcdread"
-	"github.com/safe-ipam/safe-ipam/ipam/doctor"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 )
 

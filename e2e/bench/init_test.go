@@ -32,7 +32,7 @@ func TestAdminPackagesDoNoWorkAtInit(t *testing.T) {
 	}{
 		// Its name patterns compile on first use; what is left is a small
 		// map and a few closures.
-		{"github.com/safe-ipam/safe-ipam/ipam/audit", 4096},
+		{"github.com/safe-ipam/safe-ipam/ipam/admin/audit", 4096},
 	}
 	for _, tt := range tests {
 		got, ok := inits[tt.pkg]

@@ -19,16 +19,16 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/backends"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/backends"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Network is the network every history attaches to, Calico's usual name.

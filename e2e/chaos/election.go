@@ -23,7 +23,7 @@ import (
 
 // The DaemonSet's gc --dead-nodes --every loops run on every node and
 // elect one per cluster to sweep, through the shared etcd store
-// (ipam/gc/sweeper.go). An election that goes wrong fails quietly: no
+// (ipam/admin/gc/sweeper.go). An election that goes wrong fails quietly: no
 // loop errs, yet nobody sweeps, and a dead node's records fence its
 // addresses for ever. The election histories run the loops as the
 // DaemonSet does, as processes of the build under test, kill node1, play
@@ -267,7 +267,7 @@ func seen(match func(line string) bool, n int) func(*gcLoop) (bool, error) {
 	return func(l *gcLoop) (bool, error) { return l.count(match) >= n, nil }
 }
 
-// What the loops print (ipam/gc/cli.go, gc.go), line by line.
+// What the loops print (ipam/admin/gc/cli.go, gc.go), line by line.
 
 // round: a round's line about dead nodes, whatever the loop did: it
 // does not sweep as a dry run, or another node leads, or it swept.

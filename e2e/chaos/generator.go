@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // SetupFor derives a random history's setup from its seed, so that a seed

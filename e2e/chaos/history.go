@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Expect is what a call must do, beyond keeping the invariants.

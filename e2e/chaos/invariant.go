@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Kind is the harm a violation does: an address lost to the pool, or an

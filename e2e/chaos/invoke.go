@@ -16,7 +16,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // Verb is a CNI command the runtime issues.

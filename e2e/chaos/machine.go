@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 )
 
 // A node of a history is a machine: its name there (node1, node2) is the

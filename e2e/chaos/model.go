@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // State is what the runtime believes about an attachment. It changes only

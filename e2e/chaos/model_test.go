@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // TestOutageExpectAfterCrashedCommit: an ADD retried during an outage is

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // Script is a fixed history: each entry builds its step from the model,

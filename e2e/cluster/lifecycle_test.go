@@ -24,7 +24,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Scenario 2 of issue 23: calico-node starts again (its installer

@@ -239,13 +239,13 @@ func (c *cluster) safeIPAMData(ctx context.Context) map[string]string {
 	return out
 }
 
-// sweepTTL is the elected sweeper's lease in gc periods (ipam/gc's
+// sweepTTL is the elected sweeper's lease in gc periods (ipam/admin/gc's
 // sweepTTL): a leader that dies is replaced within it, and the next
 // round of another gc.
 const sweepTTL = 3
 
 // Scenario 5 of issue 34, the collector dies: the node whose gc holds the
-// cluster's dead-node sweep (ipam/gc/sweeper.go) is killed, every process
+// cluster's dead-node sweep (ipam/admin/gc/sweeper.go) is killed, every process
 // at once, so its lease is never revoked; another node's gc takes the
 // sweep over within the lease and one period.
 func TestCollectorDies(t *testing.T) {

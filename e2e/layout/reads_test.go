@@ -16,7 +16,7 @@ import (
 // forbiddenReads open a file or directory with a blocking open and no
 // bound (a FIFO at the path holds the caller past its deadline), or
 // write through one (a FIFO with no reader holds a write-only open).
-// Product code reads through package nodefile instead, and gives client-go
+// Product code reads through package bounded instead, and gives client-go
 // its config through package kubeconfig. Keyed by import path.
 var forbiddenReads = map[string][]string{
 	"os":                                 {"ReadFile", "Open", "ReadDir", "DirFS", "WriteFile", "Create", "OpenRoot", "OpenInRoot"},
@@ -40,7 +40,7 @@ var forbiddenReads = map[string][]string{
 var openCalls = map[string]int{"os.OpenFile": 1, "syscall.Open": 1, "syscall.Openat": 2, "golang.org/x/sys/unix.Open": 1, "golang.org/x/sys/unix.Openat": 2}
 
 // Every file a CNI call or an admin command reads goes through one
-// opener (package nodefile: non-blocking, regular files only, bounded):
+// opener (package bounded: non-blocking, regular files only, bounded):
 // product code calls no other file read, not even as a function value or
 // under another import name; it opens with flags only to write (without
 // blocking, or a new file) or a directory.
@@ -52,7 +52,7 @@ func TestEveryReadGoesThroughTheOneOpener(t *testing.T) {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
 			}
-			if filepath.Base(filepath.Dir(path)) == "nodefile" {
+			if filepath.Base(filepath.Dir(path)) == "bounded" {
 				return nil
 			}
 			opens += checkReads(t, root, path)
@@ -91,7 +91,7 @@ func checkReads(t *testing.T, root, path string) int {
 		switch n := n.(type) {
 		case *ast.SelectorExpr: // a call, or a function value
 			if fn := qualified(imports, n); forbidden(fn) {
-				t.Errorf("%s uses %s: read through package nodefile (non-blocking, regular files only, bounded)", fset.Position(n.Pos()), fn)
+				t.Errorf("%s uses %s: read through package bounded (non-blocking, regular files only, bounded)", fset.Position(n.Pos()), fn)
 			}
 		case *ast.CallExpr:
 			sel, ok := n.Fun.(*ast.SelectorExpr)
@@ -104,7 +104,7 @@ func checkReads(t *testing.T, root, path string) int {
 			}
 			checked++
 			if flags := identNames(n.Args[arg]); !safeOpen(flags) {
-				t.Errorf("%s opens with %s: a read-only open belongs to package nodefile, and a write must not block (O_NONBLOCK) or make a new file (O_EXCL)", fset.Position(n.Pos()), flags)
+				t.Errorf("%s opens with %s: a read-only open belongs to package bounded, and a write must not block (O_NONBLOCK) or make a new file (O_EXCL)", fset.Position(n.Pos()), flags)
 			}
 		}
 		return true
@@ -169,7 +169,7 @@ func identNames(e ast.Expr) string {
 }
 
 // safeOpen says whether flags open a directory, a new file, or a file
-// to write without blocking; a read-only open is nodefile's.
+// to write without blocking; a read-only open is bounded's.
 func safeOpen(flags string) bool {
 	has := func(name string) bool { return strings.Contains(" "+flags+" ", " "+name+" ") }
 	switch {
@@ -217,10 +217,10 @@ func TestOnlyTheLongRunningCommandsListen(t *testing.T) {
 				}
 				fn := qualified(imports, sel)
 				i := strings.LastIndex(fn, ".")
-				if i > 0 && slices.Contains(listeners[fn[:i]], fn[i+1:]) && filepath.Dir(name) != "ipam/metrics" {
+				if i > 0 && slices.Contains(listeners[fn[:i]], fn[i+1:]) && filepath.Dir(name) != "ipam/admin/metrics" {
 					t.Errorf("%s listens (%s): only package metrics serves, for the watch and gc", fset.Position(sel.Pos()), fn)
 				}
-				if fn == module+"/ipam/metrics.ListenProbes" {
+				if fn == module+"/ipam/admin/metrics.ListenProbes" {
 					starters[filepath.Dir(name)] = true
 				}
 				return true
@@ -231,7 +231,7 @@ func TestOnlyTheLongRunningCommandsListen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if want := map[string]bool{"ipam/gc": true, "ipam/install": true}; !maps.Equal(starters, want) {
+	if want := map[string]bool{"ipam/admin/gc": true, "ipam/admin/install": true}; !maps.Equal(starters, want) {
 		t.Errorf("metrics.ListenProbes is called from %v; want only gc and install (its watch)", starters)
 	}
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness/livenesstest"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness/livenesstest"
 )
 
 // runtimeBackend is a liveness source read from a real containerd: the

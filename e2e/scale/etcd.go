@@ -15,8 +15,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // etcdCluster is Calico's etcd datastore, which also holds safe-ipam's

@@ -6,8 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
 )
 
 // The deployment's periods: gc's --every as the manifest writes it, and

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Options size one simulation.

@@ -7,10 +7,10 @@ import (
 	"os"
 	"strings"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // Datastores is where Calico's data and safe-ipam's records are, and which

@@ -5,8 +5,8 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
 )
 
 // Liveness names the source of what runs on the node, from the flags of

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/liveness"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 )
 
 // One liveness source at most, and the one named is the one read.

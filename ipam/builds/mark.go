@@ -10,7 +10,7 @@ import (
 	"io/fs"
 	"slices"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // Mark is the build mark: it is in every binary that refers to it
@@ -31,7 +31,7 @@ var mainPackages = []string{"github.com/safe-ipam/safe-ipam/plugin/" + CNIBinary
 // IsSafeIPAM says whether the file at path is a safe-ipam binary: by its
 // Go build info, or by Mark. A missing file is not, and not an error.
 func IsSafeIPAM(path string) (bool, error) {
-	f, err := nodefile.Open(path)
+	f, err := bounded.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -42,7 +42,7 @@ func IsSafeIPAM(path string) (bool, error) {
 	if info, err := buildinfo.Read(f); err == nil && slices.Contains(mainPackages, info.Path) {
 		return true, nil
 	}
-	found, err := containsMark(bufio.NewReaderSize(io.NewSectionReader(f, 0, nodefile.Binary), 1<<20))
+	found, err := containsMark(bufio.NewReaderSize(io.NewSectionReader(f, 0, bounded.Binary), 1<<20))
 	if err != nil {
 		return false, fmt.Errorf("reading %s: %w", path, err)
 	}

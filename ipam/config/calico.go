@@ -8,8 +8,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Calico datastore types, as calico-ipam names them.
@@ -126,7 +126,7 @@ func (c CalicoSettings) resolveNode() (node, from string, err error) {
 	if file == "" {
 		file, from = CalicoNodenameFile, "nodename_file (default "+CalicoNodenameFile+")"
 	}
-	data, err := nodefile.Read(file, nodefile.Name)
+	data, err := bounded.Read(file, bounded.Name)
 	switch {
 	case err == nil && strings.TrimSpace(string(data)) != "":
 		return strings.TrimSpace(string(data)), from, nil

@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // NodeSettingsFile is where install keeps the node's safe-ipam settings,
@@ -41,7 +41,7 @@ func readNodeSettings(binDir string) (map[string]json.RawMessage, string, error)
 		return nil, "", nil
 	}
 	path := filepath.Join(binDir, NodeSettingsFile)
-	data, err := nodefile.Read(path, nodefile.Small)
+	data, err := bounded.Read(path, bounded.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", nil
 	}

@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // File is one TLS file and the setting that named it, so that an error
@@ -107,7 +107,7 @@ func caPool(ca File) (*x509.CertPool, error) {
 }
 
 func readFile(what string, f File) ([]byte, error) {
-	data, err := nodefile.Read(f.Path, nodefile.Small)
+	data, err := bounded.Read(f.Path, bounded.Small)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s file %s does not exist", what, f)
 	}

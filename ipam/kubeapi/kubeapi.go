@@ -23,7 +23,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // ErrNotFound means the object does not exist (HTTP 404).
@@ -78,7 +78,7 @@ type user struct {
 // New reads the kubeconfig at path (its current context); timeout bounds
 // each request. Exec plugins and auth providers are not supported.
 func New(path string, timeout time.Duration) (*Client, error) {
-	data, err := nodefile.Read(path, nodefile.Small)
+	data, err := bounded.Read(path, bounded.Small)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %w", err)
 	}
@@ -180,7 +180,7 @@ func (c *cluster) tls(dir string) (*tls.Config, error) {
 	ca := c.CertificateAuthorityData
 	if c.CertificateAuthority != "" {
 		var err error
-		if ca, err = nodefile.Read(resolve(dir, c.CertificateAuthority), nodefile.Small); err != nil {
+		if ca, err = bounded.Read(resolve(dir, c.CertificateAuthority), bounded.Small); err != nil {
 			return nil, fmt.Errorf("certificate-authority %w", err)
 		}
 	}
@@ -207,7 +207,7 @@ func (u *user) credentials(dir string, conf *tls.Config) (string, error) {
 		if f.path == "" {
 			continue
 		}
-		data, err := nodefile.Read(resolve(dir, f.path), nodefile.Small)
+		data, err := bounded.Read(resolve(dir, f.path), bounded.Small)
 		if err != nil {
 			return "", fmt.Errorf("%s %w", f.name, err)
 		}
@@ -221,7 +221,7 @@ func (u *user) credentials(dir string, conf *tls.Config) (string, error) {
 		conf.Certificates = []tls.Certificate{cert}
 	}
 	if u.TokenFile != "" {
-		data, err := nodefile.Read(resolve(dir, u.TokenFile), nodefile.Small)
+		data, err := bounded.Read(resolve(dir, u.TokenFile), bounded.Small)
 		if err != nil {
 			return "", fmt.Errorf("tokenFile %w", err)
 		}

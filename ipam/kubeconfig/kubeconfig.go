@@ -1,5 +1,5 @@
 // Package kubeconfig gives the admin commands' client-go clients their
-// config with every file read through nodefile: the kubeconfig, the
+// config with every file read through bounded: the kubeconfig, the
 // files it names (CA, client certificate and key, token file) and, in a
 // pod, the service account's CA and token. client-go's own loader reads
 // them with blocking opens and no size limit, so a FIFO at one of those
@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // ServiceAccountDir is where a pod's service account token and CA are.
@@ -33,7 +33,7 @@ func Load(path string) (*rest.Config, error) {
 	if path == "" {
 		return inCluster(ServiceAccountDir)
 	}
-	data, err := nodefile.Read(path, nodefile.Small)
+	data, err := bounded.Read(path, bounded.Small)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +80,7 @@ func inline(dir string, name *string, data *[]byte) error {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(dir, path)
 	}
-	b, err := nodefile.Read(path, nodefile.Small)
+	b, err := bounded.Read(path, bounded.Small)
 	if err != nil {
 		return err
 	}
@@ -88,14 +88,14 @@ func inline(dir string, name *string, data *[]byte) error {
 	return nil
 }
 
-// inCluster is rest.InClusterConfig with its reads through nodefile; the
+// inCluster is rest.InClusterConfig with its reads through bounded; the
 // token, which the kubelet rotates, is read again at most once a minute.
 func inCluster(dir string) (*rest.Config, error) {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if host == "" || port == "" {
 		return nil, fmt.Errorf("no --kubeconfig, and not in a pod (KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are unset)")
 	}
-	ca, err := nodefile.Read(filepath.Join(dir, "ca.crt"), nodefile.Small)
+	ca, err := bounded.Read(filepath.Join(dir, "ca.crt"), bounded.Small)
 	if err != nil {
 		return nil, fmt.Errorf("service account CA %w", err)
 	}
@@ -110,7 +110,7 @@ func inCluster(dir string) (*rest.Config, error) {
 	}, nil
 }
 
-// tokenFile is a token file read through nodefile, kept for a minute.
+// tokenFile is a token file read through bounded, kept for a minute.
 type tokenFile struct {
 	path string
 	mu   sync.Mutex
@@ -124,7 +124,7 @@ func (t *tokenFile) get() (string, error) {
 	if t.tok != "" && time.Since(t.at) < time.Minute {
 		return t.tok, nil
 	}
-	data, err := nodefile.Read(t.path, nodefile.Small)
+	data, err := bounded.Read(t.path, bounded.Small)
 	if err != nil {
 		if t.tok != "" {
 			return t.tok, nil // the kubelet is swapping it: the last one still serves

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile/nodefiletest"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded/boundedtest"
 )
 
 const config = `apiVersion: v1
@@ -58,16 +58,16 @@ func TestLoadNeverWaitsOnAFIFO(t *testing.T) {
 		t.Run(at, func(t *testing.T) {
 			dir := t.TempDir()
 			write(t, dir, map[string]string{"config": config, "ca.pem": "CA", "token": "tok"})
-			nodefiletest.FIFO(t, filepath.Join(dir, at))
-			err := nodefiletest.Returns(t, "Load", func() error { _, err := Load(filepath.Join(dir, "config")); return err })
-			if !errors.Is(err, nodefile.ErrNotRegular) || !strings.Contains(err.Error(), at) {
+			boundedtest.FIFO(t, filepath.Join(dir, at))
+			err := boundedtest.Returns(t, "Load", func() error { _, err := Load(filepath.Join(dir, "config")); return err })
+			if !errors.Is(err, bounded.ErrNotRegular) || !strings.Contains(err.Error(), at) {
 				t.Fatalf("Load = %v; want a refusal naming %s", err, at)
 			}
 		})
 	}
 }
 
-// In a pod, the service account's CA and token are read through nodefile
+// In a pod, the service account's CA and token are read through bounded
 // too, and every request carries the token.
 func TestInClusterSendsTheServiceAccountsToken(t *testing.T) {
 	var got string
@@ -92,9 +92,9 @@ func TestInClusterSendsTheServiceAccountsToken(t *testing.T) {
 	if got != "Bearer sa-token" {
 		t.Fatalf("Authorization = %q", got)
 	}
-	nodefiletest.FIFO(t, filepath.Join(dir, "token"))
-	err = nodefiletest.Returns(t, "inCluster", func() error { _, err := inCluster(dir); return err })
-	if !errors.Is(err, nodefile.ErrNotRegular) {
+	boundedtest.FIFO(t, filepath.Join(dir, "token"))
+	err = boundedtest.Returns(t, "inCluster", func() error { _, err := inCluster(dir); return err })
+	if !errors.Is(err, bounded.ErrNotRegular) {
 		t.Fatalf("inCluster over a FIFO token = %v", err)
 	}
 }
@@ -116,7 +116,7 @@ func TestTheServiceAccountTokenIsReadAgain(t *testing.T) {
 	get("first") // within the minute
 	tokens.at = tokens.at.Add(-2 * time.Minute)
 	get("second")
-	nodefiletest.FIFO(t, filepath.Join(dir, "token"))
+	boundedtest.FIFO(t, filepath.Join(dir, "token"))
 	tokens.at = tokens.at.Add(-2 * time.Minute)
 	get("second")
 }

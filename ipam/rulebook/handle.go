@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Generation is how a handle is keyed, which says who owns it.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Witness is what a path knows besides the records it judges: the

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook/rulebooktest"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 var now = time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)

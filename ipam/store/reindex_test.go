@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Issue 31, item 7: a live-migrating VM's source and target hold one

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // ErrConflict means the stored record is not the one the caller expected.

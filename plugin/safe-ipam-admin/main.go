@@ -14,14 +14,14 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
-	"github.com/safe-ipam/safe-ipam/ipam/adopt"
-	"github.com/safe-ipam/safe-ipam/ipam/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/adopt"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/gc"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/repair"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
-	"github.com/safe-ipam/safe-ipam/ipam/cninode"
-	"github.com/safe-ipam/safe-ipam/ipam/doctor"
-	"github.com/safe-ipam/safe-ipam/ipam/gc"
-	"github.com/safe-ipam/safe-ipam/ipam/install"
-	"github.com/safe-ipam/safe-ipam/ipam/repair"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".

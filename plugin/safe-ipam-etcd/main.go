@@ -7,9 +7,9 @@
 package main
 
 import (
-	"github.com/safe-ipam/safe-ipam/ipam/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/backends"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/invocation"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
-	"github.com/safe-ipam/safe-ipam/ipam/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 )
 
 // The file store syncs only the writes a power loss must not undo (see

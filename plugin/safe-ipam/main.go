@@ -6,7 +6,7 @@ package main
 
 import (
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
-	"github.com/safe-ipam/safe-ipam/ipam/invocation"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/invocation"
 )
 
 // Version is set at build time with -ldflags "-X main.Version=...".

@@ -12,9 +12,9 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/lookup"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/lookup/etcdlookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
-	"github.com/safe-ipam/safe-ipam/ipam/lookup"
-	"github.com/safe-ipam/safe-ipam/ipam/lookup/etcdlookup"
 )
 
 // safe-ipam reads Calico's etcd (a VM pod's address, a holder on another

@@ -18,10 +18,10 @@ import (
 // which the calls over etcd are handed to, not the etcd client, gRPC or
 // protobuf either.
 func TestCNIBuildLinksOnlyWhatCNICallsNeed(t *testing.T) {
-	admin := []string{"/ipam/audit", "/ipam/adopt", "/ipam/gc", "/ipam/install", "/ipam/doctor", "/ipam/admin", "/ipam/liveness",
+	admin := []string{"/ipam/admin/audit", "/ipam/admin/adopt", "/ipam/admin/gc", "/ipam/admin/install", "/ipam/admin/doctor", "/ipam/admin", "/ipam/admin/liveness",
 		"k8s.io/client-go/", "k8s.io/cri-api/", "github.com/fsnotify/"}
 	etcd := []string{"go.etcd.io/", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/gogo/protobuf", "github.com/golang/protobuf",
-		"/ipam/etcdconn", "/ipam/etcdrange", "/ipam/store/etcdstore", "/ipam/store/opener", "/ipam/calico/etcdread", "/ipam/lookup/etcdlookup"}
+		"/ipam/etcdconn", "/ipam/etcdrange", "/ipam/store/etcdstore", "/ipam/store/opener", "/ipam/calico/etcdread", "/ipam/cni/lookup/etcdlookup"}
 	for _, tc := range []struct {
 		pkg    string
 		banned []string

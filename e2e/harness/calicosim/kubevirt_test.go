@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // vmWorld is the simulator, on etcd or on the Kubernetes datastore, with

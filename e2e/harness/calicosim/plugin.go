@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // About is printed when the binary runs without CNI_COMMAND.

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Row is one record case a path can be given: a record, what a listing

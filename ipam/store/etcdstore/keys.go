@@ -3,7 +3,7 @@ package etcdstore
 import (
 	"strings"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // The store's keys, every one under the configured prefix. The layout is

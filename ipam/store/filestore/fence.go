@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // The address index is one symlink per address in the network's
@@ -166,7 +166,7 @@ func lists(rec *record.Record, att record.Attachment) bool {
 // stands in with them, so its DEL, GC or ADD releases them.
 func (s *Store) strayMarks(holder record.Attachment) []record.Quarantine {
 	dir := s.networkDir(holder.Network)
-	entries, err := nodefile.ReadDir(dir)
+	entries, err := bounded.ReadDir(dir)
 	if err != nil {
 		return nil
 	}

@@ -18,9 +18,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 const lockName = ".lock"
@@ -237,7 +237,7 @@ func (s *Store) List(_ context.Context, network string) ([]*record.Record, error
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
-	entries, err := nodefile.ReadDir(s.networkDir(network))
+	entries, err := bounded.ReadDir(s.networkDir(network))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -287,7 +287,7 @@ func (s *Store) Ping(context.Context) error {
 func (s *Store) Close() error { return nil }
 
 func (s *Store) read(path string) (*record.Record, error) {
-	data, err := nodefile.Read(path, nodefile.Small)
+	data, err := bounded.Read(path, bounded.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -456,7 +456,7 @@ func (s *Store) makeNetworkDir(dir string) error {
 }
 
 func syncDir(dir string) error {
-	d, err := nodefile.OpenDir(dir)
+	d, err := bounded.OpenDir(dir)
 	if err != nil {
 		return fmt.Errorf("syncing %s: %w", dir, err)
 	}

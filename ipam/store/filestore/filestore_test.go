@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store/storetest"
 )
 

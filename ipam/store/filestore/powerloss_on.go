@@ -9,7 +9,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/safe-ipam/safe-ipam/ipam/nodefile"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
 // In crash-test builds the store remembers how a power loss could undo
@@ -50,7 +50,7 @@ func notePowerLoss(path string, d durability) {
 }
 
 func restorer(path string) func() {
-	data, err := nodefile.Read(path, nodefile.Small)
+	data, err := bounded.Read(path, bounded.Small)
 	if errors.Is(err, fs.ErrNotExist) {
 		return func() { _ = os.Remove(path) }
 	}

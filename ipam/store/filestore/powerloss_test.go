@@ -6,7 +6,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Issue 31, item 6: Quarantine syncs the holder's data, not only its

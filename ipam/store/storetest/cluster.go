@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // RunCluster checks a store that holds every node's records, opened for

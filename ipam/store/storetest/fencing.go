@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // RunFencing checks the address index and the quarantines: a commit never

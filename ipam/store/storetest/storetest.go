@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/record"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Run checks s against the store contract.
