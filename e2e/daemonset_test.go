@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -31,7 +30,7 @@ import (
 // node of Calico's Kubernetes datastore (the file store), and an
 // index-less record ends up fencing its address.
 func TestDaemonSetIndexesOldRecordsWithItsMounts(t *testing.T) {
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	ds := daemonSetManifest(t)
 	node := &dsNode{root: t.TempDir(), safeIPAM: prepared.bin.Path(testbed.SafeIPAM)}
 	for _, v := range ds.Spec.Template.Spec.Volumes {
@@ -111,25 +110,9 @@ func (n *dsNode) layOutCalico(t *testing.T, ds *appsv1.DaemonSet) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list map[string]any
-	if err := json.Unmarshal(b, &list); err != nil {
-		t.Fatal(err)
-	}
-	calico := list["plugins"].([]any)[0].(map[string]any)
-	calico["nodename"] = "node1"
-	calico["log_file_path"] = n.host("/var/log/calico-ipam.log")
-	ipam := calico["ipam"].(map[string]any)
-	ipam["logFile"] = n.host("/var/log/safe-ipam.log")
-	ipam["cacheDir"] = n.host("/var/lib/cni/safe-ipam/cache")
-	ipam["store"] = map[string]any{"type": "file", "dir": n.host("/var/lib/cni/safe-ipam")}
-	conf, err := json.Marshal(list)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conf := renderForNode(t, "", n.root, tpl, func(ipam map[string]any) {
+		ipam["store"] = map[string]any{"type": "file", "dir": n.host("/var/lib/cni/safe-ipam")}
+	})
 	installer := testbed.CalicoInstaller{Binary: prepared.bin.Path(testbed.CalicoIPAM), Main: prepared.bin.MainPlugin(), BinDir: n.host("/opt/cni/bin"), ConfDir: n.host("/etc/cni/net.d"), Network: conf}
 	if err := installer.Run(); err != nil {
 		t.Fatal(err)

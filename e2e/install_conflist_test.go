@@ -83,7 +83,7 @@ func TestUninstallAfterTheConflistPatch(t *testing.T) {
 			podStarts := n.podStarts(t, ctx, c)
 			calicoRenders := func(manifest string) {
 				t.Helper()
-				n.installer.Network = renderForNode(t, c, filepath.Dir(n.BinDir), deployTemplate(t, manifest))
+				n.installer.Network = renderForNode(t, c.EtcdEndpoint, filepath.Dir(n.BinDir), deployTemplate(t, manifest), nil)
 				if err := n.installer.Run(); err != nil {
 					t.Fatal(err)
 				}

@@ -130,14 +130,17 @@ func calicoConfig(t *testing.T, c *testbed.Cluster, root string) []byte {
 	if err != nil {
 		t.Fatal(err) // the e2e suite never skips for want of it
 	}
-	return renderForNode(t, c, root, tpl)
+	return renderForNode(t, c.EtcdEndpoint, root, tpl, nil)
 }
 
-// renderForNode renders tpl, a cni_network_config, as calicoConfig
-// renders Calico's.
-func renderForNode(t *testing.T, c *testbed.Cluster, root, tpl string) []byte {
+// renderForNode renders tpl, Calico's cni_network_config, as calico-node
+// does for node1 with etcd at endpoint ("": the Kubernetes datastore), and
+// keeps the node's state under root: the logs and safe-ipam's version
+// cache at their usual paths below it. edit, when set, changes the ipam
+// section further.
+func renderForNode(t *testing.T, endpoint, root, tpl string, edit func(ipam map[string]any)) []byte {
 	t.Helper()
-	b, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(c.EtcdEndpoint))
+	b, err := testbed.RenderCalicoNetwork(tpl, testbed.CalicoDefaults(endpoint))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +150,13 @@ func renderForNode(t *testing.T, c *testbed.Cluster, root, tpl string) []byte {
 	}
 	calico := list["plugins"].([]any)[0].(map[string]any)
 	calico["nodename"] = "node1"
-	calico["log_file_path"] = filepath.Join(root, "calico-ipam.log")
+	calico["log_file_path"] = filepath.Join(root, "/var/log/calico-ipam.log")
 	ipam := calico["ipam"].(map[string]any)
-	ipam["logFile"] = filepath.Join(root, "safe-ipam", "safe-ipam.log")
-	ipam["cacheDir"] = filepath.Join(root, "safe-ipam", "cache")
+	ipam["logFile"] = filepath.Join(root, "/var/log/safe-ipam.log")
+	ipam["cacheDir"] = filepath.Join(root, "/var/lib/cni/safe-ipam/cache")
+	if edit != nil {
+		edit(ipam)
+	}
 	out, err := json.MarshalIndent(list, "", "  ")
 	if err != nil {
 		t.Fatal(err)

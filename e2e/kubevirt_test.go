@@ -29,7 +29,7 @@ import (
 // etcd; a kube-apiserver holds the pods, VMs and VMIs calico-ipam looks
 // up.
 func TestKubeVirt(t *testing.T) {
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	srv := kubetest.Start(t)
 	if err := srv.Namespace("default"); err != nil {
 		t.Fatal(err)

@@ -280,15 +280,7 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 	ctx := testContext(t)
 	c := newCluster(t, "ui"+mode[:1]+map[bool]string{false: "e", true: "f"}[fileStore])
 	dumpOnFailure(t, c)
-	if err := c.Seed(ctx, "node1"); err != nil {
-		t.Fatal(err)
-	}
-	n := newCalicoNode(t, c)
-	store := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
-	if fileStore {
-		store = testbed.FileStore(filepath.Join(c.Dir, "records"))
-		n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
-	}
+	n, store := nodeWithStore(t, ctx, c, fileStore)
 	n.admin(t, 0, "install", "--mode="+mode)
 	sandbox := func(name string) testbed.Sandbox { return podSandbox(t, ctx, c, name) }
 	p := sandbox("p")
@@ -352,6 +344,23 @@ func uninstallDeleteReinstall(t *testing.T, mode string, fileStore bool) {
 	n.admin(t, 0, "uninstall")
 }
 
+// nodeWithStore seeds node1 in Calico's data and gives it calico-node's
+// install, with safe-ipam's records in a file store of the cluster's dir
+// when fileStore says, else in etcd under the default prefix.
+func nodeWithStore(t *testing.T, ctx context.Context, c *testbed.Cluster, fileStore bool) (*calicoNode, testbed.Store) {
+	t.Helper()
+	if err := c.Seed(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	n := newCalicoNode(t, c)
+	store := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
+	if fileStore {
+		store = testbed.FileStore(filepath.Join(c.Dir, "records"))
+		n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
+	}
+	return n, store
+}
+
 // fenceFrom frees x behind p's back through Calico alone and starts pods
 // until one is handed x and fenced: its allocation is quarantined with
 // p's record. It returns the pods started meanwhile.
@@ -397,15 +406,7 @@ func TestUninstallReclaimsForRunningHolder(t *testing.T) {
 			ctx := testContext(t)
 			c, srv := newClusterServer(t, "ur"+map[bool]string{false: "e", true: "f"}[fileStore])
 			dumpOnFailure(t, c)
-			if err := c.Seed(ctx, "node1"); err != nil {
-				t.Fatal(err)
-			}
-			n := newCalicoNode(t, c)
-			store := testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")
-			if fileStore {
-				store = testbed.FileStore(filepath.Join(c.Dir, "records"))
-				n.setIPAM(t, "store", map[string]any{"type": "file", "dir": store.Dir})
-			}
+			n, store := nodeWithStore(t, ctx, c, fileStore)
 			n.admin(t, 0, "install", "--mode="+install.ModeTakeover)
 			p := podSandbox(t, ctx, c, "p")
 			x := n.add(t, ctx, p)
@@ -491,10 +492,7 @@ func TestUninstallInPodModeLeavesWhatCalicoFrees(t *testing.T) {
 	ctx := testContext(t)
 	c := newCluster(t, "uipod")
 	dumpOnFailure(t, c)
-	if err := c.Seed(ctx, "node1"); err != nil {
-		t.Fatal(err)
-	}
-	n := newCalicoNode(t, c)
+	n, store := nodeWithStore(t, ctx, c, false)
 	n.runner.Generation = testbed.Legacy
 	n.setIPAM(t, "delegateHandles", "pod")
 	n.admin(t, 0, "install")
@@ -517,7 +515,7 @@ func TestUninstallInPodModeLeavesWhatCalicoFrees(t *testing.T) {
 	if calicoHolds(t, ctx, c, x) {
 		t.Fatalf("p's DEL through Calico alone left %s allocated: leaked", x)
 	}
-	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: testbed.EtcdStore(c.EtcdEndpoint, "/safe-ipam/v1")})
+	left, err := c.Leftovers(ctx, calicoNetwork, &testbed.SafeConfig{Store: store})
 	if err != nil || len(left) > 0 {
 		t.Errorf("after the DEL: %v, %v", left, err)
 	}

@@ -23,8 +23,8 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
-	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/scaffold"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
@@ -36,43 +36,40 @@ const netnsPrefix = "sipe2e-"
 // suite is what TestMain prepares once per go test run.
 type suite struct {
 	bin testbed.Binaries
-	// unsuitable is why this host cannot run the suite, nil if it can.
-	unsuitable error
 }
 
 // prepared is set by TestMain before any test runs and only read after.
 var prepared suite
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := testbed.CheckHost(ctx); err != nil {
-		prepared.unsuitable = err
-		return m.Run()
-	}
-	restoreForward, err := testbed.PreserveIPForward()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := restoreForward(); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+// host is this suite's run: a root host with `ip netns`, its
+// ip_forward kept and what a killed run left removed, and the testbed's
+// programs built.
+var host = scaffold.Suite{
+	Name:  "e2e",
+	Check: testbed.CheckHost,
+	Prepare: func(ctx context.Context) (func(), error) {
+		restoreForward, err := testbed.PreserveIPForward()
+		if err != nil {
+			return nil, err
 		}
-	}()
-	if err := testbed.NewNetnsSet(netnsPrefix).RemoveLeftovers(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: removing leftover netns: %v\n", err)
-		return 1
-	}
-	return gobuild.Tests(m, "e2e", func(dir string) (err error) {
+		undo := func() {
+			if err := restoreForward(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+			}
+		}
+		if err := testbed.NewNetnsSet(netnsPrefix).RemoveLeftovers(ctx); err != nil {
+			undo()
+			return nil, fmt.Errorf("removing leftover netns: %w", err)
+		}
+		return undo, nil
+	},
+	Build: func(ctx context.Context, dir string) (err error) {
 		prepared.bin, err = testbed.Build(ctx, dir, os.Getenv("CALICO_IPAM"))
 		return err
-	})
+	},
 }
+
+func TestMain(m *testing.M) { host.Main(m) }
 
 // newCluster starts an etcd of the test's own and returns an unseeded
 // cluster whose netns are all removed when the test ends, failed or not.
@@ -86,7 +83,7 @@ func newCluster(t *testing.T, tag string) *testbed.Cluster {
 // stops it.
 func newClusterServer(t *testing.T, tag string) (*testbed.Cluster, *etcdtest.Server) {
 	t.Helper()
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	srv := etcdtest.Start(t)
 	set := testbed.NewNetnsSet(netnsPrefix + tag + "-")
 	t.Cleanup(func() {
@@ -105,7 +102,7 @@ func newClusterServer(t *testing.T, tag string) (*testbed.Cluster, *etcdtest.Ser
 // CRDs applied. calico-ipam gets the admin kubeconfig.
 func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := kubetest.Start(t)
 	if err := srv.Apply(crds); err != nil {

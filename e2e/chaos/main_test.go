@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/scaffold"
 )
 
 // suite is what TestMain prepares once: safe-ipam built with crash
@@ -21,13 +21,11 @@ var suite struct {
 }
 
 func TestMain(m *testing.M) {
-	// A failed build fails each test (binaries), not the run.
-	os.Exit(gobuild.Tests(m, "chaos", func(dir string) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
+	(&scaffold.Suite{Name: "chaos", Build: func(ctx context.Context, dir string) error {
+		// A failed build fails each test (binaries), not the run.
 		suite.bin, suite.err = Build(ctx, "", dir)
 		return nil
-	}))
+	}}).Main(m)
 }
 
 // binaries fails the test if the build did.

@@ -78,7 +78,7 @@ func newCluster(t *testing.T, legacy bool) *cluster {
 // does, and waits for the nodes to be Ready.
 func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration) *cluster {
 	t.Helper()
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	ctx := testContext(t, time.Duration(2+len(names))*time.Minute)
 	var env []string
 	if legacy && !prepared.realCalico {

@@ -14,6 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/scaffold"
 )
 
 // upgradeImage is the tag the DaemonSet is rolled to in the upgrade test.
@@ -35,22 +36,21 @@ type suite struct {
 	plugins []string
 	pause   string
 	images  []string
-	// unsuitable is why this host cannot run the suite, nil if it can.
-	unsuitable error
 }
 
 var prepared suite
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	if prepared.unsuitable = containerd.CheckHost("cluster", "mount"); prepared.unsuitable != nil {
-		return m.Run()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	return gobuild.Tests(m, "cluster", func(dir string) error { return build(ctx, dir) })
+// host is this suite's run: a host that can run containerd and mount,
+// and every binary and image built (the Kubernetes commands too, before
+// any test's clock starts).
+var host = scaffold.Suite{
+	Name:    "cluster",
+	Check:   func(context.Context) error { return containerd.CheckHost("cluster", "mount") },
+	Build:   build,
+	Timeout: 30 * time.Minute,
 }
+
+func TestMain(m *testing.M) { host.Main(m) }
 
 // build puts every binary in dir and packs the images: pause (the
 // kubelet's sandbox image), safe-ipam's, and safe-ipam's again under the

@@ -5,10 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/containerd"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/scaffold"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 )
 
@@ -23,24 +23,19 @@ type suite struct {
 	bin testbed.Binaries
 	// image is the sandbox image's docker-archive.
 	image string
-	// unsuitable is why this host cannot run the suite, nil if it can.
-	unsuitable error
 }
 
 var prepared suite
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
+// host is this suite's run: a host that can run containerd, and the
+// testbed's programs, the recorder and the sandbox image built.
+var host = scaffold.Suite{
+	Name:  "runtime",
+	Check: func(context.Context) error { return containerd.CheckHost("runtime") },
+	Build: build,
 }
 
-func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if prepared.unsuitable = containerd.CheckHost("runtime"); prepared.unsuitable != nil {
-		return m.Run()
-	}
-	return gobuild.Tests(m, "runtime", func(dir string) error { return build(ctx, dir) })
-}
+func TestMain(m *testing.M) { host.Main(m) }
 
 // build puts the testbed's programs, the recorder and the static pause
 // program in dir, and packs the sandbox image.

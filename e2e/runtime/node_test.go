@@ -61,7 +61,7 @@ type node struct {
 
 func newNode(t *testing.T, opt nodeOptions) *node {
 	t.Helper()
-	testbed.RequireHost(t, prepared.unsuitable)
+	host.Require(t)
 	ctx := testContext(t)
 	srv := etcdtest.Start(t)
 	dir := t.TempDir()

@@ -8,14 +8,19 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/scaffold"
 	"github.com/safe-ipam/safe-ipam/e2e/scale"
 )
 
 var bin string
 
 func TestMain(m *testing.M) {
-	gobuild.Main(m, &bin, "github.com/safe-ipam/safe-ipam/plugin/safe-ipam", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-etcd", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
-		"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam")
+	(&scaffold.Suite{Name: "scale", Build: func(ctx context.Context, dir string) error {
+		bin = dir
+		return gobuild.Build{Out: dir + string(filepath.Separator), Pkgs: []string{"github.com/safe-ipam/safe-ipam/plugin/safe-ipam",
+			"github.com/safe-ipam/safe-ipam/plugin/safe-ipam-etcd", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
+			"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam"}}.Run(ctx)
+	}}).Main(m)
 }
 
 // make scale's small configuration: several nodes run the DaemonSet's gc
