@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
 
 	"context"
 	"encoding/json"
@@ -233,7 +232,7 @@ func (n *calicoNode) assertProtected(t *testing.T, ctx context.Context) {
 // runtime's next call would run.
 func (n *calicoNode) protectedNow(mode string) bool {
 	if mode == install.ModeTakeover {
-		ok, _ := builds.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
+		ok, _ := cninode.IsSafeIPAM(filepath.Join(n.BinDir, install.CalicoIPAM))
 		return ok
 	}
 	c := cninode.ReadConf(filepath.Join(n.ConfDir, "10-calico.conflist"))

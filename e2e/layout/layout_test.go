@@ -305,7 +305,7 @@ func TestReleasesAskTheRulebook(t *testing.T) {
 // Issue 43: no arrow runs back up. The record stores, their opener
 // included, import only the leaves they stand on (the config, the
 // record, the etcd connection and the bounded reader); what sets the
-// builds up (package builds) sits above both invocation and the opener.
+// full builds up (package backends) sits above both invocation and the opener.
 func TestTheStoresImportOnlyTheLeaves(t *testing.T) {
 	leaves := []string{"config", "record", "store", "etcdconn", "etcdrange", "etcdtls", "bounded", "jsonscan", "logging"}
 	seen := 0

@@ -24,7 +24,11 @@ package builds
 
 // The programs safe-ipam installs in a node's CNI bin dir.
 const (
-	CNIBinary   = "safe-ipam"
+	// CNIBinary is the lean build, which the runtime runs on every pod
+	// start and stop.
+	CNIBinary = "safe-ipam"
+	// AdminBinary holds the admin commands.
 	AdminBinary = "safe-ipam-admin"
-	EtcdBinary  = "safe-ipam-etcd"
+	// EtcdBinary is the CNI binary's build with the etcd client.
+	EtcdBinary = "safe-ipam-etcd"
 )

@@ -3,7 +3,7 @@
 // safe-ipam, which hands it every call whose record store is etcd and
 // each of its rare reads of Calico's etcd. Install puts it beside the CNI
 // binary, and makes it the CNI binary of a node whose records are in
-// etcd.
+// etcd. Run without CNI_COMMAND it answers as safe-ipam does.
 package main
 
 import (

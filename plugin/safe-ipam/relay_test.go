@@ -35,7 +35,7 @@ func TestCNIBuildReadsCalicosEtcdThroughSafeIPAMEtcd(t *testing.T) {
 	}
 	conf := config.CalicoSettings{DatastoreType: config.DatastoreEtcd, EtcdEndpoints: srv.Endpoint()}
 	warned := map[string]string{}
-	beside := lookup.NewRelayed(filepath.Join(binDir, builds.EtcdBinary), conf, func(transport, why string) { warned[transport] = why })
+	relayed := lookup.NewRelayed(filepath.Join(binDir, builds.EtcdBinary), conf, func(transport, why string) { warned[transport] = why })
 	itself := etcdlookup.New(conf, nil)
 	defer itself.Close()
 	ip := asg.Prefix().Addr()
@@ -52,7 +52,7 @@ func TestCNIBuildReadsCalicosEtcdThroughSafeIPAMEtcd(t *testing.T) {
 	} {
 		t.Run(read.name, func(t *testing.T) {
 			want, wantErr := read.do(itself)
-			got, err := read.do(beside)
+			got, err := read.do(relayed)
 			if (err != nil) != (wantErr != nil) || (err == nil && !reflect.DeepEqual(got, want)) {
 				t.Errorf("through %s: %#v, %v; itself: %#v, %v", builds.EtcdBinary, got, err, want, wantErr)
 			}

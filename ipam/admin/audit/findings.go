@@ -472,8 +472,8 @@ func calicoOwned(handle string, al *snapshot.Allocation) bool {
 	return handle == "" || al.Type() != "" || strings.Contains(handle, "-tunnel-addr-")
 }
 
-// The patterns compile on first use: the package is linked into the CNI
-// binary, whose calls never audit, and package init runs on every call.
+// The patterns compile on first use: a command that never judges a
+// handle does not pay for them.
 var (
 	containerID = lazyRegexp(`^[a-zA-Z0-9][a-zA-Z0-9_.\-]*$`)
 	dnsLabel    = lazyRegexp(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)

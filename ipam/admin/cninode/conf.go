@@ -17,8 +17,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
-// Names of the binaries in a node's CNI bin dir that safe-ipam and
-// Calico put there.
+// Names of the binaries Calico puts in a node's CNI bin dir (safe-ipam's
+// are in package builds).
 const (
 	CalicoIPAM   = "calico-ipam"
 	CalicoBinary = "calico"

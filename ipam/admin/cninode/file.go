@@ -56,7 +56,7 @@ func isTakenOver(p Plugin, binDir string) (bool, error) {
 	if binDir == "" || p.IPAMType != CalicoIPAM {
 		return false, nil
 	}
-	return builds.IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
+	return IsSafeIPAM(Dirs{BinDir: binDir}.Bin(CalicoIPAM))
 }
 
 func fileFromPlugin(path, network string, stdin []byte, takenOver bool, binDir string) (*File, error) {

@@ -53,7 +53,7 @@ func TestReadFile(t *testing.T) {
 				t.Fatalf("file %+v", f)
 			}
 			if (f.SafeIPAM != nil) != tt.safeIPAM {
-				t.Fatalf("builds.CNIBinary %+v, want present %v", f.SafeIPAM, tt.safeIPAM)
+				t.Fatalf("SafeIPAM %+v, want present %v", f.SafeIPAM, tt.safeIPAM)
 			}
 			if f.SafeIPAM != nil && (f.SafeIPAM.Store.Type != config.StoreEtcd || f.SafeIPAM.Store.Prefix != tt.prefix || f.SafeIPAM.Network != "k8s-pod-network") {
 				t.Fatalf("safe-ipam config %+v", f.SafeIPAM)

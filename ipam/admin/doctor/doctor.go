@@ -210,7 +210,7 @@ func binaryKind(path string) string {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return BinaryMissing
 	}
-	if ok, _ := builds.IsSafeIPAM(path); ok {
+	if ok, _ := cninode.IsSafeIPAM(path); ok {
 		return BinarySafeIPAM
 	}
 	return BinaryCalico

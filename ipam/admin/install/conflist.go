@@ -28,7 +28,7 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
-	if taken, err := builds.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
+	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
 		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
 	}
 	p := &Plan{}
@@ -82,7 +82,7 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 		}
 		notes = append(notes, more...)
 	}
-	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return builds.IsSafeIPAM(n.bin(builds.CNIBinary)) })
+	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(builds.CNIBinary)) })
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}

@@ -109,13 +109,13 @@ func installBuilds(p *Plan, n Node, path, self string) error {
 // with it: that binary may hand it calls.
 func uninstallEtcdBuild(p *Plan, n Node) ([]string, error) {
 	for _, cni := range []string{n.bin(builds.CNIBinary), n.bin(CalicoIPAM)} {
-		ours, err := builds.IsSafeIPAM(cni)
+		ours, err := cninode.IsSafeIPAM(cni)
 		if err != nil || (ours && !p.removes(cni) && !p.restores(cni)) {
 			return nil, err
 		}
 	}
 	path := n.bin(builds.EtcdBinary)
-	return uninstallFile(p, path, func() (bool, error) { return builds.IsSafeIPAM(path) })
+	return uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) })
 }
 
 // installBinary plans putting self at path, keeping what was there.
@@ -127,7 +127,7 @@ func installBinary(p *Plan, path, self string) error {
 	if same {
 		return requireSum(path)
 	}
-	ours, err := builds.IsSafeIPAM(path)
+	ours, err := cninode.IsSafeIPAM(path)
 	if err != nil {
 		return refuse("%v", err)
 	}

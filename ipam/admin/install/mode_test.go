@@ -45,7 +45,7 @@ func conflistProtected(t *testing.T, f *fixture) error {
 	if _, err := config.Parse(conf); err != nil {
 		return err
 	}
-	if ok, _ := builds.IsSafeIPAM(f.node.bin(builds.CNIBinary)); !ok {
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(builds.CNIBinary)); !ok {
 		return errors.New("bin/safe-ipam is not safe-ipam")
 	}
 	return etcdBuildInstalled(f)
@@ -62,7 +62,7 @@ func etcdBuildInstalled(f *fixture) error {
 
 // takeoverProtected: calico-ipam is safe-ipam, Calico's config untouched.
 func takeoverProtected(t *testing.T, f *fixture) error {
-	if ok, _ := builds.IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(CalicoIPAM)); !ok {
 		return errors.New("bin/calico-ipam is not safe-ipam")
 	}
 	got, err := os.ReadFile(f.node.conf("10-calico.conflist"))

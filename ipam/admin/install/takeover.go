@@ -1,6 +1,6 @@
 package install
 
-import "github.com/safe-ipam/safe-ipam/ipam/builds"
+import "github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 
 // TakeoverMode installs safe-ipam as <bin>/calico-ipam, leaving every
 // network config as it is: Calico's main plugin still sees an IPAM named
@@ -30,7 +30,7 @@ func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoBinary), "Calico's multi-call binary, the delegate"); err != nil {
 		return nil, err
 	}
-	if mine, err := builds.IsSafeIPAM(n.bin(CalicoBinary)); err != nil || mine {
+	if mine, err := cninode.IsSafeIPAM(n.bin(CalicoBinary)); err != nil || mine {
 		return nil, refuse("%s is safe-ipam, not Calico's binary (%v)", n.bin(CalicoBinary), err)
 	}
 	p := &Plan{}
@@ -46,7 +46,7 @@ func (TakeoverMode) Uninstall(n Node) (*Plan, []string, error) {
 	}
 	p := &Plan{}
 	path := n.bin(CalicoIPAM)
-	notes, err := uninstallFile(p, path, func() (bool, error) { return builds.IsSafeIPAM(path) })
+	notes, err := uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) })
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}

@@ -4,7 +4,7 @@
 // release by pod name. The one exception is Calico's own: a KubeVirt
 // VM's handle, which Calico guards with owner attributes (see vm.go). It
 // is handed an open store, a resolved delegate and a way to read Calico's
-// data (Calico); package invocation opens them.
+// data (CalicoData); package invocation opens them.
 package guard
 
 import (

@@ -50,11 +50,11 @@ type Call struct {
 
 // Backends open what a call reaches besides the delegate: the record
 // store and Calico's datastore. Only builds that link the etcd client
-// reach etcd themselves (backends.Full; why: package builds). So the CNI
-// binary's lean build (Lean) opens the
-// file store only, hands a call whose record store is etcd to the build
-// beside it that has the client (Verbs.HandOverTo), and reads Calico's
-// etcd, on the verbs' rare paths, through that build too (lookup.Relayed).
+// reach etcd themselves (backends.Full; why: package builds). The CNI
+// binary's lean build (Lean) opens the file store only, hands a call
+// whose record store is etcd to the build beside it that has the client
+// (Verbs.HandOverTo), and reads Calico's etcd, on the verbs' rare paths,
+// through that build too (lookup.Relayed).
 type Backends struct {
 	// Store opens the record store cfg names for node's records, to
 	// write; in names the file cfg came from, for errors.

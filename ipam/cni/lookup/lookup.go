@@ -113,17 +113,17 @@ func (c *Kubernetes) kubeClient() (*kubeapi.Client, error) {
 }
 
 // Unavailable is a Reader whose every read fails with why.
-func Unavailable(why string) Reader { return unread(why) }
+func Unavailable(why string) Reader { return unavailable(why) }
 
-type unread string
+type unavailable string
 
-func (u unread) Close() error { return nil }
-func (u unread) NodeKnown(context.Context, string) (bool, error) {
+func (u unavailable) Close() error { return nil }
+func (u unavailable) NodeKnown(context.Context, string) (bool, error) {
 	return false, errors.New(string(u))
 }
-func (u unread) Allocation(context.Context, netip.Addr) (guard.Allocation, error) {
+func (u unavailable) Allocation(context.Context, netip.Addr) (guard.Allocation, error) {
 	return guard.Allocation{}, errors.New(string(u))
 }
-func (u unread) HandleAllocations(context.Context, string) (map[netip.Addr]guard.Allocation, error) {
+func (u unavailable) HandleAllocations(context.Context, string) (map[netip.Addr]guard.Allocation, error) {
 	return nil, errors.New(string(u))
 }
