@@ -288,3 +288,47 @@ func run(bin string, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// Issue 44, item 11: docs/install.md's table of install's flags names
+// every flag `safe-ipam install --help` lists, and no other (six were
+// missing from its list).
+func TestInstallFlagsTableMatchesHelp(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(root, "docs", "install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "| `safe-ipam install` flag |")
+	if !ok {
+		t.Fatal("docs/install.md has no table of safe-ipam install's flags")
+	}
+	if end := strings.Index(table, "\n\n"); end >= 0 {
+		table = table[:end]
+	}
+	documented := map[string]bool{}
+	for _, line := range strings.Split(table, "\n")[2:] {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`--([a-z][a-z0-9-]*)`").FindAllStringSubmatch(cells[1], -1) {
+			documented[m[1]] = true
+		}
+	}
+	declared, err := declaredFlags(build(t), "install")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range declared {
+		if f != "h" && f != "help" && !documented[f] {
+			t.Errorf("safe-ipam install --%s is not in docs/install.md's table of its flags", f)
+		}
+	}
+	for f := range documented {
+		if _, ok := declared[f]; !ok {
+			t.Errorf("docs/install.md's table names --%s, which safe-ipam install does not take", f)
+		}
+	}
+	if len(documented) < 10 {
+		t.Fatalf("found %d flags in the table: the scan is broken", len(documented))
+	}
+}

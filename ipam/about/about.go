@@ -31,11 +31,13 @@ func Builtin(cmd string) bool {
 	return false
 }
 
-// Answer prints the version line for version, else the overview.
-func Answer(w io.Writer, cmd, version string) {
+// Answer prints the version line of program (the build that answers:
+// safe-ipam, safe-ipam-etcd or safe-ipam-admin) for version, else the
+// overview.
+func Answer(w io.Writer, cmd, program, version string) {
 	switch cmd {
 	case "version", "--version":
-		fmt.Fprintf(w, "safe-ipam %s (CNI %v)\n", version, CNIVersions)
+		fmt.Fprintf(w, "%s %s (CNI %v)\n", program, version, CNIVersions)
 	default:
 		fmt.Fprint(w, Usage)
 	}

@@ -9,14 +9,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 )
 
-// RunAdmin is what a CNI build does when run without CNI_COMMAND: it
-// answers version and help itself and hands every other command to
+// RunAdmin is what a CNI build, program, does when run without
+// CNI_COMMAND: it answers version and help itself and hands every other command to
 // AdminBinary in its own directory, replacing this process, so the
 // command's output and exit code are the operator's. It returns only on
 // failure, with the exit code to end with.
-func RunAdmin(args []string, version string) int {
+func RunAdmin(args []string, program, version string) int {
 	if about.Builtin(args[0]) {
-		about.Answer(os.Stdout, args[0], version)
+		about.Answer(os.Stdout, args[0], program, version)
 		return 0
 	}
 	self, err := os.Executable()

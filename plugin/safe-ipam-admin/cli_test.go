@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // commands are every admin command, as the overview lists them.
@@ -169,5 +170,21 @@ func TestDocumentedFlagsExist(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("only %d documented flags found: the pattern no longer matches the docs", checked)
+	}
+}
+
+// Issue 44, item 7: each build names itself in its version line, so an
+// operator can tell which one a node runs (all three said "safe-ipam").
+func TestEachBuildNamesItselfInItsVersion(t *testing.T) {
+	for _, name := range []string{builds.CNIBinary, builds.EtcdBinary, builds.AdminBinary} {
+		cmd := exec.Command(filepath.Join(binDir, name), "version")
+		cmd.Env = append(os.Environ(), "CNI_COMMAND=")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s version: %v", name, err)
+		}
+		if !strings.HasPrefix(string(out), name+" ") || !strings.Contains(string(out), "(CNI ") {
+			t.Errorf("%s version printed %q; want its own name, its version and the CNI versions", name, out)
+		}
 	}
 }

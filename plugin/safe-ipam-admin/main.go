@@ -44,7 +44,7 @@ func main() {
 
 func dispatch(args []string) int {
 	if about.Builtin(args[0]) {
-		about.Answer(os.Stdout, args[0], Version)
+		about.Answer(os.Stdout, args[0], builds.AdminBinary, Version)
 		return 0
 	}
 	// Everything a command prints is for a person (or JSON): control
@@ -123,6 +123,9 @@ func (c *nodeCheck) check(ctx context.Context, n install.Node, remote bool) (ins
 	}
 	v := install.Verdict{Protected: r.Protected, Unanswered: r.Unanswered(), Problems: r.Problems}
 	for _, net := range r.Networks {
+		if f := net.Failing; f != nil && (v.Failing == nil || f.At.After(v.Failing.At)) {
+			v.Failing = f
+		}
 		if net.Store != nil && net.Store.Answers {
 			v.Stores = append(v.Stores, install.StoreCount{Network: net.Network, Records: net.Store.Records, Quarantines: net.Store.Quarantines})
 		}

@@ -23,5 +23,5 @@ var Version = "dev"
 var mark = []byte(builds.Mark)
 
 func main() {
-	invocation.Main(invocation.Verbs{Backends: backends.Full()}, Version+string(mark[:0]))
+	invocation.Main(invocation.Verbs{Program: builds.EtcdBinary, Backends: backends.Full()}, Version+string(mark[:0]))
 }

@@ -13,5 +13,5 @@ import (
 var Version = "dev"
 
 func main() {
-	invocation.Main(invocation.Verbs{Backends: invocation.Lean(), HandOverTo: builds.EtcdBinary}, Version)
+	invocation.Main(invocation.Verbs{Program: builds.CNIBinary, Backends: invocation.Lean(), HandOverTo: builds.EtcdBinary}, Version)
 }

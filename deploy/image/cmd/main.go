@@ -15,7 +15,7 @@ import (
 func main() {
 	var o image.Options
 	out := flag.String("out", "bin/safe-ipam-image.tar", "where to write the image (a docker-archive tarball)")
-	flag.StringVar(&o.BinDir, "bin", "bin", "the directory holding safe-ipam and safe-ipam-admin, built with CGO_ENABLED=0")
+	flag.StringVar(&o.BinDir, "bin", "bin", "the directory holding safe-ipam, safe-ipam-etcd and safe-ipam-admin, built with CGO_ENABLED=0")
 	flag.StringVar(&o.Tag, "tag", about.Image, "the image's name and tag")
 	flag.StringVar(&o.Revision, "revision", "", "the build, recorded as the label org.opencontainers.image.revision")
 	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "the binaries' architecture")

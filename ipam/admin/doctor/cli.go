@@ -107,6 +107,11 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "calico-ipam in %s: %s\n", r.BinDir, r.CalicoIPAM)
+	if r.Build != "" {
+		fmt.Fprintf(w, "the runtime runs: %s\n", r.Build)
+	} else if r.BuildError != "" {
+		fmt.Fprintf(w, "warning: the runtime's safe-ipam build does not say its version: %s\n", r.BuildError)
+	}
 	for _, n := range r.Networks {
 		if n.Store == nil {
 			continue
@@ -123,6 +128,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		if hosts := n.Store.OtherHosts; len(hosts) > 0 {
 			fmt.Fprintf(w, "warning: records of %s on node %s were written by this host and by %s: two machines under one Calico node name (a stale /var/lib/calico/nodename?); gc keeps the other host's records\n",
 				n.Network, dash(n.Node), strings.Join(hosts, ", "))
+		}
+		if n.Failing != nil {
+			fmt.Fprintf(w, "warning: network %s: a CNI call failed and none has succeeded since: %s\n", n.Network, n.Failing)
 		}
 		if c := n.Calico; c != nil && c.Exposure != "" {
 			fmt.Fprintf(w, "warning: Calico's datastore of %s (%s): %s\n", n.Network, c.Transport, c.Exposure)

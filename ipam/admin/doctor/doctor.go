@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
+	"github.com/safe-ipam/safe-ipam/ipam/failnote"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
@@ -40,7 +42,14 @@ type Report struct {
 	ConfDir   string `json:"confDir"`
 	// CalicoIPAM is what <bin>/calico-ipam is: "safe-ipam", "calico"
 	// (anything else), or "missing".
-	CalicoIPAM string    `json:"calicoIPAM"`
+	CalicoIPAM string `json:"calicoIPAM"`
+	// Build is the version line of the safe-ipam build the runtime runs
+	// (<bin>/calico-ipam after a takeover, else <bin>/safe-ipam): its
+	// name (safe-ipam, or safe-ipam-etcd on a node whose records are in
+	// etcd) and version; "" when there is none, and what stopped it from
+	// answering in BuildError.
+	Build      string    `json:"build,omitempty"`
+	BuildError string    `json:"buildError,omitempty"`
 	Networks   []Network `json:"networks"`
 	// Installed says that some Calico network's IPAM goes through
 	// safe-ipam: a node that is not protected is then broken, not bare.
@@ -79,6 +88,9 @@ type Network struct {
 	// Installed says that the IPAM goes through safe-ipam.
 	Installed bool   `json:"installed"`
 	Error     string `json:"error,omitempty"`
+	// Failing is the CNI path's note of its last ADD or DEL that failed
+	// for a reason of the node's, which the next that succeeds removes.
+	Failing *failnote.Note `json:"failing,omitempty"`
 }
 
 // DelegateReport says whether safe-ipam's delegate answers.
@@ -168,6 +180,9 @@ func check(ctx context.Context, n cninode.Dirs, live liveness.Source, j judge) (
 		return nil, fmt.Errorf("--cni-conf-dir %s: %w", n.ConfDir, err)
 	}
 	r := &Report{BinDir: n.BinDir, ConfDir: n.ConfDir, CalicoIPAM: binaryKind(n.Bin(cninode.CalicoIPAM))}
+	if !j.local { // the watch's frequent checks run no program
+		r.Build, r.BuildError = cniBuild(ctx, n, r.CalicoIPAM)
+	}
 	if live != nil {
 		j.view, j.err = live.Read(ctx)
 		if j.err == nil {
@@ -204,6 +219,28 @@ func (r *Report) checkUninstall(n cninode.Dirs) {
 	}
 	r.problem("half uninstalled: an uninstall could not forget every record of network(s) %s (%s is left): run safe-ipam uninstall again, and it finishes",
 		strings.Join(r.HalfUninstalled, ", "), filepath.Join(n.BinDir, cninode.PendingForgetFile))
+}
+
+// cniBuild asks the safe-ipam build the runtime runs for its version
+// line, without the CNI versions it speaks.
+func cniBuild(ctx context.Context, n cninode.Dirs, calicoIPAM string) (string, string) {
+	path := n.Bin(builds.CNIBinary)
+	if calicoIPAM == BinarySafeIPAM {
+		path = n.Bin(cninode.CalicoIPAM)
+	} else if _, err := os.Stat(path); err != nil {
+		return "", ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "version")
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_COMMAND=") })
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Sprintf("%s version: %v", path, err)
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	line, _, _ = strings.Cut(line, " (CNI ")
+	return strings.TrimSpace(line), ""
 }
 
 func binaryKind(path string) string {
@@ -280,6 +317,11 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		net.Error = "node name: " + err.Error()
 	}
 	net.Delegate = checkDelegate(ctx, n, cfg)
+	// A warning here, not a problem: the call that failed may be the last
+	// of an outage long over. The watch judges it (issue 44, item 1).
+	if net.Failing, err = failnote.Read(cfg.CacheDir); err != nil {
+		net.Failing = &failnote.Note{Verb: "reading the note", Network: c.Network, Msg: err.Error()}
+	}
 	if !j.local {
 		var recs []*record.Record
 		net.Store, recs = checkStore(ctx, cfg, c.Network, net.Node, j)

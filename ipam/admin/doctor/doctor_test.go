@@ -47,9 +47,10 @@ func newNode(t *testing.T) *node {
 		must(t, os.Mkdir(d, 0o755))
 	}
 	n.self = filepath.Join(root, "safe-ipam")
-	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+builds.Mark+"\n"), 0o755))
+	// Each build answers version as the real ones do.
+	must(t, os.WriteFile(n.self, []byte("#!/bin/sh\n# "+builds.Mark+"\n[ \"$1\" = version ] && echo 'safe-ipam 9.9.9 (CNI [1.0.0])'\nexit 0\n"), 0o755))
 	// The CNI binary's etcd build, which install puts beside it.
-	must(t, os.WriteFile(filepath.Join(root, builds.EtcdBinary), []byte("#!/bin/sh\n# etcd build\n# "+builds.Mark+"\n"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, builds.EtcdBinary), []byte("#!/bin/sh\n# etcd build\n# "+builds.Mark+"\n[ \"$1\" = version ] && echo 'safe-ipam-etcd 9.9.9 (CNI [1.0.0])'\nexit 0\n"), 0o755))
 	calico := filepath.Join(root, "calico-build")
 	must(t, os.WriteFile(calico, []byte(calicoScript), 0o755))
 	tpl, err := testbed.CalicoNetworkTemplate()
@@ -219,10 +220,18 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	if net.Datastore != "etcdv3" || net.Node == "" {
 		t.Errorf("datastore %q node %q; want etcdv3 (Calico infers it from etcd_endpoints) and a node", net.Datastore, net.Node)
 	}
+	// Issue 44, item 7: the report names the build the runtime runs: on
+	// a node whose records are in etcd, the etcd build.
+	if r.Build != "safe-ipam-etcd 9.9.9" {
+		t.Errorf("build %q (%s); want the etcd build's name and version", r.Build, r.BuildError)
+	}
 	// Issue 20, finding 8: the test's etcd is plain http; protected still,
 	// with a warning that names the endpoint.
 	var out bytes.Buffer
 	r.WriteTable(&out)
+	if !strings.Contains(out.String(), "the runtime runs: safe-ipam-etcd 9.9.9\n") {
+		t.Errorf("table:\n%s\nwant the build the runtime runs", out.String())
+	}
 	if !strings.Contains(s.Exposure, n.etcd.Endpoint()) || !strings.Contains(out.String(), "warning: record store of "+net.Network+": etcd endpoint(s) "+n.etcd.Endpoint()) {
 		t.Errorf("exposure %q, table:\n%s\nwant a warning naming the plain-text endpoint", s.Exposure, out.String())
 	}

@@ -1,6 +1,7 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,11 +185,18 @@ type runner struct {
 // tally counts a round's records: released, and found to release but not
 // released (a dry run, or a release that failed); refused is 1 when this
 // round's dead-node sweep was refused, 0 when it swept, -1 when this node
-// did not sweep (another leads).
-type tally struct{ released, stale, refused int }
+// did not sweep (another leads). leader is who leads the sweeps, as this
+// round asked ("" when it did not ask, "-" when nobody does); swept is
+// 1 when this node swept and the sweep succeeded, 0 when it failed, -1
+// when it did not sweep; sweepReleased, the records its sweep released.
+type tally struct {
+	released, stale, refused int
+	leader                   string
+	swept, sweepReleased     int
+}
 
 // newTally is a round's tally before it runs.
-func newTally() tally { return tally{refused: -1} }
+func newTally() tally { return tally{refused: -1, swept: -1} }
 
 // round is one gc: this node's records judged by the liveness source,
 // then other nodes' records judged by Calico's Nodes. Its exit code is
@@ -291,6 +299,8 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 			r.failedSweep()
 			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
 		}
+		r.tally.leader = cmp.Or(leader, "-")
+		r.sweeper.noteLeader(r.stderr, leader == r.conf.Node, r.conf.File.Network, leader)
 		if leader != r.conf.Node {
 			if leader == "" {
 				leader = "nobody (this node holds off after a failed sweep)"
@@ -299,6 +309,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 			return admin.ExitOK
 		}
 	}
+	releasedBefore := r.tally.released
 	code := r.collect(ctx, "gc-dead-nodes", func(ctx context.Context, node *Releaser) (*Report, func() error, int, error) {
 		cfg := r.conf.File.SafeIPAM
 		ds, closeDS, err := datastore.OpenCalico(ctx, admin.CalicoSettings(cfg.Calico, r.conf.Conf))
@@ -326,6 +337,10 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 	})
 	if r.every > 0 {
 		r.sweeper.swept(code != admin.ExitError)
+		r.tally.swept, r.tally.sweepReleased = 0, r.tally.released-releasedBefore
+		if code != admin.ExitError {
+			r.tally.swept = 1
+		}
 	}
 	return code
 }

@@ -107,7 +107,7 @@ func (n *Releaser) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, gr
 	}
 	sw := &sweep{node: n, cluster: cluster, known: map[string]bool{}, sightings: sightings,
 		plan:   &DeadPlan{Release: map[string][]*record.Record{}, notes: map[string]bool{}, grace: grace, witnesses: map[string]rulebook.Witness{}, cluster: cluster},
-		report: &Report{Network: n.Network, Node: n.Name, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}
+		report: &Report{Network: n.Network, Node: n.Name, Sweep: true, Liveness: "Calico's Nodes (" + ds.Kind() + ")"}}
 	for _, name := range names {
 		sw.known[name] = true
 	}

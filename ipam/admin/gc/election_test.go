@@ -225,3 +225,54 @@ func TestDeadNodeMaxShareMustBeAFraction(t *testing.T) {
 		}
 	}
 }
+
+// Issue 44, item 8: the sweeper is visible. The elected node says in its
+// log that it leads; the metrics say who leads, when this pod last swept,
+// whether that sweep went well, and what its sweeps released.
+func TestTheSweeperIsVisible(t *testing.T) {
+	w := newDeadNodesWorld(t)
+	w.calicoNode(t, "node2")
+	w.calicoNode(t, "node3")
+	conf := w.conf(t, `"etcd_endpoints":"`+w.etcd.Endpoint()+`"`)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- gc.RunContext(ctx, []string{"--conf", conf, "--cni-bin-dir", w.bin, "--dead-nodes", "--apply", "--every", "100ms", "--metrics-addr", addr}, &out, &out)
+	}()
+	want := map[string]string{
+		`safe_ipam_gc_dead_node_sweep_leader{node="node2"}`: "1",
+		"safe_ipam_gc_dead_node_sweep_last_success":         "1",
+		"safe_ipam_gc_dead_node_sweep_released_total":       "1",
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		missing := ""
+		for name, v := range want {
+			if metric(t, addr, name) != v {
+				missing = name
+			}
+		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("%s = %q; want %s\n%s", missing, metric(t, addr, missing), want[missing], out.String())
+		}
+	}
+	if v := metric(t, addr, "safe_ipam_gc_dead_node_sweep_last_timestamp_seconds"); v == "" || v == "0" {
+		t.Errorf("safe_ipam_gc_dead_node_sweep_last_timestamp_seconds = %q; want the sweep's time", v)
+	}
+	cancel()
+	<-done
+	if n := strings.Count(out.String(), "this node leads the dead-node sweeps of network k8s-pod-network"); n != 1 {
+		t.Errorf("the leader said it leads %d times; want once:\n%s", n, out.String())
+	}
+	// Issue 44, item 11: the sweep's summary counts other nodes' records,
+	// and says so (it said "on node node2", the sweeper).
+	if !strings.Contains(out.String(), "records of network k8s-pod-network on other nodes (swept by node node2)") {
+		t.Errorf("the sweep's summary does not say whose records it counts:\n%s", out.String())
+	}
+}

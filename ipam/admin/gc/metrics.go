@@ -30,6 +30,17 @@ func (r *runner) serveMetrics(ctx context.Context) error {
 		if t.refused >= 0 { // kept from this node's last sweep while another leads
 			m.SweepRefused.Set(float64(t.refused))
 		}
+		if t.leader != "" {
+			m.SweepLeader.Reset()
+			if t.leader != "-" {
+				m.SweepLeader.WithLabelValues(t.leader).Set(1)
+			}
+		}
+		if t.swept >= 0 {
+			m.LastSweep.SetToCurrentTime()
+			m.LastSweepOK.Set(float64(t.swept))
+			m.SweepReleased.Add(float64(t.sweepReleased))
+		}
 		if code == admin.ExitError {
 			m.Rounds.WithLabelValues("error").Inc()
 			return

@@ -1,8 +1,10 @@
 package gc
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
@@ -31,6 +33,20 @@ type sweeper struct {
 	// holdOff is how many more rounds this node does not campaign, after
 	// sweeps of its failed; failed counts its sweeps that failed in a row.
 	holdOff, failed int
+	// leading: the last round found this node leading.
+	leading bool
+}
+
+// noteLeader logs when this node takes the lead of the sweeps, or loses
+// it, so that an operator finds the elected node in its log.
+func (s *sweeper) noteLeader(log io.Writer, leading bool, network, leader string) {
+	switch {
+	case leading && !s.leading:
+		fmt.Fprintf(log, "gc --dead-nodes: this node leads the dead-node sweeps of network %s\n", network)
+	case !leading && s.leading:
+		fmt.Fprintf(log, "gc --dead-nodes: this node no longer leads the dead-node sweeps of network %s (%s does)\n", network, cmp.Or(leader, "nobody"))
+	}
+	s.leading = leading
 }
 
 // resignAfter is how many sweeps in a row a leader may fail before it

@@ -246,6 +246,9 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 		}
 		r, err := Uninstall(f.node, mode, f.dryRun)
 		code = max(code, report("uninstall", f, r, err, stdout, stderr))
+		if errors.Is(err, ErrWatched) || errors.Is(err, ErrLocked) {
+			break // the node's, not the mode's: the other mode would say it again
+		}
 	}
 	if code != ExitOK {
 		if !f.dryRun && !records.resumed {

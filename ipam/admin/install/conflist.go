@@ -28,8 +28,10 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
-	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil || taken {
-		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first (%v)", n.bin(CalicoIPAM), err)
+	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil {
+		return nil, refuse("%v", err)
+	} else if taken {
+		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first", n.bin(CalicoIPAM))
 	}
 	p := &Plan{}
 	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {

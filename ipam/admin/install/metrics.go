@@ -1,6 +1,10 @@
 package install
 
-import "context"
+import (
+	"context"
+
+	"github.com/safe-ipam/safe-ipam/ipam/failnote"
+)
 
 // NodeCheck is safe-ipam doctor's answer about the node: with remote,
 // everything (the record store and Calico's datastore as well), else what
@@ -17,6 +21,9 @@ type Verdict struct {
 	Problems []string
 	// Stores are the records and quarantines by network (remote only).
 	Stores []StoreCount
+	// Failing is the newest of the CNI path's failure notes (package
+	// failnote), nil when there is none.
+	Failing *failnote.Note
 }
 
 // StoreCount is one network's records and quarantines on the node.

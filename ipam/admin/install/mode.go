@@ -45,7 +45,7 @@ func ModeNamed(name string) (Mode, error) {
 }
 
 // ErrRefused wraps every reason a mode gives for changing nothing.
-var ErrRefused = errors.New("install refused, nothing changed")
+var ErrRefused = errors.New("refused, nothing changed")
 
 func refuse(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))

@@ -30,8 +30,10 @@ func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoBinary), "Calico's multi-call binary, the delegate"); err != nil {
 		return nil, err
 	}
-	if mine, err := cninode.IsSafeIPAM(n.bin(CalicoBinary)); err != nil || mine {
-		return nil, refuse("%s is safe-ipam, not Calico's binary (%v)", n.bin(CalicoBinary), err)
+	if mine, err := cninode.IsSafeIPAM(n.bin(CalicoBinary)); err != nil {
+		return nil, refuse("%v", err)
+	} else if mine {
+		return nil, refuse("%s is safe-ipam, not Calico's binary", n.bin(CalicoBinary))
 	}
 	p := &Plan{}
 	if err := installBuilds(p, n, n.bin(CalicoIPAM), self); err != nil {

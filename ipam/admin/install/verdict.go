@@ -13,6 +13,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/metrics"
+	"github.com/safe-ipam/safe-ipam/ipam/failnote"
 )
 
 // The watch keeps the node's verdict, which the readiness probe reads at
@@ -23,13 +24,25 @@ import (
 //
 // Ready means: the node's own files protect it (safe-ipam in front of
 // calico-ipam, a config safe-ipam and Calico read alike, a delegate that
-// answers), checked every CheckEvery with no request to anyone; and the
-// last full check that the record store and Calico's datastore answered
-// found no problem (Calico knows the node, the handle mode fits, gc keeps
-// up). A store or datastore that does not answer is no verdict on this
-// node: the last one stands, and the watch asks again later, backing off.
-// The full check runs at once on start, then every RemoteCheckEvery (or
-// --full-check-every), each node at its own jittered time.
+// answers), checked every CheckEvery with no request to anyone; the CNI
+// path has not failed since the last full check that the record store and
+// Calico's datastore answered (package failnote: a call that fails for a
+// reason of the node's leaves a note, the next that succeeds removes it);
+// and the last full check found the store and the datastore answering
+// and no problem (Calico knows the node, the handle mode fits, gc keeps
+// up). The full check runs at once on start, then every RemoteCheckEvery
+// (or --full-check-every), each node at its own jittered time; at once
+// too when the CNI path has failed since the last one, or has succeeded
+// again after a full check the store did not answer. One that the store
+// or datastore does not answer is asked again after CheckEvery, then
+// twice as long each time, up to maxRemoteBackoff.
+//
+// So readiness (and safe_ipam_protected) turns false within one
+// CheckEvery of a failed ADD or DEL (plus the check's own time), or at
+// the next full check that finds the store or datastore not answering;
+// it turns true again within one CheckEvery of a call that succeeds, or
+// within maxRemoteBackoff of the store answering again when no call
+// comes (docs/operations.md).
 
 // CheckEvery is how often the watch checks the node's own files.
 const CheckEvery = 30 * time.Second
@@ -42,28 +55,38 @@ const RemoteCheckEvery = 10 * time.Minute
 const remoteJitter = 0.2
 
 // maxRemoteBackoff bounds the wait after full checks found the store or
-// datastore not answering: each such check doubles the wait up to it.
-const maxRemoteBackoff = 40 * time.Minute
+// datastore not answering: each such check doubles the wait up to it. It
+// bounds how long a node that no call proves well again stays NotReady
+// after an outage.
+const maxRemoteBackoff = 4 * time.Minute
 
 // checkTimeout bounds one check: a store or datastore that does not
 // answer makes doctor wait for its own timeouts.
 const checkTimeout = 30 * time.Second
 
-// readiness is the verdict the probe reads: the last local check's, and
-// the last answered full check's.
+// readiness is the verdict the probe reads: the last local check's, the
+// CNI path's, and the last full check's.
 type readiness struct {
-	mu            sync.Mutex
-	local, remote error
+	mu                     sync.Mutex
+	local, failing, remote error
 }
 
 // Ready is nil when the node is ready, else why not.
 func (r *readiness) Ready() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.local != nil {
-		return r.local
+	for _, err := range []error{r.local, r.failing, r.remote} {
+		if err != nil {
+			return err
+		}
 	}
-	return r.remote
+	return nil
+}
+
+func (r *readiness) setFailing(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failing = err
 }
 
 // remoteOK says whether the last answered full check found the node
@@ -106,7 +129,7 @@ func watchMetrics(ctx context.Context, addr admin.MetricsAddr, node Node, check 
 		s := newSchedule(time.Now(), every)
 		for {
 			k.run(ctx, false)
-			if s.due(time.Now()) {
+			if s.due(time.Now()) || k.fullCheckWanted() {
 				m.FullChecks.Inc()
 				k.fullCheck(ctx, s)
 			}
@@ -203,6 +226,26 @@ type keeper struct {
 	ready *readiness
 	log   *slog.Logger
 	clock func() time.Time // nil: time.Now
+
+	// answered is when the last full check that the store and datastore
+	// answered started; tried, when the last full check started.
+	answered, tried time.Time
+	// unanswered: the last full check was not answered.
+	unanswered bool
+	// note is the CNI path's failure note the last check read.
+	note *failnote.Note
+	// recovered: a note the watch saw is gone, so a call succeeded.
+	recovered bool
+}
+
+// fullCheckWanted says whether the CNI path calls for a full check before
+// it is due: it failed since the last full check began, or it succeeded
+// again after one that was not answered.
+func (k *keeper) fullCheckWanted() bool {
+	if k.note != nil && k.note.At.After(k.tried) {
+		return true
+	}
+	return k.recovered && k.unanswered
 }
 
 // fullCheck runs a full check and schedules the next, counted from the
@@ -232,6 +275,10 @@ const (
 // run checks the node, locally or fully, and says how it went (a local
 // one is always answered, or failed).
 func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
+	start := k.now()
+	if remote {
+		k.tried, k.recovered = start, false
+	}
 	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()
 	v, err := Verdict{}, errors.New("no check wired in")
@@ -244,11 +291,15 @@ func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
 		k.log.Warn("checking the node failed", "full", remote, "error", err)
 		k.ready.set(false, err)
 	case v.Unanswered:
-		k.log.Warn("the record store or Calico's datastore did not answer: the last verdict stands", "problems", v.Problems)
+		k.log.Warn("the record store or Calico's datastore did not answer", "problems", v.Problems)
+		k.ready.set(true, errors.New("the record store or Calico's datastore does not answer: "+strings.Join(v.Problems, "; ")))
 	case v.Protected:
 		k.ready.set(remote, nil)
 	default:
 		k.ready.set(remote, errors.New("not protected: "+strings.Join(v.Problems, "; ")))
+	}
+	if err == nil {
+		k.judgeNote(v.Failing, remote, answered, start)
 	}
 	if remote && answered {
 		k.m.Records.Reset()
@@ -271,4 +322,25 @@ func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
 		return checkUnanswered
 	}
 	return checkAnswered
+}
+
+// judgeNote keeps what the CNI path says in the verdict: a failure since
+// the last full check that the store and datastore answered makes the
+// node not ready until a call succeeds or such a check follows it.
+func (k *keeper) judgeNote(note *failnote.Note, remote, answered bool, start time.Time) {
+	if remote {
+		k.unanswered = !answered
+		if answered {
+			k.answered = start
+		}
+	}
+	if note == nil && k.note != nil {
+		k.recovered = true
+	}
+	k.note = note
+	if note != nil && note.At.After(k.answered) {
+		k.ready.setFailing(errors.New("the CNI path is failing: " + note.String()))
+		return
+	}
+	k.ready.setFailing(nil)
 }

@@ -11,34 +11,60 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/metrics"
+	"github.com/safe-ipam/safe-ipam/ipam/failnote"
 )
 
-// The verdict the readiness probe reads: the node's own files, and the
-// last full check the store and datastore answered. A datastore that does
-// not answer (slow, down) leaves the verdict as it was: it never turns
-// every node NotReady at once (issue 32).
-func TestVerdictOutlivesAnUnansweredDatastore(t *testing.T) {
+// The verdict the readiness probe reads: the node's own files, the CNI
+// path's failure notes and the last full check. Issue 44, item 1: a store
+// or datastore that does not answer, or a CNI path that fails, makes the
+// node not ready (it was "the last verdict stands", and every ADD failed
+// on a Ready node); a call that succeeds, or a full check answered after
+// the failure, makes it ready again.
+func TestVerdictSaysWhatPodsMeet(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	failed := func(at int) *failnote.Note {
+		return &failnote.Note{At: t0.Add(time.Duration(at) * time.Second), Verb: "ADD", Network: "n", Code: 11, Msg: "etcd not reachable"}
+	}
+	answered := func(ok bool) Verdict {
+		if ok {
+			return Verdict{Protected: true, Stores: []StoreCount{{Network: "n"}}}
+		}
+		return Verdict{Problems: []string{"Calico has no Node"}, Stores: []StoreCount{{Network: "n"}}}
+	}
 	for _, tc := range []struct {
 		name  string
-		steps []Verdict // each a check: remote when Stores is set or Unanswered
+		steps []Verdict // each a check, one second after the last: remote when Stores is set or Unanswered
 		ready bool
+		// fullCheck: the CNI path calls for a full check before it is due.
+		fullCheck bool
 	}{
-		{"protected", []Verdict{{Protected: true}, {Protected: true, Stores: []StoreCount{{Network: "n"}}}}, true},
-		{"the datastore does not answer", []Verdict{{Protected: true}, {Unanswered: true, Problems: []string{"timeout"}}}, true},
-		{"the datastore answers a problem", []Verdict{{Protected: true}, {Problems: []string{"Calico has no Node"}, Stores: []StoreCount{{Network: "n"}}}}, false},
-		{"a problem, then no answer", []Verdict{{Protected: true}, {Problems: []string{"no Node"}, Stores: []StoreCount{{Network: "n"}}}, {Unanswered: true}}, false},
-		{"the node's files are wrong", []Verdict{{Problems: []string{"calico-ipam is Calico's"}}, {Unanswered: true}}, false},
-		{"not checked yet", nil, false},
+		{"protected", []Verdict{{Protected: true}, answered(true)}, true, false},
+		{"the datastore does not answer", []Verdict{{Protected: true}, {Unanswered: true, Problems: []string{"timeout"}}}, false, false},
+		{"the datastore answers a problem", []Verdict{{Protected: true}, answered(false)}, false, false},
+		{"a problem, then no answer", []Verdict{{Protected: true}, answered(false), {Unanswered: true}}, false, false},
+		{"the node's files are wrong", []Verdict{{Problems: []string{"calico-ipam is Calico's"}}, {Unanswered: true}}, false, false},
+		{"not checked yet", nil, false, false},
+		{"an ADD failed after the last full check", []Verdict{answered(true), {Protected: true, Failing: failed(2)}}, false, true},
+		{"a full check answered after the failure", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(2)}}, true, false},
+		{"the failure before the last full check", []Verdict{{Protected: true, Failing: failed(0)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(0)}, {Protected: true, Failing: failed(0)}}, true, false},
+		{"the full check after the failure not answered", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}}, false, false},
+		{"then a call succeeded", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true}}, false, true},
+		{"then the full check it called for", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true}, answered(true)}, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ready := &readiness{local: errors.New("not checked yet")}
-			k := &keeper{m: metrics.NewWatch(prometheus.NewRegistry()), ready: ready, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			now := t0
+			k := &keeper{m: metrics.NewWatch(prometheus.NewRegistry()), ready: ready, log: slog.New(slog.NewTextHandler(io.Discard, nil)), clock: func() time.Time { return now }}
 			for _, v := range tc.steps {
+				now = now.Add(time.Second)
 				k.check = func(context.Context, Node, bool) (Verdict, error) { return v, nil }
 				k.run(context.Background(), v.Unanswered || v.Stores != nil)
 			}
 			if err := ready.Ready(); (err == nil) != tc.ready {
 				t.Errorf("Ready() = %v; want ready %v", err, tc.ready)
+			}
+			if got := k.fullCheckWanted(); got != tc.fullCheck {
+				t.Errorf("fullCheckWanted() = %v; want %v", got, tc.fullCheck)
 			}
 		})
 	}

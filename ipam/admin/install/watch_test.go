@@ -1,11 +1,13 @@
 package install
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +48,13 @@ func TestUninstallRefusesWhileAWatchHoldsTheNode(t *testing.T) {
 			_, stop := startWatchStoppable(t, f, mc.mode, 0)
 			if _, err := Uninstall(f.node, mc.mode, false); !errors.Is(err, ErrWatched) {
 				t.Fatalf("uninstall under a watch: %v; want ErrWatched", err)
+			}
+			// Issue 44, item 11: the command says so once (it said it
+			// once per mode).
+			var stdout, stderr bytes.Buffer
+			if code := RunUninstall([]string{"--cni-bin-dir", f.node.BinDir, "--cni-conf-dir", f.node.ConfDir}, &stdout, &stderr); code != ExitRefused ||
+				strings.Count(stderr.String(), "a watch (safe-ipam install --watch") != 1 {
+				t.Fatalf("safe-ipam uninstall under a watch: exit %d, %q; want exit %d saying so once", code, stderr.String(), ExitRefused)
 			}
 			if err := mc.protected(t, f); err != nil {
 				t.Fatalf("a refused uninstall changed the node: %v", err)

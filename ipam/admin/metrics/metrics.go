@@ -81,6 +81,14 @@ type GC struct {
 	SweepRefused prometheus.Gauge
 	// LastSuccess is when a round last succeeded (Unix seconds).
 	LastSuccess prometheus.Gauge
+	// SweepLeader is 1 for the node this pod last found leading the
+	// dead-node sweeps (none while nobody leads).
+	SweepLeader *prometheus.GaugeVec
+	// LastSweep is when this pod last swept (Unix seconds), and
+	// LastSweepOK whether that sweep succeeded (1) or failed (0).
+	LastSweep, LastSweepOK prometheus.Gauge
+	// SweepReleased counts the records this pod's sweeps released.
+	SweepReleased prometheus.Counter
 }
 
 // NewGC registers gc's metrics in reg.
@@ -97,7 +105,15 @@ func NewGC(reg prometheus.Registerer) *GC {
 		SweepRefused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_refused",
 			Help: "1 when this node's last dead-node sweep released nothing because Calico's Nodes listing was not trusted (it lacked this node, or too large a share of the nodes known at once), else 0; kept while another node leads the sweeps."}),
 	}
-	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess, g.SweepRefused)
+	g.SweepLeader = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_leader",
+		Help: "1 for the node this pod last found leading the dead-node sweeps of its network (none while nobody leads)."}, []string{"node"})
+	g.LastSweep = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_last_timestamp_seconds",
+		Help: "When this pod last swept other nodes' records (Unix time); only the leader sweeps."})
+	g.LastSweepOK = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_last_success",
+		Help: "1 when this pod's last dead-node sweep succeeded, 0 when it failed."})
+	g.SweepReleased = prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Subsystem: "gc", Name: "dead_node_sweep_released_total",
+		Help: "Records of nodes Calico no longer knows that this pod's sweeps released (also counted in released_total)."})
+	reg.MustRegister(g.Rounds, g.Released, g.Stale, g.LastSuccess, g.SweepRefused, g.SweepLeader, g.LastSweep, g.LastSweepOK, g.SweepReleased)
 	return g
 }
 

@@ -4,12 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 
-	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
@@ -65,31 +64,14 @@ func ResolveTarget(ctx context.Context, t Target, cniPath, cacheDir string) (*De
 
 func readCache(dir string) map[string]versionCache {
 	cache := map[string]versionCache{}
-	if dir == "" {
-		return cache
-	}
-	data, err := bounded.Read(filepath.Join(dir, cacheFile), bounded.Small)
-	if err == nil {
+	if data, err := cachedir.Get(dir, cacheFile); err == nil && data != nil {
 		_ = json.Unmarshal(data, &cache) // a damaged cache is just a miss
 	}
 	return cache
 }
 
 func writeCache(dir string, cache map[string]versionCache) {
-	if dir == "" {
-		return
-	}
-	data, err := json.Marshal(cache)
-	if err != nil || os.MkdirAll(dir, 0o700) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(dir, ".tmp-")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if werr != nil || cerr != nil || os.Rename(tmp.Name(), filepath.Join(dir, cacheFile)) != nil {
-		os.Remove(tmp.Name())
+	if data, err := json.Marshal(cache); err == nil {
+		cachedir.Put(dir, cacheFile, data)
 	}
 }

@@ -222,3 +222,28 @@ func (g *Guard) ForNode(node string, st store.Store) *Guard {
 	other.node, other.store, other.deadNode = node, st, true
 	return &other
 }
+
+// NodeFailing says whether err, a verb's failure, says that this node
+// cannot start or stop pods (its record store or Calico's datastore does
+// not answer, the delegate fails, the deadline passed), rather than
+// something of this one call: its input, or a fenced address, which the
+// runtime's retry gets past. Codes from 100 on are the delegate's too,
+// so every one of them counts.
+func NodeFailing(err error) bool {
+	if err == nil {
+		return false
+	}
+	var f *fenced
+	if errors.As(err, &f) {
+		return false
+	}
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		switch cniErr.Code {
+		case types.ErrIncompatibleCNIVersion, types.ErrUnsupportedField, types.ErrUnknownContainer,
+			types.ErrInvalidEnvironmentVariables, types.ErrDecodingFailure, types.ErrInvalidNetworkConfig:
+			return false
+		}
+	}
+	return true
+}

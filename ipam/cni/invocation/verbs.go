@@ -19,6 +19,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/failnote"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 )
 
@@ -31,6 +32,9 @@ type Verbs struct {
 	// At is the crash tests' hook at every guard.Step (CrashPoint: nil
 	// outside builds with -tags crashpoints).
 	At func(guard.Step)
+	// Program is this build's name (builds.CNIBinary or EtcdBinary), as
+	// its version line says it.
+	Program string
 	// Backends are what this build reaches (Lean, or backends.Full).
 	Backends Backends
 	// HandOverTo names the build beside this one that a call whose record
@@ -117,10 +121,33 @@ func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *g
 	})
 	if errors.Is(err, errStillBlocked) {
 		// Said in the CNI error alone: the log's writer may be what is
-		// blocked, and the step still holds its lock.
-		err = guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
+		// blocked, and the step still holds its lock. No note either: the
+		// cache dir may be on the filesystem that hangs.
+		return guard.PastDeadline(ctx, verb, cfg.VerbTimeout, err)
 	}
+	noteOutcome(verb, cfg, err)
 	return err
+}
+
+// noteOutcome tells the watch how an ADD or DEL went (package failnote):
+// a failure of the node's leaves a note, a success removes it.
+func noteOutcome(verb string, cfg *config.Config, err error) {
+	if verb != "ADD" && verb != "DEL" {
+		return
+	}
+	if err == nil {
+		failnote.Clear(cfg.CacheDir)
+		return
+	}
+	if !guard.NodeFailing(err) {
+		return
+	}
+	n := failnote.Note{At: time.Now().UTC(), Verb: verb, Network: cfg.Network, Msg: err.Error()}
+	var cniErr *types.Error
+	if errors.As(err, &cniErr) {
+		n.Code = cniErr.Code
+	}
+	failnote.Write(cfg.CacheDir, n)
 }
 
 // verbGrace is how long a verb may run past ipam.verbTimeout before the
@@ -223,11 +250,11 @@ func Main(r Verbs, version string) {
 		os.Exit(serveRead(r.Backends))
 	}
 	if os.Getenv("CNI_COMMAND") == "" && len(os.Args) > 1 {
-		os.Exit(builds.RunAdmin(os.Args[1:], version))
+		os.Exit(builds.RunAdmin(os.Args[1:], r.Program, version))
 	}
 	skel.PluginMainFuncs(skel.CNIFuncs{Add: r.Add, Del: r.Del, Check: r.Check, GC: r.GC, Status: r.Status},
 		cniversion.PluginSupports(about.CNIVersions...),
-		"safe-ipam "+version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
+		r.Program+" "+version+": CNI IPAM in front of calico-ipam; run 'safe-ipam --help' for admin commands")
 }
 
 // serveRead answers one read of Calico's etcd (lookup.Serve) in the
