@@ -596,3 +596,38 @@ func TestRenameRemedyReleasesTheOldNamesRecords(t *testing.T) {
 	}
 	n.admin(t, 0, "uninstall")
 }
+
+// Issue 44, item 4: an uninstall cut short (etcd down: exit 2, the node
+// half uninstalled) can be abandoned. Installing again cancels it and
+// says so: the records it was to forget stay and fence again, doctor
+// says protected (it said half uninstalled for ever, and the only remedy,
+// uninstall, is refused while the DaemonSet's watch runs).
+func TestInstallCancelsAnUnfinishedUninstall(t *testing.T) {
+	ctx := testContext(t)
+	c, srv := newClusterServer(t, "ucancel")
+	dumpOnFailure(t, c)
+	n, store := nodeWithStore(t, ctx, c, false)
+	n.admin(t, 0, "install")
+	p := podSandbox(t, ctx, c, "p")
+	n.add(t, ctx, p)
+
+	srv.Pause()
+	n.admin(t, install.ExitError, "uninstall")
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := n.doctor(); code == doctor.ExitProtected || !strings.Contains(out, "half uninstalled") {
+		t.Fatalf("doctor after an uninstall cut short: exit %d, and must say half uninstalled:\n%s", code, out)
+	}
+	out := n.admin(t, 0, "install")
+	if !strings.Contains(out, "cancel an unfinished uninstall of network(s) "+calicoNetwork) {
+		t.Errorf("install does not say it cancelled the unfinished uninstall:\n%s", out)
+	}
+	if code, out := n.doctor(); code != doctor.ExitProtected || strings.Contains(out, "half uninstalled") {
+		t.Errorf("doctor after install cancelled the uninstall: exit %d; want protected:\n%s", code, out)
+	}
+	recs, err := c.Records(ctx, calicoNetwork, store)
+	if err != nil || len(recs) != 1 || recs[0].Attachment.ContainerID != p.ContainerID() {
+		t.Fatalf("records after the cancelled uninstall: %v, %v; want p's", recs, err)
+	}
+}

@@ -43,6 +43,11 @@ func TestReadinessSaysWhatPodsMeet(t *testing.T) {
 	}
 	n.add(t, ctx, podSandbox(t, ctx, c, "r"))
 	w.waitVerdict(t, true, bound)
+	// r's ADD removed the note: ready because a call succeeded, not only
+	// because a full check found the store answering.
+	if _, out := n.doctor(); strings.Contains(out, "a CNI call failed") {
+		t.Errorf("doctor after an ADD succeeded still warns of the failure:\n%s", out)
+	}
 }
 
 // waitVerdict waits until /readyz and safe_ipam_protected both say ready

@@ -215,8 +215,29 @@ func (c *Config) readStore(string) error {
 		c.Store = c.calicoStore()
 	} else if err := strictField(c.ipam, "store", &c.Store); err != nil {
 		return err
+	} else if c.Store.Type == StoreEtcd && len(c.Store.Endpoints) == 0 {
+		c.followCalicoEtcd()
 	}
 	return c.Store.validate()
+}
+
+// followCalicoEtcd makes an etcd store that names no endpoints Calico's
+// etcd, as the config names it now (etcd_endpoints, and the etcd_*_file
+// keys for TLS files the store does not name): what install --store=etcd
+// writes, so that the records follow when calico-config moves Calico's
+// etcd. Without Calico's etcd_endpoints it stays without endpoints, and
+// validate refuses it.
+func (c *Config) followCalicoEtcd() {
+	if len(c.Calico.Endpoints()) == 0 {
+		return
+	}
+	c.Store.Endpoints = c.Calico.Endpoints()
+	if c.Store.CertFile == "" && c.Store.KeyFile == "" {
+		c.Store.CertFile, c.Store.KeyFile = c.Calico.EtcdCertFile, c.Calico.EtcdKeyFile
+	}
+	if c.Store.CAFile == "" {
+		c.Store.CAFile = c.Calico.EtcdCACertFile
+	}
 }
 
 // calicoStore is the default store: Calico's own etcd when calico-ipam
@@ -253,7 +274,7 @@ func (s *Store) validate() error {
 
 func (s *Store) validateEtcd() error {
 	if len(s.Endpoints) == 0 {
-		return invalid("ipam.store.endpoints", "the etcd store needs at least one endpoint")
+		return invalid("ipam.store.endpoints", "the etcd store needs at least one endpoint: give ipam.store.endpoints, or Calico's etcd_endpoints, which an etcd store without endpoints follows")
 	}
 	for _, e := range s.Endpoints {
 		u, err := url.Parse(e)

@@ -45,6 +45,27 @@ func StartEtcdProxy(netnsPath, endpoint string) (*EtcdProxy, error) {
 	return p, nil
 }
 
+// StartLocalEtcdProxy listens on a free port of 127.0.0.1 in this
+// network namespace and forwards to endpoint: another endpoint of the
+// same etcd, which Close takes away (an etcd moved, its old address
+// gone).
+func StartLocalEtcdProxy(endpoint string) (*EtcdProxy, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("etcd endpoint %s: %w", endpoint, err)
+	}
+	p := &EtcdProxy{addr: u.Host}
+	if p.ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		return nil, err
+	}
+	p.wg.Add(1)
+	go p.serve()
+	return p, nil
+}
+
+// Endpoint is where the proxy listens, as an etcd endpoint.
+func (p *EtcdProxy) Endpoint() string { return "http://" + p.ln.Addr().String() }
+
 func (p *EtcdProxy) serve() {
 	defer p.wg.Done()
 	for {

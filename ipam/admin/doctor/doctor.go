@@ -44,10 +44,11 @@ type Report struct {
 	// (anything else), or "missing".
 	CalicoIPAM string `json:"calicoIPAM"`
 	// Build is the version line of the safe-ipam build the runtime runs
-	// (<bin>/calico-ipam after a takeover, else <bin>/safe-ipam): its
-	// name (safe-ipam, or safe-ipam-etcd on a node whose records are in
-	// etcd) and version; "" when there is none, and what stopped it from
-	// answering in BuildError.
+	// (<bin>/calico-ipam after a takeover, where on a node whose records
+	// are in etcd it is safe-ipam-etcd; else <bin>/safe-ipam, which hands
+	// such calls to safe-ipam-etcd beside it): its name and version; ""
+	// when there is none, and what stopped it from answering in
+	// BuildError.
 	Build      string    `json:"build,omitempty"`
 	BuildError string    `json:"buildError,omitempty"`
 	Networks   []Network `json:"networks"`
@@ -227,12 +228,13 @@ func cniBuild(ctx context.Context, n cninode.Dirs, calicoIPAM string) (string, s
 	path := n.Bin(builds.CNIBinary)
 	if calicoIPAM == BinarySafeIPAM {
 		path = n.Bin(cninode.CalicoIPAM)
-	} else if _, err := os.Stat(path); err != nil {
-		return "", ""
+	} else if ours, _ := cninode.IsSafeIPAM(path); !ours {
+		return "", "" // none, or not safe-ipam's: never run
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "version")
+	cmd.WaitDelay = time.Second // a child that keeps stdout open does not hold doctor
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "CNI_COMMAND=") })
 	out, err := cmd.Output()
 	if err != nil {
@@ -319,8 +321,9 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 	net.Delegate = checkDelegate(ctx, n, cfg)
 	// A warning here, not a problem: the call that failed may be the last
 	// of an outage long over. The watch judges it (issue 44, item 1).
-	if net.Failing, err = failnote.Read(cfg.CacheDir); err != nil {
-		net.Failing = &failnote.Note{Verb: "reading the note", Network: c.Network, Msg: err.Error()}
+	if net.Failing, err = failnote.Read(cfg.CacheDir, cfg.Network); err != nil {
+		// Fail closed: a note that cannot be read may say the node fails.
+		net.Failing = &failnote.Note{At: time.Now().UTC(), Verb: "a CNI call (its note does not read)", Network: c.Network, Msg: err.Error()}
 	}
 	if !j.local {
 		var recs []*record.Record

@@ -38,6 +38,47 @@ func TestInstallStoreEtcdTakesCalicosKeys(t *testing.T) {
 			if st.Type != config.StoreEtcd || !slices.Equal(st.Endpoints, []string{"http://10.0.0.10:2379"}) || !slices.Contains(file.SafeIPAM.FromNode, "store") {
 				t.Errorf("store %+v (from node settings: %v); want Calico's etcd, from the node settings", st, file.SafeIPAM.FromNode)
 			}
+			// Issue 44, item 3: the node settings pin no endpoint, so the
+			// records follow calico-config when it moves Calico's etcd (and
+			// calico-node renders the config again), with no re-install.
+			settings, err := os.ReadFile(f.node.bin(config.NodeSettingsFile))
+			must(t, err)
+			if bytes.Contains(settings, []byte("10.0.0.10")) {
+				t.Errorf("the node settings pin Calico's etcd of install time:\n%s", settings)
+			}
+			path := f.node.conf("10-calico.conflist")
+			if mc.mode.Name() == ModeTakeover {
+				b, err := os.ReadFile(path)
+				must(t, err)
+				must(t, os.WriteFile(path, bytes.ReplaceAll(b, []byte("10.0.0.10:2379"), []byte("10.0.0.11:2379")), 0o644))
+				file, err = cninode.ReadFile(path, f.node.BinDir)
+				if err != nil || file.SafeIPAM == nil || !slices.Equal(file.SafeIPAM.Store.Endpoints, []string{"http://10.0.0.11:2379"}) {
+					t.Errorf("after Calico's etcd moved, the plugin reads store %+v, %v; want the new endpoint", file.SafeIPAM, err)
+				}
+			}
+		})
+	}
+}
+
+// Issue 44, item 3: node settings that an earlier install pinned to
+// Calico's etcd of its time are unpinned by the next install, the
+// watch's included (it runs without --store), so that they follow.
+func TestInstallUnpinsAnEarlierStoreEtcd(t *testing.T) {
+	for _, mc := range modes {
+		t.Run(mc.mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			pinned := `{"store":{"type":"etcd","endpoints":["http://10.0.0.9:2379"],"caFile":"/old/ca.pem"},"delegateHandles":"pod"}`
+			must(t, os.WriteFile(f.node.bin(config.NodeSettingsFile), []byte(pinned), 0o644))
+			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			file, err := cninode.ReadFile(f.node.conf("10-calico.conflist"), f.node.BinDir)
+			if err != nil || file.SafeIPAM == nil {
+				t.Fatalf("the installed config as the plugin reads it: %+v, %v", file, err)
+			}
+			if st := file.SafeIPAM.Store; !slices.Equal(st.Endpoints, []string{"http://10.0.0.10:2379"}) || st.CAFile == "/old/ca.pem" || file.SafeIPAM.DelegateHandles != "pod" {
+				t.Errorf("store %+v, handles %q; want Calico's etcd of now, the other settings kept", st, file.SafeIPAM.DelegateHandles)
+			}
 		})
 	}
 }
@@ -54,7 +95,7 @@ func TestInstallRefusesWhatThePluginRefuses(t *testing.T) {
 	}{
 		{"store=etcd on Calico's Kubernetes datastore", "", etcdRequested, "has no etcd_endpoints"},
 		{"a handle mode the parser rejects", "http://10.0.0.10:2379", Settings{"delegateHandles": "podname"}, "ipam.delegateHandles"},
-		{"an etcd store without endpoints", "http://10.0.0.10:2379", Settings{"store": map[string]any{"type": "etcd", "prefix": "/x"}}, "ipam.store.endpoints"},
+		{"an etcd store without endpoints, and no Calico etcd to follow", "", Settings{"store": map[string]any{"type": "etcd", "prefix": "/x"}}, "ipam.store.endpoints"},
 	}
 	for _, mc := range modes {
 		for _, tt := range tests {

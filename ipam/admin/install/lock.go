@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
@@ -99,8 +101,36 @@ func InstallWith(n Node, m Mode, self string, s Settings, dryRun bool) (*Result,
 		if err == nil && etcd {
 			p, _, err = n.planChecked(m, etcdBuildBeside(self), s)
 		}
-		return p, nil, err
+		if err != nil {
+			return nil, nil, err
+		}
+		n.planCancelUninstall(p)
+		return p, nil, nil
 	}, m.Name())
+}
+
+// planCancelUninstall cancels an uninstall that could not forget every
+// record (cninode.PendingForgetFile), which doctor reports as half
+// uninstalled. safe-ipam goes back in front of calico-ipam, so the
+// records that uninstall meant to forget stay and fence their addresses
+// again: forgetting them now would unfence running pods. A file that
+// cannot be read is cancelled all the same: only uninstall reads it, and
+// it would finish forgetting under an installed safe-ipam.
+func (n Node) planCancelUninstall(p *Plan) {
+	path := filepath.Join(n.BinDir, cninode.PendingForgetFile)
+	left, err := cninode.ReadPendingForget(n.BinDir)
+	if left == nil && err == nil {
+		return
+	}
+	what := "an unfinished uninstall"
+	if left != nil {
+		var nets []string
+		for _, q := range left.Networks {
+			nets = append(nets, q.Network)
+		}
+		what += " of network(s) " + strings.Join(nets, ", ")
+	}
+	p.add(removeStep("cancel "+what+": safe-ipam is in place again, so the records it was to forget stay and fence their addresses (safe-ipam uninstall takes it off)", path))
 }
 
 // etcdBuildBeside is the CNI binary's etcd build in self's directory.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"reflect"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
@@ -33,14 +32,17 @@ func (n Node) planSettings(p *Plan, s Settings) ([]byte, error) {
 	case err != nil:
 		return nil, refuse("reading %v", err)
 	}
-	if len(s) == 0 {
-		return cur, nil // as they are: the plugin's parser judges them
-	}
 	merged := map[string]any{}
 	if cur != nil {
 		if err := json.Unmarshal(cur, &merged); err != nil {
+			if len(s) == 0 {
+				return cur, nil // as they are: the plugin's parser judges them
+			}
 			return nil, refuse("%s does not parse: %v", n.settingsPath(), err)
 		}
+	}
+	if !unpinned(merged) && len(s) == 0 {
+		return cur, nil
 	}
 	for k, v := range s {
 		merged[k] = v
@@ -56,20 +58,18 @@ func (n Node) planSettings(p *Plan, s Settings) ([]byte, error) {
 	return data, nil
 }
 
-// withCalicoEtcd is s with --store=etcd, which names Calico's etcd
-// (install --help), made explicit: the endpoints and TLS files of
-// Calico's own keys (etcd_endpoints, etcd_cert_file, etcd_key_file,
-// etcd_ca_cert_file) in confs, which must all name the same. Without
-// them there is no etcd to name, and install refuses, saying which key
-// is missing. The watch runs this at every re-install, so a changed
-// calico-config reaches the node settings once calico-node renders it.
+// withCalicoEtcd checks --store=etcd, which names Calico's etcd (install
+// --help): every Calico config in confs must name one (etcd_endpoints);
+// without it there is no etcd to name, and install refuses, saying which
+// key is missing. The setting stays {"type": "etcd"}, without endpoints:
+// the plugin then takes Calico's etcd_endpoints and etcd_*_file keys at
+// each call (config.followCalicoEtcd), so the records follow when
+// calico-config moves Calico's etcd, with no re-install.
 func withCalicoEtcd(s Settings, confs []*cninode.Conf) (Settings, error) {
 	want, ok := s["store"].(map[string]string)
 	if !ok || len(want) != 1 || want["type"] != config.StoreEtcd {
 		return s, nil
 	}
-	var store *config.Store
-	var from string
 	for _, c := range confs {
 		calico, err := calicoKeys(c)
 		if err != nil {
@@ -78,19 +78,23 @@ func withCalicoEtcd(s Settings, confs []*cninode.Conf) (Settings, error) {
 		if len(calico.Endpoints()) == 0 {
 			return nil, refuse("--store=etcd keeps records in Calico's etcd, but %s has no etcd_endpoints (Calico's datastore there: %s): use --store=file, or name an etcd of your own in ipam.store (docs/configuration.md)", c.Path, calico.Datastore())
 		}
-		st := &config.Store{Type: config.StoreEtcd, Endpoints: calico.Endpoints(),
-			CertFile: calico.EtcdCertFile, KeyFile: calico.EtcdKeyFile, CAFile: calico.EtcdCACertFile}
-		if store != nil && !reflect.DeepEqual(st, store) {
-			return nil, refuse("--store=etcd: %s and %s name different etcds (etcd_endpoints and etcd_*_file keys): give ipam.store in each config instead", from, c.Path)
-		}
-		store, from = st, c.Path
 	}
-	out := Settings{}
-	for k, v := range s {
-		out[k] = v
+	return s, nil
+}
+
+// unpinned is the node settings cur with an etcd store that earlier
+// installs pinned to Calico's endpoints and TLS files at install time
+// made {"type": "etcd"} again, so that it follows Calico's etcd
+// (withCalicoEtcd): install writes the node settings' store only from
+// --store, and --store=etcd only ever named Calico's etcd. ok says
+// whether it changed anything.
+func unpinned(cur map[string]any) (ok bool) {
+	st, isMap := cur["store"].(map[string]any)
+	if !isMap || st["type"] != config.StoreEtcd || st["endpoints"] == nil {
+		return false
 	}
-	out["store"] = store
-	return out, nil
+	cur["store"] = map[string]any{"type": config.StoreEtcd}
+	return true
 }
 
 // calicoKeys are the top-level keys calico-ipam reads from the first

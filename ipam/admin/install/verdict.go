@@ -25,24 +25,21 @@ import (
 // Ready means: the node's own files protect it (safe-ipam in front of
 // calico-ipam, a config safe-ipam and Calico read alike, a delegate that
 // answers), checked every CheckEvery with no request to anyone; the CNI
-// path has not failed since the last full check that the record store and
-// Calico's datastore answered (package failnote: a call that fails for a
-// reason of the node's leaves a note, the next that succeeds removes it);
-// and the last full check found the store and the datastore answering
-// and no problem (Calico knows the node, the handle mode fits, gc keeps
-// up). The full check runs at once on start, then every RemoteCheckEvery
-// (or --full-check-every), each node at its own jittered time; at once
-// too when the CNI path has failed since the last one, or has succeeded
-// again after a full check the store did not answer. One that the store
-// or datastore does not answer is asked again after CheckEvery, then
-// twice as long each time, up to maxRemoteBackoff.
+// path is not failing (package failnote: an ADD or DEL that fails for a
+// reason of the node's leaves a note of its network, the network's next
+// ADD that succeeds removes it; a note counts when it is newer than the
+// last full check the store and datastore answered, which forgives one
+// failure only, keeper.forgiven); and the last full check found the store
+// and the datastore answering and no problem (Calico knows the node, the
+// handle mode fits, gc keeps up). The full check runs at once on start,
+// then every RemoteCheckEvery (or --full-check-every), each node at its
+// own jittered time; at once too when the CNI path has failed since the
+// last one (not while the store does not answer), or an ADD has
+// succeeded again after a full check the store did not answer. One that
+// the store or datastore does not answer is asked again after
+// CheckEvery, then twice as long each time, up to maxRemoteBackoff.
 //
-// So readiness (and safe_ipam_protected) turns false within one
-// CheckEvery of a failed ADD or DEL (plus the check's own time), or at
-// the next full check that finds the store or datastore not answering;
-// it turns true again within one CheckEvery of a call that succeeds, or
-// within maxRemoteBackoff of the store answering again when no call
-// comes (docs/operations.md).
+// docs/operations.md states the delays this gives.
 
 // CheckEvery is how often the watch checks the node's own files.
 const CheckEvery = 30 * time.Second
@@ -232,17 +229,31 @@ type keeper struct {
 	answered, tried time.Time
 	// unanswered: the last full check was not answered.
 	unanswered bool
-	// note is the CNI path's failure note the last check read.
+	// note is the CNI path's failure note the last check read, its time
+	// no later than the check's (a clock stepped back).
 	note *failnote.Note
-	// recovered: a note the watch saw is gone, so a call succeeded.
+	// recovered: a note the watch saw is gone, so an ADD succeeded.
 	recovered bool
+	// forgiven is when a full check the store and datastore answered
+	// followed a note: the failure was theirs, and they answer now. A
+	// later note, while the first is not gone, is a failure the full
+	// check does not see (a full disk, a pool exhausted, writes refused):
+	// it is not forgiven again, until an ADD succeeds.
+	forgiven time.Time
 }
 
+// noteStale is how long a failure note counts with no newer one: the
+// runtime retries a pod that cannot start far more often, so a note older
+// than this is one failure of the past.
+const noteStale = 10 * time.Minute
+
 // fullCheckWanted says whether the CNI path calls for a full check before
-// it is due: it failed since the last full check began, or it succeeded
-// again after one that was not answered.
+// it is due: it failed since the last full check began, and no full check
+// has forgiven this failure yet nor found the store not answering (the
+// schedule's back-off holds then); or an ADD succeeded again after a full
+// check that was not answered.
 func (k *keeper) fullCheckWanted() bool {
-	if k.note != nil && k.note.At.After(k.tried) {
+	if k.note != nil && k.note.At.After(k.tried) && k.now().Sub(k.note.At) < noteStale && k.forgiven.IsZero() && !k.unanswered {
 		return true
 	}
 	return k.recovered && k.unanswered
@@ -326,19 +337,31 @@ func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
 
 // judgeNote keeps what the CNI path says in the verdict: a failure since
 // the last full check that the store and datastore answered makes the
-// node not ready until a call succeeds or such a check follows it.
+// node not ready until an ADD succeeds, or such a check follows it (once:
+// see keeper.forgiven), or noteStale passes with no newer failure.
 func (k *keeper) judgeNote(note *failnote.Note, remote, answered bool, start time.Time) {
+	if note != nil && note.At.After(start) {
+		n := *note
+		n.At = start
+		note = &n
+	}
 	if remote {
 		k.unanswered = !answered
 		if answered {
 			k.answered = start
+			if note != nil && k.forgiven.IsZero() {
+				k.forgiven = start
+			}
 		}
 	}
-	if note == nil && k.note != nil {
-		k.recovered = true
+	if note == nil {
+		k.recovered = k.recovered || k.note != nil
+		k.forgiven = time.Time{}
 	}
 	k.note = note
-	if note != nil && note.At.After(k.answered) {
+	failing := note != nil && start.Sub(note.At) < noteStale &&
+		(note.At.After(k.answered) || (!k.forgiven.IsZero() && note.At.After(k.forgiven)))
+	if failing {
 		k.ready.setFailing(errors.New("the CNI path is failing: " + note.String()))
 		return
 	}

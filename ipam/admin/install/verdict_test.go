@@ -50,6 +50,11 @@ func TestVerdictSaysWhatPodsMeet(t *testing.T) {
 		{"the full check after the failure not answered", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}}, false, false},
 		{"then a call succeeded", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true}}, false, true},
 		{"then the full check it called for", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true}, answered(true)}, true, false},
+		{"a failure the full check does not see", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(2)}, {Protected: true, Failing: failed(4)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(4)}}, false, false},
+		{"then an ADD succeeded", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(2)}, {Protected: true, Failing: failed(4)}, {Protected: true}}, true, false},
+		{"a note from a clock stepped back", []Verdict{answered(true), {Protected: true, Failing: failed(3600)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(3600)}}, true, false},
+		{"a note of long ago", []Verdict{{Protected: true, Failing: failed(-3600)}}, true, false},
+		{"the outage goes on: no full check each round", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true, Failing: failed(4)}}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ready := &readiness{local: errors.New("not checked yet")}

@@ -52,11 +52,11 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env delegate
 	pending := g.newRecord(att, args)
 	cur, err := g.store.Swap(ctx, att, nil, pending)
 	if errors.Is(err, store.ErrQuarantined) {
-		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: an earlier ADD was given an address a running attachment holds, and that allocation is quarantined until its holder is released; start the pod in a new sandbox", att), "")
+		return nil, &sandboxRetry{types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: an earlier ADD was given an address a running attachment holds, and that allocation is quarantined until its holder is released; start the pod in a new sandbox", att), "")}
 	}
 	if errors.Is(err, store.ErrConflict) && cur != nil && cur.State != record.Committed {
 		if cur.Owner.Alive() {
-			return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: another operation (pid %d) is %s it", att, cur.Owner.PID, cur.State), "")
+			return nil, &sandboxRetry{types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: another operation (pid %d) is %s it", att, cur.Owner.PID, cur.State), "")}
 		}
 		cur, err = g.restart(ctx, cur, pending, env, args)
 	}

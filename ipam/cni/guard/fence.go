@@ -14,7 +14,12 @@ import (
 // fenced is how an ADD ends that must not release what the delegate gave
 // it: the allocation is quarantined, or left under the pending record for
 // the next ADD, DEL or GC. commitFailed returns err as it is.
-type fenced struct{ err error }
+type fenced struct {
+	err error
+	// node: the fence itself failed for a reason of the node's (the
+	// store did not take the quarantine), which NodeFailing counts.
+	node bool
+}
 
 func (f *fenced) Error() string { return f.err.Error() }
 func (f *fenced) Unwrap() error { return f.err }
@@ -34,19 +39,19 @@ func (g *Guard) fence(ctx context.Context, pending, committed *record.Record, he
 		if err == nil {
 			g.log.Warn("ADD was given an address a running attachment holds: quarantined with the holder, not returned",
 				"attachment", att.String(), "address", held.Addr, "holder", held.Holder.Attachment.String())
-			return &fenced{types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
+			return &fenced{err: types.NewError(types.ErrTryAgainLater, fmt.Sprintf(
 				"%s: %s gave %s, which %s holds (it was freed behind that attachment's back); the allocation is quarantined until %s is released; start the pod in a new sandbox",
 				att, g.delegate.Type, held.Addr, held.Holder.Attachment, held.Holder.Attachment), "")}
 		}
 		if !errors.Is(err, store.ErrConflict) {
 			g.log.Error("ADD was given a held address and could not quarantine it; the pending record keeps it", "attachment", att.String(), "address", held.Addr, "error", err)
-			return &fenced{storeError("quarantining "+att.String(), err)}
+			return &fenced{err: storeError("quarantining "+att.String(), err), node: true}
 		}
 		if _, err = g.store.Commit(ctx, pending, committed); err == nil || !errors.As(err, &held) {
 			return err
 		}
 	}
-	return &fenced{types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: the holder of %s kept changing while fencing; try again", att, held.Addr), "")}
+	return &fenced{err: types.NewError(types.ErrTryAgainLater, fmt.Sprintf("%s: the holder of %s kept changing while fencing; try again", att, held.Addr), "")}
 }
 
 // quarantineOf is the quarantine of committed's allocation. A VM pod's

@@ -226,15 +226,19 @@ func (g *Guard) ForNode(node string, st store.Store) *Guard {
 // NodeFailing says whether err, a verb's failure, says that this node
 // cannot start or stop pods (its record store or Calico's datastore does
 // not answer, the delegate fails, the deadline passed), rather than
-// something of this one call: its input, or a fenced address, which the
-// runtime's retry gets past. Codes from 100 on are the delegate's too,
-// so every one of them counts.
+// something of this one call: its input, a fenced address, or a sandbox
+// the runtime's retry gets past. Codes from 100 on are the delegate's
+// too, so every one of them counts.
 func NodeFailing(err error) bool {
 	if err == nil {
 		return false
 	}
 	var f *fenced
 	if errors.As(err, &f) {
+		return f.node
+	}
+	var retry *sandboxRetry
+	if errors.As(err, &retry) {
 		return false
 	}
 	var cniErr *types.Error
@@ -247,3 +251,11 @@ func NodeFailing(err error) bool {
 	}
 	return true
 }
+
+// sandboxRetry is an ADD this sandbox cannot make, which the runtime's
+// retry (in a new sandbox, or once the other operation is done) gets
+// past: nothing of the node's.
+type sandboxRetry struct{ err error }
+
+func (r *sandboxRetry) Error() string { return r.err.Error() }
+func (r *sandboxRetry) Unwrap() error { return r.err }

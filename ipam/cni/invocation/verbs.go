@@ -104,7 +104,9 @@ func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *g
 		return err
 	}
 	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.HandOverTo != "" {
-		return builds.HandOver(r.HandOverTo, args.StdinData, started)
+		err := builds.HandOver(r.HandOverTo, args.StdinData, started) // returns only on failure
+		noteOutcome(verb, cfg, err)
+		return err
 	}
 	// From the call's start, not from here: the parse and a hand-over
 	// count against the same ipam.verbTimeout.
@@ -130,25 +132,35 @@ func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *g
 }
 
 // noteOutcome tells the watch how an ADD or DEL went (package failnote):
-// a failure of the node's leaves a note, a success removes it.
+// a failure of the node's leaves a note of its network, an ADD that
+// succeeds removes it. It waits for the cache dir at most noteWait: the
+// note must never hold up the call (a dir that blocks writes), and the
+// process's exit ends what it leaves behind.
 func noteOutcome(verb string, cfg *config.Config, err error) {
-	if verb != "ADD" && verb != "DEL" {
+	note := func() {}
+	switch {
+	case err == nil && verb == "ADD":
+		note = func() { failnote.Clear(cfg.CacheDir, cfg.Network) }
+	case err != nil && (verb == "ADD" || verb == "DEL") && guard.NodeFailing(err):
+		n := failnote.Note{At: time.Now().UTC(), Verb: verb, Network: cfg.Network, Msg: err.Error()}
+		var cniErr *types.Error
+		if errors.As(err, &cniErr) {
+			n.Code = cniErr.Code
+		}
+		note = func() { failnote.Write(cfg.CacheDir, n) }
+	default:
 		return
 	}
-	if err == nil {
-		failnote.Clear(cfg.CacheDir)
-		return
+	done := make(chan struct{})
+	go func() { note(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(noteWait):
 	}
-	if !guard.NodeFailing(err) {
-		return
-	}
-	n := failnote.Note{At: time.Now().UTC(), Verb: verb, Network: cfg.Network, Msg: err.Error()}
-	var cniErr *types.Error
-	if errors.As(err, &cniErr) {
-		n.Code = cniErr.Code
-	}
-	failnote.Write(cfg.CacheDir, n)
 }
+
+// noteWait bounds how long a call waits for its failure note.
+const noteWait = 200 * time.Millisecond
 
 // verbGrace is how long a verb may run past ipam.verbTimeout before the
 // call returns without it: its own steps stop at the deadline (the
