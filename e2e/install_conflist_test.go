@@ -224,3 +224,38 @@ func (n *calicoNode) delAtCleanup(t *testing.T, ctx context.Context, sb testbed.
 		}
 	})
 }
+
+// Issue 44, item 2: switching modes on a running node, the documented
+// way: to conflist mode, install --mode=conflist (as the conflist
+// DaemonSet's init container does); back to takeover, uninstall, then
+// install --mode=takeover. A pod starts at every step, and doctor says
+// protected in each mode: the conflist install on a takeover node
+// refused ("uninstall that first"), and a config calico-node then
+// rendered through safe-ipam named a binary that was not there.
+func TestSwitchingModesKeepsPodsStarting(t *testing.T) {
+	ctx := testContext(t)
+	c := newCluster(t, "iswitch")
+	dumpOnFailure(t, c)
+	n, _ := nodeWithStore(t, ctx, c, false)
+	calico := n.snapshot(t)
+	podStarts := n.podStarts(t, ctx, c)
+	for _, step := range [][]string{
+		{"install", "--mode=" + install.ModeTakeover},
+		{"install", "--mode=" + install.ModeConflist},
+		{"uninstall"},
+		{"install", "--mode=" + install.ModeTakeover},
+		{"install", "--mode=" + install.ModeConflist},
+	} {
+		n.admin(t, 0, step...)
+		podStarts(strings.Join(step, " "))
+		if step[0] == "uninstall" {
+			continue
+		}
+		if code, out := n.doctor(); code != doctor.ExitProtected {
+			t.Fatalf("doctor after %s: exit %d\n%s", strings.Join(step, " "), code, out)
+		}
+	}
+	n.admin(t, 0, "uninstall")
+	podStarts("uninstalled")
+	assertSameFiles(t, n.snapshot(t), calico)
+}

@@ -17,10 +17,7 @@ func TestStoreEtcdFollowsCalicosEtcd(t *testing.T) {
 	ctx := testContext(t)
 	c := newCluster(t, "sfollow")
 	dumpOnFailure(t, c)
-	if err := c.Seed(ctx, "node1"); err != nil {
-		t.Fatal(err)
-	}
-	n := newCalicoNode(t, c)
+	n, _ := nodeWithStore(t, ctx, c, false)
 	proxy, err := containerd.StartLocalEtcdProxy(c.EtcdEndpoint)
 	if err != nil {
 		t.Fatal(err)

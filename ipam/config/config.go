@@ -228,7 +228,7 @@ func (c *Config) readStore(string) error {
 // etcd. Without Calico's etcd_endpoints it stays without endpoints, and
 // validate refuses it.
 func (c *Config) followCalicoEtcd() {
-	if len(c.Calico.Endpoints()) == 0 {
+	if c.Calico.Datastore() != DatastoreEtcd || len(c.Calico.Endpoints()) == 0 {
 		return
 	}
 	c.Store.Endpoints = c.Calico.Endpoints()

@@ -205,6 +205,11 @@ func RunInstall(args []string, stdout, stderr io.Writer, check NodeCheck) int {
 	if f.watch {
 		return runWatch(f, mode, self, settings, stderr, check)
 	}
+	if _, ok := mode.(ConflistMode); ok {
+		// An install run once may switch a takeover node; a watch never
+		// does (it would fight a switch made by hand).
+		mode = ConflistMode{SwitchFromTakeover: true}
+	}
 	r, err := InstallWith(f.node, mode, self, settings, f.dryRun)
 	code = report("install", f, r, err, stdout, stderr)
 	if code == ExitOK && !f.dryRun {

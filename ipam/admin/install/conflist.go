@@ -13,11 +13,16 @@ import (
 // safe-ipam with calico-ipam as the delegate, and installs safe-ipam as
 // <bin>/safe-ipam. Calico's main plugin then ignores its pool and ipAddrs
 // annotations, which it applies only to an IPAM named calico-ipam.
-type ConflistMode struct{}
+type ConflistMode struct {
+	// SwitchFromTakeover lets Install switch a node in takeover mode
+	// (leaveTakeover), unless a watch keeps it there: what an install
+	// run once does, and never a watch.
+	SwitchFromTakeover bool
+}
 
 func (ConflistMode) Name() string { return ModeConflist }
 
-func (ConflistMode) Install(n Node, self string) (*Plan, error) {
+func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := n.checkDirs(); err != nil {
 		return nil, refuse("%v", err)
 	}
@@ -28,14 +33,18 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
-	if taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM)); err != nil {
+	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
+	if err != nil {
 		return nil, refuse("%v", err)
-	} else if taken {
-		return nil, refuse("%s is safe-ipam already (takeover mode): uninstall that first", n.bin(CalicoIPAM))
 	}
 	p := &Plan{}
 	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
 		return nil, err
+	}
+	if taken {
+		if err := n.leaveTakeover(p, m.SwitchFromTakeover); err != nil {
+			return nil, err
+		}
 	}
 	for _, c := range confs {
 		if !needsRoute(c) {
@@ -56,6 +65,34 @@ func (ConflistMode) Install(n Node, self string) (*Plan, error) {
 		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.Perm))
 	}
 	return p, nil
+}
+
+// leaveTakeover plans the switch from takeover mode: Calico's calico-ipam
+// back from the original install kept, once safe-ipam is in conflist
+// mode's place and before any config routes through it. In the other
+// order a config would route through safe-ipam while calico-ipam is
+// safe-ipam itself, a delegate it refuses: every pod start would fail.
+// Without an original to restore, while a watch keeps the node in
+// takeover mode, or when switching is not allowed (a watch's install), it
+// refuses, changing nothing. The way back to takeover mode is uninstall,
+// then install --mode=takeover (docs/install.md, "Switching modes").
+func (n Node) leaveTakeover(p *Plan, allowed bool) error {
+	path := n.bin(CalicoIPAM)
+	if !allowed {
+		return refuse("%s is safe-ipam (takeover mode): switch with install --mode=conflist run once, not a watch", path)
+	}
+	release, err := n.notWatched()
+	if err != nil {
+		return refuse("switching %s from takeover mode: %v", path, err)
+	}
+	release()
+	if _, err := uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) }); err != nil {
+		return refuse("%v", err)
+	}
+	if !p.restores(path) {
+		return refuse("%s is safe-ipam (takeover mode), and install kept no original of Calico's calico-ipam to put back for conflist mode: run safe-ipam uninstall first", path)
+	}
+	return nil
 }
 
 func needsRoute(c *cninode.Conf) bool {

@@ -543,3 +543,64 @@ func TestInstallRefusesABackupNothingVouchesFor(t *testing.T) {
 		})
 	}
 }
+
+// Issue 44, item 2: an install run once switches a takeover node to
+// conflist mode, in an order where at no step a config routes through
+// safe-ipam while calico-ipam is safe-ipam itself (a delegate it refuses:
+// every pod start failed) or names a binary that is not there; uninstall
+// then takes it all off, back to Calico's own files. A watch's install
+// never switches (it would fight a switch made by hand), nor does one
+// while a watch keeps the node; the way back to takeover is uninstall
+// first, and a takeover install on a conflist node refuses, changing
+// nothing.
+func TestInstallSwitchesFromTakeoverToConflist(t *testing.T) {
+	f := newFixture(t)
+	calico := f.snapshot(t)
+	if _, err := Install(f.node, TakeoverMode{}, f.self, false); err != nil {
+		t.Fatal(err)
+	}
+	takeover := f.snapshot(t)
+	if _, err := Install(f.node, ConflistMode{}, f.self, false); !errors.Is(err, ErrRefused) {
+		t.Fatalf("a watch's conflist install on a takeover node: %v; want a refusal", err)
+	}
+	release, err := f.node.holdWatched() // what a running watch holds
+	must(t, err)
+	if _, err := Install(f.node, ConflistMode{SwitchFromTakeover: true}, f.self, false); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "watch") {
+		t.Fatalf("a switch while a watch keeps the node: %v; want a refusal naming the watch", err)
+	}
+	release()
+	assertSame(t, "after refused switches", f.snapshot(t), takeover)
+	r, err := Install(f.node, ConflistMode{SwitchFromTakeover: true}, f.self, false)
+	if err != nil {
+		t.Fatalf("switch to conflist: %v", err)
+	}
+	if err := conflistProtected(t, f); err != nil {
+		t.Fatalf("after the switch: %v", err)
+	}
+	routed, calicoIPAMOurs, safeIPAMThere := false, true, false
+	for _, s := range r.Plan.Steps {
+		switch {
+		case s.Path == f.node.conf("10-calico.conflist") && s.data != nil:
+			routed = true
+		case s.Path == f.node.bin(CalicoIPAM) && s.rename != "":
+			calicoIPAMOurs = false
+		case s.Path == f.node.bin(builds.CNIBinary) && s.linkTo == "" && !s.remove:
+			safeIPAMThere = true
+		}
+		if routed && (calicoIPAMOurs || !safeIPAMThere) {
+			t.Fatalf("at step %q (%s) a config routes through safe-ipam while calico-ipam is safe-ipam %v, safe-ipam there %v", s.Action, s.Path, calicoIPAMOurs, safeIPAMThere)
+		}
+	}
+	if !routed || calicoIPAMOurs || !safeIPAMThere {
+		t.Fatalf("the switch's plan: routed %v, calico-ipam safe-ipam's %v, safe-ipam there %v", routed, calicoIPAMOurs, safeIPAMThere)
+	}
+	conflist := f.snapshot(t)
+	if _, err := Install(f.node, TakeoverMode{}, f.self, false); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "uninstall, then install --mode=takeover") {
+		t.Fatalf("takeover install on a conflist node: %v; want a refusal saying how to switch", err)
+	}
+	assertSame(t, "after the refused takeover", f.snapshot(t), conflist)
+	if _, err := Uninstall(f.node, ConflistMode{}, false); err != nil {
+		t.Fatal(err)
+	}
+	assertSame(t, "after the switch and uninstall", f.snapshot(t), calico)
+}

@@ -21,7 +21,7 @@ func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
 	}
 	for _, c := range confs {
 		if !needsRoute(c) {
-			return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): uninstall that first", c.Path)
+			return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): to switch to takeover mode, run safe-ipam uninstall, then install --mode=takeover (docs/install.md, \"Switching modes\")", c.Path)
 		}
 	}
 	if err := requireFile(n.bin(CalicoIPAM), "Calico's IPAM, to be taken over"); err != nil {

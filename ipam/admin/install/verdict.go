@@ -234,6 +234,9 @@ type keeper struct {
 	note *failnote.Note
 	// recovered: a note the watch saw is gone, so an ADD succeeded.
 	recovered bool
+	// futureAt and seenAt: a note dated after the check that first read
+	// it (a clock stepped back) counts from that check, not from each.
+	futureAt, seenAt time.Time
 	// forgiven is when a full check the store and datastore answered
 	// followed a note: the failure was theirs, and they answer now. A
 	// later note, while the first is not gone, is a failure the full
@@ -341,8 +344,11 @@ func (k *keeper) run(ctx context.Context, remote bool) checkOutcome {
 // see keeper.forgiven), or noteStale passes with no newer failure.
 func (k *keeper) judgeNote(note *failnote.Note, remote, answered bool, start time.Time) {
 	if note != nil && note.At.After(start) {
+		if !note.At.Equal(k.futureAt) {
+			k.futureAt, k.seenAt = note.At, start
+		}
 		n := *note
-		n.At = start
+		n.At = k.seenAt
 		note = &n
 	}
 	if remote {

@@ -53,6 +53,7 @@ func TestVerdictSaysWhatPodsMeet(t *testing.T) {
 		{"a failure the full check does not see", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(2)}, {Protected: true, Failing: failed(4)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(4)}}, false, false},
 		{"then an ADD succeeded", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(2)}, {Protected: true, Failing: failed(4)}, {Protected: true}}, true, false},
 		{"a note from a clock stepped back", []Verdict{answered(true), {Protected: true, Failing: failed(3600)}, {Protected: true, Stores: []StoreCount{{Network: "n"}}, Failing: failed(3600)}}, true, false},
+		{"a note from a clock stepped back, read again and again", append([]Verdict{answered(true)}, repeat(Verdict{Protected: true, Failing: failed(7200)}, 700)...), true, false},
 		{"a note of long ago", []Verdict{{Protected: true, Failing: failed(-3600)}}, true, false},
 		{"the outage goes on: no full check each round", []Verdict{answered(true), {Protected: true, Failing: failed(2)}, {Unanswered: true, Failing: failed(2)}, {Protected: true, Failing: failed(4)}}, false, false},
 	} {
@@ -138,4 +139,12 @@ func TestFullCheckWaitsFromItsEnd(t *testing.T) {
 	if min := start.Add(checkTimeout + CheckEvery*8/10); s.next.Before(min) {
 		t.Errorf("next full check %v after the start; want at least %v (the check's %v, then a local period less its jitter)", s.next.Sub(start), min.Sub(start), checkTimeout)
 	}
+}
+
+func repeat(v Verdict, n int) []Verdict {
+	out := make([]Verdict, n)
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }

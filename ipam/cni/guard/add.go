@@ -167,7 +167,7 @@ func (g *Guard) commitFailed(ctx context.Context, pending *record.Record, env de
 	var cniErr *types.Error
 	var f *fenced
 	if errors.As(err, &f) {
-		return f.err
+		return f // as it is: NodeFailing tells a fence from the node's failure
 	}
 	// chaos:release-on-unknown-commit (a mutant breaks what follows)
 	if errors.Is(err, store.ErrConflict) || errors.As(err, &cniErr) {

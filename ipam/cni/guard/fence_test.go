@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 )
 
@@ -40,6 +42,11 @@ func TestFencingQuarantinesAHeldAddress(t *testing.T) {
 		if cniCode(err) != types.ErrTryAgainLater {
 			t.Fatalf("ADD given the holder's address = %v; want code 11", err)
 		}
+		// Issue 44, item 1: a fence is safe-ipam at work, not the node
+		// failing: no failure note, readiness stays.
+		if guard.NodeFailing(err) {
+			t.Errorf("the fenced ADD's error %v counts as the node failing", err)
+		}
 		if rec := r.record("late"); rec != nil {
 			t.Fatalf("the fenced attachment has a record: %+v", rec)
 		}
@@ -54,8 +61,8 @@ func TestFencingQuarantinesAHeldAddress(t *testing.T) {
 		// The runtime's cleanup DEL and a retry in the same sandbox keep it.
 		r.del("late")
 		adds := len(r.calls("ADD"))
-		if _, err := r.run("ADD", env("late"), r.conf()); cniCode(err) != types.ErrTryAgainLater || len(r.calls("ADD")) != adds {
-			t.Fatalf("ADD of the quarantined attachment = %v, %d delegate ADDs; want 11 without one", err, len(r.calls("ADD"))-adds)
+		if _, err := r.run("ADD", env("late"), r.conf()); cniCode(err) != types.ErrTryAgainLater || len(r.calls("ADD")) != adds || guard.NodeFailing(err) {
+			t.Fatalf("ADD of the quarantined attachment = %v, %d delegate ADDs; want 11 without one, not the node failing", err, len(r.calls("ADD"))-adds)
 		}
 		if held := r.held()["net1.late"]; !slices.Equal(held, ips) {
 			t.Fatalf("DEL of the quarantined attachment released %v", ips)
