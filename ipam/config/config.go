@@ -73,11 +73,15 @@ type Config struct {
 	Store           Store
 	// StoreSet says the store comes from ipam.store, not from Calico's
 	// top-level keys; errors name the settings accordingly.
-	StoreSet      bool
-	CacheDir      string
-	LogFile       string
-	LogLevel      string
-	GCGracePeriod time.Duration
+	StoreSet bool
+	// followedCertKey and followedCA: an etcd store without endpoints
+	// took these TLS files from Calico's etcd_*_file keys
+	// (followCalicoEtcd), which errors then name.
+	followedCertKey, followedCA bool
+	CacheDir                    string
+	LogFile                     string
+	LogLevel                    string
+	GCGracePeriod               time.Duration
 	// VerbTimeout bounds a whole CNI call, the delegate and lock waits
 	// included.
 	VerbTimeout time.Duration
@@ -234,9 +238,11 @@ func (c *Config) followCalicoEtcd() {
 	c.Store.Endpoints = c.Calico.Endpoints()
 	if c.Store.CertFile == "" && c.Store.KeyFile == "" {
 		c.Store.CertFile, c.Store.KeyFile = c.Calico.EtcdCertFile, c.Calico.EtcdKeyFile
+		c.followedCertKey = true
 	}
 	if c.Store.CAFile == "" {
 		c.Store.CAFile = c.Calico.EtcdCACertFile
+		c.followedCA = true
 	}
 }
 

@@ -170,3 +170,22 @@ func TestTheNodesOutsideLeaveIsNotTheDelegates(t *testing.T) {
 		t.Fatalf("the delegate's config carries the node's leave: %s", out)
 	}
 }
+
+// Issue 44, item 3: an etcd store without endpoints follows Calico's etcd,
+// and an error about a TLS file it took from Calico names Calico's key,
+// where the file came from, not ipam.store's.
+func TestAFollowedStoreNamesCalicosTLSKeys(t *testing.T) {
+	conf := `{"cniVersion":"1.0.0","name":"n","type":"calico","etcd_endpoints":"https://10.0.0.1:2379",
+		"etcd_cert_file":"/c","etcd_key_file":"/k","etcd_ca_cert_file":"/ca","ipam":{"type":"safe-ipam","store":{"type":"etcd"}}}`
+	cfg, err := Parse([]byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Store.Endpoints) != 1 || cfg.Store.Endpoints[0] != "https://10.0.0.1:2379" {
+		t.Fatalf("store endpoints %v; want Calico's", cfg.Store.Endpoints)
+	}
+	f := cfg.StoreTLS("")
+	if f.Cert.Setting != "etcd_cert_file" || f.Key.Setting != "etcd_key_file" || f.CA.Setting != "etcd_ca_cert_file" {
+		t.Errorf("TLS files named %q, %q, %q; want Calico's keys", f.Cert.Setting, f.Key.Setting, f.CA.Setting)
+	}
+}

@@ -36,7 +36,14 @@ func (c *Config) StoreTLS(in string) etcdtls.Files {
 	if c.StoreSet {
 		keys = storeTLSKeys
 	}
-	return keys.files(c.Store.CertFile, c.Store.KeyFile, c.Store.CAFile, in)
+	f := keys.files(c.Store.CertFile, c.Store.KeyFile, c.Store.CAFile, in)
+	if c.followedCertKey {
+		f.Cert.Setting, f.Key.Setting = calicoTLSKeys.cert+in, calicoTLSKeys.key+in
+	}
+	if c.followedCA {
+		f.CA.Setting = calicoTLSKeys.ca + in
+	}
+	return f
 }
 
 // CalicoTLSKey is the config key of Calico's etcd cert ("cert"), key
