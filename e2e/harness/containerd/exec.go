@@ -9,7 +9,8 @@ import (
 )
 
 // ExecSync runs cmd in the running container called container of the pod
-// namespace/name, as `kubectl exec` has the kubelet ask the runtime, and
+// namespace/name, in the container as the runtime runs it (as an exec
+// probe does; `kubectl exec` streams through the same runtime), and
 // returns its exit code and its output (stdout, then stderr).
 func (k *Kubelet) ExecSync(ctx context.Context, namespace, name, container string, cmd []string, timeout time.Duration) (int32, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout+timeout)
@@ -20,7 +21,7 @@ func (k *Kubelet) ExecSync(ctx context.Context, namespace, name, container strin
 			"io.kubernetes.container.name": container},
 	}})
 	if err != nil {
-		return 0, "", fmt.Errorf("ListContainers: %w", err)
+		return 0, "", fmt.Errorf("listing the containers of %s/%s: %w", namespace, name, err)
 	}
 	if len(list.Containers) != 1 {
 		return 0, "", fmt.Errorf("%d running containers %s of %s/%s, want 1", len(list.Containers), container, namespace, name)
@@ -28,7 +29,7 @@ func (k *Kubelet) ExecSync(ctx context.Context, namespace, name, container strin
 	resp, err := k.rt.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: list.Containers[0].Id, Cmd: cmd,
 		Timeout: int64(timeout / time.Second)})
 	if err != nil {
-		return 0, "", fmt.Errorf("ExecSync %v in %s: %w", cmd, container, err)
+		return 0, "", fmt.Errorf("ExecSync %v in %s of %s/%s: %w", cmd, container, namespace, name, err)
 	}
 	return resp.ExitCode, string(resp.Stdout) + string(resp.Stderr), nil
 }
