@@ -1,13 +1,14 @@
-// Package kubeapi reads objects from the Kubernetes API for the CNI
-// binary, which runs on every pod start: a kubeconfig of the kinds Calico
-// writes for its CNI plugin (a server, a CA, a token or a client
-// certificate) and a GET. client-go would cost every pod start about 2 ms
-// of package initialisation for the rare call that needs it (a KubeVirt
-// pod with Calico's Kubernetes datastore); the admin commands use
-// client-go.
+// Package kubeapi reaches the Kubernetes API for the CNI binary, which
+// runs on every pod start: a kubeconfig of the kinds Calico writes for its
+// CNI plugin (a server, a CA, a token or a client certificate), a GET,
+// and writes as strict as client-go's (a create, an update at a
+// resourceVersion, a delete with preconditions). client-go would cost
+// every pod start about 2 ms of package initialisation; the admin
+// commands use client-go.
 package kubeapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,7 +30,7 @@ import (
 // ErrNotFound means the object does not exist (HTTP 404).
 var ErrNotFound = errors.New("not found")
 
-// Client GETs objects from one API server.
+// Client reaches one API server.
 type Client struct {
 	server   string
 	token    string
@@ -239,37 +240,108 @@ func resolve(dir, path string) string {
 	return filepath.Join(dir, path)
 }
 
+// Errors a request maps the API server's answer to.
+var (
+	// ErrConflict: the object exists already (a create), or it is no
+	// longer at the resourceVersion or UID the request named (HTTP 409).
+	ErrConflict = errors.New("conflict")
+	// ErrForbidden: the identity may not do this (HTTP 403).
+	ErrForbidden = errors.New("forbidden")
+)
+
 // Get reads the object at the API path into v ("/apis/<group>/<version>/
 // <plural>/<name>"); a missing object is ErrNotFound.
 func (c *Client) Get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+path, nil)
+	return c.do(ctx, http.MethodGet, path, nil, v)
+}
+
+// Create POSTs obj to the collection at path and reads what the server
+// stored into out (nil: not read); an object of that name is ErrConflict,
+// a resource the server does not serve ErrNotFound.
+func (c *Client) Create(ctx context.Context, path string, obj, out any) error {
+	return c.do(ctx, http.MethodPost, path, obj, out)
+}
+
+// Update PUTs obj, whose metadata carries the resourceVersion it was read
+// at, to the object at path, and reads what the server stored into out:
+// a write since that read is ErrConflict, as client-go's Update.
+func (c *Client) Update(ctx context.Context, path string, obj, out any) error {
+	return c.do(ctx, http.MethodPut, path, obj, out)
+}
+
+// Delete deletes the object at path if it is still the one with uid at
+// resourceVersion (preconditions, as client-go's): another object of the
+// name, or a write since, is ErrConflict; none at all ErrNotFound.
+func (c *Client) Delete(ctx context.Context, path, uid, resourceVersion string) error {
+	opts := map[string]any{"apiVersion": "v1", "kind": "DeleteOptions",
+		"preconditions": map[string]string{"uid": uid, "resourceVersion": resourceVersion}}
+	return c.do(ctx, http.MethodDelete, path, opts, nil)
+}
+
+// do sends body (JSON; nil for none) to the API path and decodes a 2xx
+// answer into out (nil: not decoded).
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var reader io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("%s %s: encoding: %w", method, path, err)
+		}
+		reader = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.server+path, reader)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
 	switch {
 	case err != nil:
-		return fmt.Errorf("GET %s: %w", path, err)
+		return fmt.Errorf("%s %s: %w", method, path, err)
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("GET %s: %w", path, ErrNotFound)
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
-	case len(body) > maxObject:
-		return fmt.Errorf("GET %s: larger than %d bytes", path, maxObject)
+		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
+	case resp.StatusCode == http.StatusConflict:
+		return fmt.Errorf("%s %s: %w: %s", method, path, ErrConflict, statusMessage(data))
+	case resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%s %s: %w: %s", method, path, ErrForbidden, statusMessage(data))
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	case len(data) > maxObject:
+		return fmt.Errorf("%s %s: larger than %d bytes", method, path, maxObject)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return fmt.Errorf("GET %s: decoding: %w", path, err)
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decoding: %w", method, path, err)
 	}
 	return nil
+}
+
+// statusMessage is the message of the Status object an API server answers
+// an error with, bounded, or "".
+func statusMessage(data []byte) string {
+	var st struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(data, &st) != nil {
+		return ""
+	}
+	if len(st.Message) > 300 {
+		return st.Message[:300] + "..."
+	}
+	return st.Message
 }
 
 // maxObject is far above any IPAM block (a /20 block is about 300 KiB).

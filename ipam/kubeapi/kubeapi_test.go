@@ -94,3 +94,77 @@ users:
 		})
 	}
 }
+
+// The writes are as strict as client-go's against a real API server: a
+// create of an existing name, an update at an old resourceVersion and a
+// delete whose preconditions no longer hold are each ErrConflict and
+// change nothing; a user without the verb gets ErrForbidden.
+func TestWrites(t *testing.T) {
+	srv := kubetest.Start(t)
+	if err := srv.Namespace("claims"); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := New(srv.Kubeconfig, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	type object struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name            string `json:"name"`
+			UID             string `json:"uid,omitempty"`
+			ResourceVersion string `json:"resourceVersion,omitempty"`
+		} `json:"metadata"`
+		Data map[string]string `json:"data"`
+	}
+	const coll = "/api/v1/namespaces/claims/configmaps"
+	obj := object{APIVersion: "v1", Kind: "ConfigMap", Data: map[string]string{"holder": "a"}}
+	obj.Metadata.Name = "x"
+	var first object
+	if err := admin.Create(ctx, coll, obj, &first); err != nil || first.Metadata.UID == "" {
+		t.Fatalf("Create = %+v, %v", first, err)
+	}
+	obj.Data["holder"] = "b"
+	if err := admin.Create(ctx, coll, obj, nil); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a second Create of x: %v; want ErrConflict", err)
+	}
+	upd := first
+	upd.Data = map[string]string{"holder": "c"}
+	var second object
+	if err := admin.Update(ctx, coll+"/x", upd, &second); err != nil || second.Metadata.ResourceVersion == first.Metadata.ResourceVersion {
+		t.Fatalf("Update = %+v, %v", second, err)
+	}
+	if err := admin.Update(ctx, coll+"/x", upd, nil); !errors.Is(err, ErrConflict) {
+		t.Fatalf("an Update at the old resourceVersion: %v; want ErrConflict", err)
+	}
+	if err := admin.Delete(ctx, coll+"/x", first.Metadata.UID, first.Metadata.ResourceVersion); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a Delete at the old resourceVersion: %v; want ErrConflict", err)
+	}
+	if err := admin.Delete(ctx, coll+"/x", "another-uid", second.Metadata.ResourceVersion); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a Delete of another UID: %v; want ErrConflict", err)
+	}
+	var now object
+	if err := admin.Get(ctx, coll+"/x", &now); err != nil || now.Data["holder"] != "c" {
+		t.Fatalf("after the refused writes: %+v, %v; want c's", now, err)
+	}
+	if err := admin.Delete(ctx, coll+"/x", second.Metadata.UID, second.Metadata.ResourceVersion); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	if err := admin.Delete(ctx, coll+"/x", second.Metadata.UID, second.Metadata.ResourceVersion); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a second Delete: %v; want ErrNotFound", err)
+	}
+	kc, err := srv.User("reader", "view")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := New(kc, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reader.Create(ctx, coll, obj, nil); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("Create by a viewer: %v; want ErrForbidden", err)
+	}
+}
