@@ -145,6 +145,9 @@ func (s *Store) quarantined(att record.Attachment) bool {
 	if err != nil {
 		return true // a mark that cannot be read still fences
 	}
+	if strings.HasPrefix(target, remotePrefix) {
+		return true // another node's holder: the node's gc forgets it (ForgetRemote)
+	}
 	if isRecordName(target) && !strings.Contains(target, "/") {
 		holder, err := s.read(filepath.Join(s.networkDir(att.Network), target))
 		if err != nil || lists(holder, att) {
@@ -260,4 +263,95 @@ func (s *Store) Unquarantine(ctx context.Context, holder *record.Record, qs []re
 		return nil, err
 	}
 	return h, nil
+}
+
+// remotePrefix starts the target of a quarantine mark whose holder is
+// another node's record, known by its cluster-wide claim: "claim:" and
+// the claim's reference (claims.Claim.Ref). This store cannot read that
+// holder, so the mark fences until ForgetRemote removes it.
+const remotePrefix = "claim:"
+
+// QuarantineFor implements claims.Local under the network's lock: a mark
+// naming ref quarantines pending's attachment, and its pending record
+// goes.
+func (s *Store) QuarantineFor(ctx context.Context, pending *record.Record, ref string) error {
+	if err := pending.Attachment.Validate(); err != nil {
+		return err
+	}
+	if ref == "" || strings.ContainsAny(ref, "/\x00") {
+		return fmt.Errorf("quarantine of %s: the holder's reference %q is not a file name", pending.Attachment, ref)
+	}
+	unlock, err := s.lock(ctx, pending.Network)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, err := s.read(s.path(pending.Attachment))
+	if err != nil {
+		return err
+	}
+	if !store.SameRevision(cur, pending) {
+		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, pending.Attachment, ref)
+	}
+	if err := replaceLink(s.quarantineLink(pending.Attachment), remotePrefix+ref); err != nil {
+		return fmt.Errorf("marking quarantine of %s: %w", pending.Attachment, err)
+	}
+	// The mark must outlive a power loss: without it the attachment's DEL
+	// would release an address a running pod of another node holds.
+	if err := syncDir(s.networkDir(pending.Network)); err != nil {
+		return err
+	}
+	return s.remove(pending.Attachment)
+}
+
+// RemoteQuarantines are network's quarantines whose holders are other
+// nodes' records: each quarantined attachment, with the reference of
+// the holder's claim its mark names.
+func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record.Attachment]string, error) {
+	if err := record.ValidateNetwork(network); err != nil {
+		return nil, err
+	}
+	dir := s.networkDir(network)
+	entries, err := bounded.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing quarantines of %s: %w", network, err)
+	}
+	out := map[record.Attachment]string{}
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), "q:")
+		if !ok || !isRecordName(name) {
+			continue
+		}
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if ref, remote := strings.CutPrefix(target, remotePrefix); err == nil && remote {
+			out[pathAttachment(filepath.Join(dir, name))] = ref
+		}
+	}
+	return out, nil
+}
+
+// ForgetRemote removes att's quarantine mark if it still names ref, under
+// the network's lock: the holder's claim is gone, and what the mark kept
+// has been released.
+func (s *Store) ForgetRemote(ctx context.Context, att record.Attachment, ref string) error {
+	if err := att.Validate(); err != nil {
+		return err
+	}
+	unlock, err := s.lock(ctx, att.Network)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	link := s.quarantineLink(att)
+	if target, err := os.Readlink(link); err != nil || target != remotePrefix+ref {
+		return nil
+	}
+	noteLinkLoss(link)
+	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing quarantine of %s: %w", att, err)
+	}
+	return nil
 }

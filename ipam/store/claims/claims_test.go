@@ -1,0 +1,205 @@
+package claims_test
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
+)
+
+const crd = "../../../deploy/safe-ipam-claims.yaml"
+
+// Every name is one the API server takes, and two addresses or networks
+// never share one.
+func TestNames(t *testing.T) {
+	seen := map[string]string{}
+	for _, tt := range []struct{ network, addr string }{
+		{"k8s-pod-network", "10.244.0.5"},
+		{"k8s-pod-network", "10.244.0.50"},
+		{"k8s-pod-network", "fd00::5"},
+		{"k8s-pod-network", "::ffff:10.244.0.5"},
+		{"K8s_Pod.Network", "10.244.0.5"},
+		{"k8s-pod-network2", "10.244.0.5"},
+		{"a-network-name-far-longer-than-the-sixty-three-characters-of-a-dns-label", "fd00:1:2:3:4:5:6:7"},
+	} {
+		name := claims.Name(tt.network, netip.MustParseAddr(tt.addr))
+		if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+			t.Errorf("Name(%s, %s) = %q: %v", tt.network, tt.addr, name, errs)
+		}
+		key := tt.network + " " + netip.MustParseAddr(tt.addr).Unmap().String()
+		if other, dup := seen[name]; dup && other != key {
+			t.Errorf("%s and %s share the name %s", other, key, name)
+		}
+		seen[name] = key
+	}
+}
+
+// node is one node's store with claims, over the shared API server.
+type node struct {
+	*claims.Store
+	warned []error
+}
+
+func newNode(t *testing.T, api claims.API, name string) *node {
+	t.Helper()
+	fs, err := filestore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{}
+	n.Store = &claims.Store{Local: fs, Claims: claims.NewClient(api), Node: name,
+		Warn: func(_ string, err error) { n.warned = append(n.warned, err) }}
+	return n
+}
+
+// add commits a record of container on n with addr, as an ADD does: a
+// pending record, then the commit. It returns the committed record, or
+// the pending one and the commit's error.
+func (n *node) add(t *testing.T, container, addr string) (*record.Record, error) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC()
+	att := record.Attachment{Network: "k8s-pod-network", ContainerID: container, IfName: "eth0"}
+	pending, err := n.Swap(ctx, att, nil, &record.Record{Attachment: att, Node: n.Node, Handle: "k8s-pod-network." + container,
+		PodNamespace: "default", PodName: "pod-" + container, State: record.Pending, Created: now, Updated: now})
+	if err != nil {
+		t.Fatalf("pending record of %s: %v", container, err)
+	}
+	committed := *pending
+	committed.State, committed.IPs = record.Committed, []string{addr + "/32"}
+	out, err := n.Commit(ctx, pending, &committed)
+	if err != nil {
+		return pending, err
+	}
+	return out, nil
+}
+
+func apiServer(t *testing.T, withCRD bool) (*kubetest.Server, *kubeapi.Client) {
+	t.Helper()
+	srv := kubetest.Start(t)
+	if withCRD {
+		if err := srv.Apply(crd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api, err := kubeapi.New(srv.Kubeconfig, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv, api
+}
+
+// The three-node story of issue 45 on one API server: an address freed
+// behind node1's pod and handed to node2 is fenced there, quarantined
+// for node1's claim, and free again once node1's DEL released it.
+func TestAnotherNodesClaimFences(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	node1, node2 := newNode(t, api, "node1"), newNode(t, api, "node2")
+	holder, err := node1.add(t, "aaa", "10.244.0.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := node2.add(t, "bbb", "10.244.0.5")
+	var held *store.HeldError
+	if !errors.As(err, &held) || held.Holder.Attachment != holder.Attachment || held.Holder.Node != "node1" {
+		t.Fatalf("node2's commit of node1's address: %v; want a HeldError naming node1's %s", err, holder.Attachment)
+	}
+	if err := node2.Quarantine(ctx, pending, held.Holder, record.Quarantine{Attachment: pending.Attachment, IPs: []string{"10.244.0.5/32"}}); err != nil {
+		t.Fatalf("Quarantine for node1's holder: %v", err)
+	}
+	if _, err := node2.Swap(ctx, pending.Attachment, nil, pending); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("the quarantined attachment's retry: %v; want ErrQuarantined", err)
+	}
+	if _, err := node2.MarkReleasing(ctx, &record.Record{Attachment: pending.Attachment, Node: "node2"}); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("the quarantined attachment's DEL: %v; want ErrQuarantined (its allocation stays)", err)
+	}
+	// node1's pod goes: its DEL's mark releases the claim.
+	if _, err := node1.MarkReleasing(ctx, &record.Record{Attachment: holder.Attachment, Node: "node1", State: record.Releasing}); err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := node1.Claims.Get(ctx, "k8s-pod-network", netip.MustParseAddr("10.244.0.5")); err != nil || cl != nil {
+		t.Fatalf("after node1's DEL the claim is %+v, %v; want none", cl, err)
+	}
+	if _, err := node2.add(t, "ccc", "10.244.0.5"); err != nil {
+		t.Fatalf("a new sandbox on node2 given the address after node1's DEL: %v", err)
+	}
+	if len(node1.warned)+len(node2.warned) > 0 {
+		t.Fatalf("warnings: %v %v", node1.warned, node2.warned)
+	}
+}
+
+// A claim of this node whose record does not hold the address (a crash
+// between the claim and the commit) is taken over; another node's claim
+// of the same kind is not: only its node can tell.
+func TestOwnStaleClaimIsTakenOver(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	node1, node2 := newNode(t, api, "node1"), newNode(t, api, "node2")
+	stale := func(n *node, container, addr string) {
+		rec := &record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: container, IfName: "eth0"}, Node: n.Node}
+		if _, err := n.Claims.Claim(ctx, rec, netip.MustParseAddr(addr)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale(node1, "crashed", "10.244.0.7")
+	if _, err := node1.add(t, "next", "10.244.0.7"); err != nil {
+		t.Fatalf("node1's commit over its own stale claim: %v", err)
+	}
+	stale(node2, "crashed2", "10.244.0.8")
+	var held *store.HeldError
+	if _, err := node1.add(t, "other", "10.244.0.8"); !errors.As(err, &held) {
+		t.Fatalf("node1's commit over node2's claim: %v; want a HeldError", err)
+	}
+}
+
+// The same commit again (a reindex, a replay) finds its own claim; a
+// commit the node's store refuses releases the claims it made.
+func TestCommitOwnsItsClaims(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	node1 := newNode(t, api, "node1")
+	rec, err := node1.add(t, "aaa", "10.244.0.9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node1.Commit(ctx, rec, rec); err != nil {
+		t.Fatalf("re-committing over itself: %v", err)
+	}
+	// A stale pending: the node's store refuses, and the claim goes.
+	stalePending := *rec
+	stalePending.Revision--
+	other := *rec
+	other.IPs = []string{"10.244.0.10/32"}
+	if _, err := node1.Commit(ctx, &stalePending, &other); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("a commit over a stale pending: %v; want ErrConflict", err)
+	}
+	if cl, err := node1.Claims.Get(ctx, "k8s-pod-network", netip.MustParseAddr("10.244.0.10")); err != nil || cl != nil {
+		t.Fatalf("the refused commit's claim: %+v, %v; want released", cl, err)
+	}
+	if cl, err := node1.Claims.Get(ctx, "k8s-pod-network", netip.MustParseAddr("10.244.0.9")); err != nil || cl == nil || !cl.Names(rec) {
+		t.Fatalf("the record's claim: %+v, %v", cl, err)
+	}
+}
+
+// Without the CRD the node commits as before and says why.
+func TestCommitWithoutClaimsWhereNotServed(t *testing.T) {
+	_, api := apiServer(t, false)
+	node1 := newNode(t, api, "node1")
+	if _, err := node1.add(t, "aaa", "10.244.0.5"); err != nil {
+		t.Fatalf("commit without the CRD: %v", err)
+	}
+	if len(node1.warned) != 1 || !errors.Is(node1.warned[0], claims.ErrNotServed) {
+		t.Fatalf("warnings %v; want one ErrNotServed", node1.warned)
+	}
+}

@@ -1,0 +1,198 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
+)
+
+// Local is the node's own record store, the authority on its records: a
+// file store, which can mark a quarantine whose holder it does not hold.
+type Local interface {
+	store.Store
+	// QuarantineFor removes pending and marks its attachment quarantined
+	// for the holder a claim names (ref, Claim.Ref), in one step under
+	// the store's lock; the mark fences until ForgetRemote removes it.
+	QuarantineFor(ctx context.Context, pending *record.Record, ref string) error
+}
+
+// Store is a node's record store with its claims: each commit claims its
+// addresses before the node's store commits it, and each record that
+// stops being committed (a DEL's or GC's mark, a forget) releases them
+// before its addresses are released in Calico. A claim that cannot be
+// made (the API server does not answer, serves no AddressClaims, or
+// refuses) never fails the ADD: the record commits unclaimed, fenced on
+// this node only, as without claims, Warn says why, and the node's gc
+// claims it later.
+type Store struct {
+	Local
+	Claims *Client
+	// Node is this node's Calico name: claims of other nodes are judged
+	// from the claim alone, this node's from its own records.
+	Node string
+	Warn func(msg string, err error)
+}
+
+// Commit claims committed's addresses, then commits it in the node's
+// store. An address another attachment's committed record holds is a
+// *store.HeldError, as the stores' own index gives: this node's holder
+// read from its store, another node's as its claim tells. A commit known
+// not to have happened releases the claims it made.
+func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
+	made, err := s.claim(ctx, committed)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.Local.Commit(ctx, pending, committed)
+	var held *store.HeldError
+	if errors.Is(err, store.ErrConflict) || errors.As(err, &held) {
+		s.release(ctx, made)
+	}
+	return out, err
+}
+
+// claim claims each address of committed and returns the claims it
+// created. A HeldError releases those first.
+func (s *Store) claim(ctx context.Context, committed *record.Record) ([]*Claim, error) {
+	var made []*Claim
+	for _, ip := range committed.IPs {
+		addr, ok := record.ParseAddr(ip)
+		if !ok {
+			continue
+		}
+		cl, err := s.claimOne(ctx, committed, addr)
+		var held *store.HeldError
+		switch {
+		case errors.As(err, &held):
+			s.release(ctx, made)
+			return nil, err
+		case err != nil:
+			s.Warn("committing without a cluster-wide claim; this node's gc claims it later", err)
+		case cl != nil:
+			made = append(made, cl)
+		}
+	}
+	return made, nil
+}
+
+// claimOne claims addr for committed: the claim it created, nil when
+// committed's own claim is there already, or a *store.HeldError.
+func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr netip.Addr) (*Claim, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		cl, err := s.Claims.Claim(ctx, committed, addr)
+		if !errors.Is(err, ErrHeld) {
+			return cl, err
+		}
+		if cl.Names(committed) {
+			return nil, nil
+		}
+		holder, err := s.holder(ctx, cl)
+		if err != nil {
+			return nil, err
+		}
+		if holder != nil && !committed.TakesOver(holder) {
+			return nil, &store.HeldError{Addr: addr.String(), Holder: holder}
+		}
+		// Not held (this node's record does not hold it committed), or
+		// the holder is the VM record committed takes over from: the
+		// claim goes, if it is still the one read, and the create is
+		// tried again.
+		if err := s.Claims.Release(ctx, cl); err != nil && !errors.Is(err, kubeapi.ErrConflict) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("claiming %s for %s: the claim kept changing", addr, committed.Attachment)
+}
+
+// holder is the committed record that holds cl's address: this node's
+// as its store has it (nil when it does not hold the address committed:
+// what a crash between a claim and its commit, or a release cut short,
+// leaves), another node's as the claim tells.
+func (s *Store) holder(ctx context.Context, cl *Claim) (*record.Record, error) {
+	if cl.Node != s.Node {
+		return cl.Record(), nil
+	}
+	rec, err := s.Local.Get(ctx, cl.Holder)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil || rec.State != record.Committed || !holds(rec, cl.Addr) {
+		return nil, nil
+	}
+	return rec, nil
+}
+
+func holds(rec *record.Record, addr netip.Addr) bool {
+	return slices.ContainsFunc(rec.IPs, func(ip string) bool {
+		a, ok := record.ParseAddr(ip)
+		return ok && a == addr
+	})
+}
+
+// release releases claims this store just made, each only if unchanged;
+// what it cannot release, the node's gc does.
+func (s *Store) release(ctx context.Context, made []*Claim) {
+	for _, cl := range made {
+		if err := s.Claims.Release(ctx, cl); err != nil {
+			s.Warn("a claim stays for this node's gc", err)
+		}
+	}
+}
+
+// Quarantine ties q to holder: in the node's store when holder is this
+// node's record; else pending goes and its attachment is marked
+// quarantined for the holder's claim, which must still name holder (else
+// ErrConflict: the holder changed, and the commit is tried again).
+func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
+	if holder.Node == s.Node {
+		return s.Local.Quarantine(ctx, pending, holder, q)
+	}
+	for _, ip := range holder.IPs {
+		addr, ok := record.ParseAddr(ip)
+		if !ok {
+			continue
+		}
+		cl, err := s.Claims.Get(ctx, holder.Network, addr)
+		if err != nil {
+			return err
+		}
+		if cl == nil || !cl.Names(holder) {
+			return fmt.Errorf("%w: the claim on %s no longer names %s", store.ErrConflict, addr, holder.Attachment)
+		}
+		return s.Local.QuarantineFor(ctx, pending, cl.Ref())
+	}
+	return fmt.Errorf("quarantining %s: the holder %s names no address", pending.Attachment, holder.Attachment)
+}
+
+// MarkReleasing marks the record in the node's store, then releases its
+// claims, before the caller releases its addresses in Calico: a claim
+// left behind would fence an address Calico hands out again.
+func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
+	out, err := s.Local.MarkReleasing(ctx, marker)
+	if err == nil && out != nil {
+		s.releaseOf(ctx, out)
+	}
+	return out, err
+}
+
+// Swap swaps in the node's store; a committed record that stops being
+// committed releases its claims.
+func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	out, err := s.Local.Swap(ctx, att, prev, next)
+	if err == nil && prev != nil && prev.State == record.Committed && (next == nil || next.State != record.Committed) {
+		s.releaseOf(ctx, prev)
+	}
+	return out, err
+}
+
+func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
+	if err := s.Claims.ReleaseOf(ctx, rec); err != nil {
+		s.Warn("a claim of a released record stays for this node's gc", err)
+	}
+}
