@@ -84,31 +84,7 @@ func TestDeadNodeRecordsDoNotFence(t *testing.T) {
 				}
 			}
 
-			// node2 starts pods until Calico hands it X.
-			var others []testbed.Sandbox
-			fenced, got := false, false
-			for i := 0; i <= 2*testbed.BlockAddrs && !fenced && !got; i++ {
-				sb := sandbox(fmt.Sprintf("on-node2-%d", i))
-				res, err := n2.Add(ctx, calicoNetwork, sb)
-				var cmdErr *testbed.CommandError
-				switch {
-				case err == nil:
-					p, err := testbed.ResultIPv4(res)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got = p.Addr() == x
-					others = append(others, sb)
-				case errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()):
-					fenced = true
-					t.Logf("fenced: %s", cmdErr.Message)
-					if err := n2.Del(ctx, calicoNetwork, sb); err != nil {
-						t.Fatal(err)
-					}
-				default:
-					t.Fatalf("ADD on node2: %v", err)
-				}
-			}
+			others, fenced, got := startUntilGiven(t, ctx, c, n2, x, 2*testbed.BlockAddrs)
 			switch {
 			case !got && !fenced:
 				t.Fatalf("Calico never handed node2 the dead node's %s: the scenario did not happen", x)
@@ -195,6 +171,36 @@ func node1Dies(t *testing.T, ctx context.Context, c *testbed.Cluster, onNode1 te
 			t.Fatal(err)
 		}
 	}
+}
+
+// startUntilGiven starts pods on n until Calico hands one x, at most
+// tries: the sandboxes started, and whether the ADD given x was fenced
+// (its sandbox then deleted, as the kubelet does) or started with it.
+func startUntilGiven(t *testing.T, ctx context.Context, c *testbed.Cluster, n *testbed.Node, x netip.Addr, tries int) (started []testbed.Sandbox, fenced, got bool) {
+	t.Helper()
+	for i := 0; i <= tries && !fenced && !got; i++ {
+		sb := podSandbox(t, ctx, c, fmt.Sprintf("on-%s-%d", n.Name, i))
+		res, err := n.Add(ctx, calicoNetwork, sb)
+		var cmdErr *testbed.CommandError
+		switch {
+		case err == nil:
+			p, err := testbed.ResultIPv4(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = p.Addr() == x
+			started = append(started, sb)
+		case errors.As(err, &cmdErr) && strings.Contains(cmdErr.Message, "gave "+x.String()):
+			fenced = true
+			t.Logf("fenced: %s", cmdErr.Message)
+			if err := n.Del(ctx, calicoNetwork, sb); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("ADD on %s: %v", n.Name, err)
+		}
+	}
+	return started, fenced, got
 }
 
 // podSandbox is a new netns for pod default/name.

@@ -102,6 +102,13 @@ func newClusterServer(t *testing.T, tag string) (*testbed.Cluster, *etcdtest.Ser
 // CRDs applied. calico-ipam gets the admin kubeconfig.
 func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
 	t.Helper()
+	c, _ := newKubeClusterServer(t, tag)
+	return c
+}
+
+// newKubeClusterServer is newKubeCluster, and its API server.
+func newKubeClusterServer(t *testing.T, tag string) (*testbed.Cluster, *kubetest.Server) {
+	t.Helper()
 	host.Require(t)
 	crds := calicodata.Require(t, calicodata.CRDs)
 	srv := kubetest.Start(t)
@@ -124,7 +131,7 @@ func newKubeCluster(t *testing.T, tag string) *testbed.Cluster {
 	})
 	return &testbed.Cluster{Bin: prepared.bin, Etcd: srv.Etcd().Client(), EtcdEndpoint: srv.Etcd().Endpoint(),
 		Datastore: testbed.KubeDatastore{Config: srv.Config(), Kubeconfig: srv.Kubeconfig},
-		Dir:       t.TempDir(), Netns: set}
+		Dir:       t.TempDir(), Netns: set}, srv
 }
 
 // assertNoCalicoInEtcd fails a Kubernetes-datastore test whose Calico

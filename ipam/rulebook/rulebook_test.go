@@ -1,6 +1,7 @@
 package rulebook_test
 
 import (
+	"errors"
 	"net/netip"
 	"strings"
 	"testing"
@@ -278,6 +279,51 @@ func TestOwnHandle(t *testing.T) {
 		rec := &record.Record{Attachment: record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}, Handle: handle}
 		if got := rulebook.OwnHandle(rec); got != own {
 			t.Errorf("%s: own %v, want %v", handle, got, own)
+		}
+	}
+}
+
+// The claim rules (C1 to C4 of docs/design.md), row by row.
+func TestClaimRules(t *testing.T) {
+	addr := netip.MustParseAddr("10.244.0.5")
+	att := record.Attachment{Network: "net1", ContainerID: "c1", IfName: "eth0"}
+	committed := &record.Record{Attachment: att, State: record.Committed, IPs: []string{"10.244.0.5/32"}}
+	other := &record.Record{Attachment: att, State: record.Committed, IPs: []string{"10.244.0.6/32"}}
+	running := &record.Record{Attachment: att, State: record.Pending, Owner: record.Self()}
+	gone := &record.Record{Attachment: att, State: record.Pending, Owner: &record.Owner{PID: 1 << 30}}
+	releasing := &record.Record{Attachment: att, State: record.Releasing, IPs: []string{"10.244.0.5/32"}}
+	old := 2 * rulebook.ClaimGrace
+	tests := []struct {
+		name    string
+		c       rulebook.ClaimCase
+		release bool
+	}{
+		{"C1 another node's claim", rulebook.ClaimCase{Node: "node2", Self: "node1", Addr: addr, Age: old}, false},
+		{"C2 the committed record holds it", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: committed, Age: old}, false},
+		{"C3 the ADD still runs", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: running, Age: old}, false},
+		{"C4 younger than the grace, no record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Age: rulebook.ClaimGrace / 2}, false},
+		{"no record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Age: old}, true},
+		{"a committed record of other addresses", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: other, Age: old}, true},
+		{"a pending record whose ADD is gone", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: gone, Age: old}, true},
+		{"a releasing record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: releasing, Age: old}, true},
+	}
+	for _, tt := range tests {
+		if got := rulebook.Claim(tt.c); got.Release != tt.release || got.Why == "" {
+			t.Errorf("%s: %+v, want release %v", tt.name, got, tt.release)
+		}
+	}
+	for _, tt := range []struct {
+		name     string
+		standing bool
+		err      error
+		release  bool
+	}{
+		{"Q1 the holder's claim cannot be read", false, errors.New("timeout"), false},
+		{"Q2 the holder's claim stands", true, nil, false},
+		{"the holder's claim is gone", false, nil, true},
+	} {
+		if got := rulebook.RemoteQuarantine(tt.standing, tt.err); got.Release != tt.release || got.Why == "" {
+			t.Errorf("%s: %+v, want release %v", tt.name, got, tt.release)
 		}
 	}
 }

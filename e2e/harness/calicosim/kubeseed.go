@@ -122,3 +122,41 @@ func established(crd *unstructured.Unstructured) bool {
 	}
 	return false
 }
+
+// MoveKubeAffinity moves the affinity of the block cidr from node from to
+// node to on the Kubernetes datastore, as when a block's affinity is
+// released and another node claims it while addresses in it are still
+// allocated: from's BlockAffinity goes, to's is made, and the block names
+// to. Calico's own allocations in the block stay as they are.
+func MoveKubeAffinity(ctx context.Context, cfg *rest.Config, cidr netip.Prefix, from, to string) error {
+	dyn, err := newDynamic(cfg)
+	if err != nil {
+		return err
+	}
+	c := kubeClient{dyn: dyn}
+	if err := dyn.Resource(kindAffinity.gvr).Delete(ctx, calico.AffinityName(from, cidr), metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("moving the affinity of %s: %w", cidr, err)
+	}
+	aff, err := newKubeObject(kindAffinity, calico.AffinityName(to, cidr), calico.AffinityLabels(to, cidr),
+		calico.NewBlockAffinitySpec(to, cidr, calico.ConfirmedAffinity()))
+	if err != nil {
+		return err
+	}
+	if _, err := c.create(ctx, kindAffinity, aff); err != nil {
+		return err
+	}
+	block, err := c.get(ctx, kindBlock, calico.BlockName(cidr))
+	if err != nil {
+		return err
+	}
+	var spec map[string]any
+	if err := block.decodeSpec(&spec); err != nil {
+		return err
+	}
+	spec["affinity"] = "host:" + to
+	if block, err = block.withSpec(spec); err != nil {
+		return err
+	}
+	_, err = c.update(ctx, kindBlock, block)
+	return err
+}

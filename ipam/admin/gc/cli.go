@@ -16,6 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
@@ -209,6 +210,9 @@ func (r *runner) round(ctx context.Context) int {
 	}
 	if r.deadNodes {
 		code = max(code, r.collectDeadNodes(ctx))
+	}
+	if r.apply.On && claims.Kept(r.conf.File.SafeIPAM) {
+		code = max(code, r.settleClaims(ctx))
 	}
 	if r.observe != nil {
 		r.observe(code, r.tally)

@@ -26,6 +26,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
@@ -138,9 +139,23 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
+	st = claims.ForConfig(cfg, st, node, claimWarning(cfg, c.Log), func(why string) { warnExposure(cfg.CacheDir, c.Log, "the Kubernetes API", why) })
 	calico := c.Backends.calico(cfg, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
+}
+
+// claimWarning logs why a claim could not be made: once per node when the
+// cluster serves none to this node (a setting, not this call's trouble),
+// else each time.
+func claimWarning(cfg *config.Config, log *slog.Logger) func(string, error) {
+	return func(msg string, err error) {
+		if errors.Is(err, claims.ErrNotServed) {
+			warnOnce(cfg.CacheDir, log, "no cluster-wide claims: this node fences its own records only", err.Error())
+			return
+		}
+		log.Warn(msg, "error", err)
+	}
 }
 
 // resolveDelegate finds the delegate the config names in cniPath (or its
@@ -172,14 +187,19 @@ func storeExposure(cfg *config.Config, in string) string {
 
 // warnExposure logs how a transport safe-ipam uses is exposed (the record
 // store's etcd, Calico's etcd, the Kubernetes API), once per node and
-// finding: a mark in the cache dir says it was logged. A mark that cannot
-// be made logs it every time rather than never.
+// finding.
 func warnExposure(cacheDir string, log *slog.Logger, transport, why string) {
-	if why == "" {
-		return
+	if why != "" {
+		warnOnce(cacheDir, log, transport+" is exposed", why)
 	}
+}
+
+// warnOnce logs msg for why once per node: a mark in the cache dir says
+// it was logged. A mark that cannot be made logs it every time rather
+// than never.
+func warnOnce(cacheDir string, log *slog.Logger, msg, why string) {
 	if cacheDir != "" {
-		sum := sha256.Sum256([]byte(transport + "\x00" + why))
+		sum := sha256.Sum256([]byte(msg + "\x00" + why))
 		_ = os.MkdirAll(cacheDir, 0o700)
 		f, err := os.OpenFile(filepath.Join(cacheDir, "exposure-"+hex.EncodeToString(sum[:8])), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
@@ -189,5 +209,5 @@ func warnExposure(cacheDir string, log *slog.Logger, transport, why string) {
 			f.Close()
 		}
 	}
-	log.Warn(transport+" is exposed", "why", why)
+	log.Warn(msg, "why", why)
 }

@@ -203,3 +203,50 @@ func TestCommitWithoutClaimsWhereNotServed(t *testing.T) {
 		t.Fatalf("warnings %v; want one ErrNotServed", node1.warned)
 	}
 }
+
+// deploy/safe-ipam-claims.yaml's role is enough for every verb, and
+// without it no claim is made and the node commits as before.
+func TestTheClaimsRoleIsEnough(t *testing.T) {
+	srv, _ := apiServer(t, true)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		user, role string
+		served     bool
+	}{
+		{"calico-cni", "safe-ipam-claims", true},
+		{"stranger", "", false},
+	} {
+		kc, err := srv.User(tt.user, tt.role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		api, err := kubeapi.New(kc, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := newNode(t, api, "node-"+tt.user)
+		rec, err := n.add(t, "c-"+tt.user, "10.244.1.5")
+		if err != nil {
+			t.Fatalf("%s: commit: %v", tt.user, err)
+		}
+		own, err := n.OwnClaims(ctx, "k8s-pod-network")
+		if !tt.served {
+			if !errors.Is(err, claims.ErrNotServed) || len(n.warned) != 1 || !errors.Is(n.warned[0], claims.ErrNotServed) {
+				t.Fatalf("%s: listing %v, warnings %v; want ErrNotServed", tt.user, err, n.warned)
+			}
+			continue
+		}
+		if err != nil || len(own) != 1 || !own[0].Names(rec) {
+			t.Fatalf("%s: its claims %v, %v", tt.user, own, err)
+		}
+		if standing, err := n.Standing(ctx, own[0].Ref()); err != nil || !standing {
+			t.Fatalf("%s: Standing = %v, %v", tt.user, standing, err)
+		}
+		if _, err := n.MarkReleasing(ctx, &record.Record{Attachment: rec.Attachment, Node: n.Node}); err != nil {
+			t.Fatal(err)
+		}
+		if own, err := n.OwnClaims(ctx, "k8s-pod-network"); err != nil || len(own) != 0 || len(n.warned) > 0 {
+			t.Fatalf("%s: after the release: claims %v, %v, warnings %v", tt.user, own, err, n.warned)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
@@ -151,4 +152,24 @@ func served(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotServed, err)
 	}
 	return err
+}
+
+// Standing says whether the claim ref names (Claim.Ref: its name and
+// UID) is still there, the same object. Read alone, a missing object
+// cannot be told from a resource the server does not serve: a caller
+// lists the collection first (OfNode).
+func (c *Client) Standing(ctx context.Context, ref string) (bool, error) {
+	name, uid, ok := strings.Cut(ref, "@")
+	if !ok || name == "" || uid == "" || strings.ContainsAny(name, "/?#") {
+		return false, fmt.Errorf("%q names no claim", ref)
+	}
+	var out object
+	err := c.api.Get(ctx, collection+"/"+name, &out)
+	if errors.Is(err, kubeapi.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, served(fmt.Errorf("reading the claim %s: %w", name, err))
+	}
+	return out.Metadata.UID == uid, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -20,6 +19,11 @@ type Local interface {
 	// for the holder a claim names (ref, Claim.Ref), in one step under
 	// the store's lock; the mark fences until ForgetRemote removes it.
 	QuarantineFor(ctx context.Context, pending *record.Record, ref string) error
+	// RemoteQuarantines are network's attachments so marked, each with
+	// the reference its mark names.
+	RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]string, error)
+	// ForgetRemote removes att's mark if it still names ref.
+	ForgetRemote(ctx context.Context, att record.Attachment, ref string) error
 }
 
 // Store is a node's record store with its claims: each commit claims its
@@ -122,17 +126,10 @@ func (s *Store) holder(ctx context.Context, cl *Claim) (*record.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec == nil || rec.State != record.Committed || !holds(rec, cl.Addr) {
+	if rec == nil || rec.State != record.Committed || !rec.Holds(cl.Addr) {
 		return nil, nil
 	}
 	return rec, nil
-}
-
-func holds(rec *record.Record, addr netip.Addr) bool {
-	return slices.ContainsFunc(rec.IPs, func(ip string) bool {
-		a, ok := record.ParseAddr(ip)
-		return ok && a == addr
-	})
 }
 
 // release releases claims this store just made, each only if unchanged;
@@ -195,4 +192,33 @@ func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
 	if err := s.Claims.ReleaseOf(ctx, rec); err != nil {
 		s.Warn("a claim of a released record stays for this node's gc", err)
 	}
+}
+
+// Wrap gives st, a node's record store, the claims of client, when it is
+// a store that can hold them (a file store; the etcd store has its own
+// index, which spans the cluster).
+func Wrap(st store.Store, client *Client, node string, warn func(string, error)) store.Store {
+	local, ok := st.(Local)
+	if !ok {
+		return st
+	}
+	return &Store{Local: local, Claims: client, Node: node, Warn: warn}
+}
+
+// OwnClaims lists this node's claims in network. It fails where the API
+// server serves no AddressClaims, so a caller that listed them knows a
+// claim it then misses is gone, not unserved.
+func (s *Store) OwnClaims(ctx context.Context, network string) ([]*Claim, error) {
+	return s.Claims.OfNode(ctx, network, s.Node)
+}
+
+// ReleaseClaim releases cl if it is still the object it was read as.
+func (s *Store) ReleaseClaim(ctx context.Context, cl *Claim) error {
+	return s.Claims.Release(ctx, cl)
+}
+
+// Standing says whether the claim ref names (Claim.Ref) is still there,
+// the same object.
+func (s *Store) Standing(ctx context.Context, ref string) (bool, error) {
+	return s.Claims.Standing(ctx, ref)
 }

@@ -261,3 +261,13 @@ func ValidateArgValue(v string) error {
 // maxArgValue is well above Kubernetes' longest name (253 bytes) and a
 // Calico handle (<network>.<64-byte container ID>).
 const maxArgValue = 512
+
+// Holds says whether r lists addr among its addresses.
+func (r *Record) Holds(addr netip.Addr) bool {
+	for _, ip := range r.IPs {
+		if a, ok := ParseAddr(ip); ok && a == addr {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,36 @@
+package gc
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
+)
+
+// settleClaims settles what the cluster-wide claims leave on this node
+// (guard.SettleClaims: claims no record of it holds, allocations kept for
+// other nodes' holders that are gone) and says what it did. --apply
+// only: a dry run changes nothing.
+func (r *runner) settleClaims(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, r.out.Timeout)
+	defer cancel()
+	cfg := r.conf.File.SafeIPAM
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "gc-claims")
+	defer closeLog()
+	node, err := OpenReleaser(ctx, r.conf.File, r.conf.BinDir, log)
+	if err != nil {
+		return r.cmd.Fail(err)
+	}
+	defer node.Close()
+	done, err := node.guard.SettleClaims(ctx, node.CNIPath)
+	if done.Forgotten+done.Unquarantined > 0 {
+		fmt.Fprintf(r.stderr, "gc: forgot %d claim(s) of this node that no record holds; released %d allocation(s) quarantined for other nodes' holders that are gone\n",
+			done.Forgotten, done.Unquarantined)
+	}
+	if err != nil {
+		fmt.Fprintf(r.stderr, "safe-ipam gc: settling this node's claims: %v\n", err)
+		return admin.ExitError
+	}
+	return admin.ExitOK
+}

@@ -1,0 +1,107 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/safe-ipam/safe-ipam/ipam/cni/cniargs"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
+)
+
+// claimed is a node's store with cluster-wide claims (claims.Store).
+type claimed interface {
+	OwnClaims(ctx context.Context, network string) ([]*claims.Claim, error)
+	ReleaseClaim(ctx context.Context, cl *claims.Claim) error
+	RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]string, error)
+	Standing(ctx context.Context, ref string) (bool, error)
+	ForgetRemote(ctx context.Context, att record.Attachment, ref string) error
+}
+
+// ClaimsSettled is what SettleClaims did.
+type ClaimsSettled struct {
+	// Forgotten claims of this node that no record of it holds;
+	// Unquarantined allocations this node kept for another node's holder
+	// that is gone.
+	Forgotten, Unquarantined int
+}
+
+// SettleClaims settles what the claims leave behind on this node, as the
+// rulebook judges it: this node's claims that none of its records holds
+// (a crash between a claim and its commit, a release whose claim did not
+// go) are forgotten, and each allocation quarantined here for another
+// node's holder is released, and its mark forgotten, once that holder's
+// claim is gone. A store without claims has nothing to settle. gc does it
+// every round; the listing of this node's claims comes first, so that a
+// claim missing afterwards is known gone, not unserved.
+func (g *Guard) SettleClaims(ctx context.Context, cniPath string) (ClaimsSettled, error) {
+	var done ClaimsSettled
+	cs, ok := g.store.(claimed)
+	if !ok {
+		return done, nil
+	}
+	own, err := cs.OwnClaims(ctx, g.cfg.Network)
+	if errors.Is(err, claims.ErrNotServed) {
+		// No claims in this cluster (or none this identity may read): the
+		// quarantines kept for other nodes' holders stay, since nothing
+		// says those holders are gone.
+		return done, nil
+	}
+	if err != nil {
+		return done, fmt.Errorf("listing this node's claims: %w", err)
+	}
+	var errs []error
+	for _, cl := range own {
+		rec, err := g.store.Get(ctx, cl.Holder)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		v := rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Self: g.node, Addr: cl.Addr, Record: rec, Age: g.now().Sub(cl.Created)})
+		if !v.Release {
+			continue
+		}
+		if err := cs.ReleaseClaim(ctx, cl); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		done.Forgotten++
+		g.log.Info("forgot a claim no record holds", "attachment", cl.Holder.String(), "address", cl.Addr.String(), "why", v.Why)
+	}
+	n, err := g.settleRemoteQuarantines(ctx, cs, cniPath)
+	done.Unquarantined = n
+	return done, errors.Join(append(errs, err)...)
+}
+
+// settleRemoteQuarantines releases, through the delegate, the allocation
+// of each attachment quarantined for another node's holder whose claim is
+// gone, and then forgets its mark.
+func (g *Guard) settleRemoteQuarantines(ctx context.Context, cs claimed, cniPath string) (int, error) {
+	marks, err := cs.RemoteQuarantines(ctx, g.cfg.Network)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for att, ref := range marks {
+		standing, err := cs.Standing(ctx, ref)
+		v := rulebook.RemoteQuarantine(standing, err)
+		if !v.Release {
+			continue
+		}
+		if err := g.release(ctx, att, delegate.Env{Path: cniPath}, cniargs.Args{}, nil); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := cs.ForgetRemote(ctx, att, ref); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+		g.log.Info("released a quarantined allocation", "attachment", att.String(), "why", v.Why)
+	}
+	return n, errors.Join(errs...)
+}

@@ -1,0 +1,88 @@
+package claims
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+)
+
+// Timeout bounds each request to the API server: a claim that cannot be
+// made in it is left to the node's gc, and the ADD goes on.
+const Timeout = 5 * time.Second
+
+// ForConfig gives st, a node's record store opened for cfg, the claims of
+// Calico's Kubernetes datastore where the records stay on the node (a
+// file store; the etcd store's index spans the cluster already). They go
+// to the API server calico-ipam reaches, as the identity of Calico's CNI
+// kubeconfig, which is read at the first request, so calls that claim
+// nothing read nothing. exposed is told how that API server's traffic
+// can be read or forged, when it can.
+func ForConfig(cfg *config.Config, st store.Store, node string, warn func(string, error), exposed func(string)) store.Store {
+	if !Kept(cfg) {
+		return st
+	}
+	api := &lazyAPI{open: func() (*kubeapi.Client, error) {
+		if cfg.Calico.Kubeconfig == "" {
+			return nil, errors.New("Calico's config names no kubernetes.kubeconfig")
+		}
+		c, err := kubeapi.New(cfg.Calico.Kubeconfig, Timeout)
+		if err == nil && c.Exposure() != "" {
+			exposed(c.Exposure())
+		}
+		return c, err
+	}}
+	return Wrap(st, NewClient(api), node, warn)
+}
+
+// Kept says whether cfg's records get cluster-wide claims: on Calico's
+// Kubernetes datastore, with the file store.
+func Kept(cfg *config.Config) bool {
+	return cfg.Store.Type != config.StoreEtcd && cfg.Calico.Datastore() == config.DatastoreKubernetes
+}
+
+// lazyAPI opens its client at the first request; a kubeconfig it cannot
+// read is ErrNotServed, a setting of the node's.
+type lazyAPI struct {
+	open func() (*kubeapi.Client, error)
+	once sync.Once
+	c    *kubeapi.Client
+	err  error
+}
+
+func (l *lazyAPI) client() (*kubeapi.Client, error) {
+	l.once.Do(func() {
+		if l.c, l.err = l.open(); l.err != nil {
+			l.err = errors.Join(ErrNotServed, l.err)
+		}
+	})
+	return l.c, l.err
+}
+
+func (l *lazyAPI) Get(ctx context.Context, path string, v any) error {
+	c, err := l.client()
+	if err != nil {
+		return err
+	}
+	return c.Get(ctx, path, v)
+}
+
+func (l *lazyAPI) Create(ctx context.Context, path string, obj, out any) error {
+	c, err := l.client()
+	if err != nil {
+		return err
+	}
+	return c.Create(ctx, path, obj, out)
+}
+
+func (l *lazyAPI) Delete(ctx context.Context, path, uid, resourceVersion string) error {
+	c, err := l.client()
+	if err != nil {
+		return err
+	}
+	return c.Delete(ctx, path, uid, resourceVersion)
+}
