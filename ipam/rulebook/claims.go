@@ -15,9 +15,10 @@ const ClaimGrace = time.Minute
 // ClaimCase is what a node knows of one cluster-wide claim when it would
 // forget it: whose it is, and that node's own record of it.
 type ClaimCase struct {
-	// Node made the claim; Self judges it. A node reads only its own
-	// records, so only it judges its claims.
-	Node, Self string
+	// Node and Host made the claim; Self and SelfHost judge it. A
+	// machine reads only its own records, so only it judges its claims
+	// (two machines may share a node name: a stale nodename).
+	Node, Host, Self, SelfHost string
 	Addr       netip.Addr
 	// Record is Self's record of the claim's attachment (nil: none).
 	Record *record.Record
@@ -35,6 +36,8 @@ func Claim(c ClaimCase) Verdict {
 	switch {
 	case c.Node != c.Self:
 		return keep("a claim of node %s: its own gc judges it, from its records", c.Node)
+	case c.Host != c.SelfHost:
+		return keep("a claim that host %s made under this node's name: that machine's gc judges it, from its records", c.Host)
 	case rec != nil && rec.State == record.Committed && rec.Holds(c.Addr):
 		return keep("the committed record of %s holds %s", rec.Attachment, c.Addr)
 	case rec != nil && rec.State == record.Pending && rec.Owner != nil && rec.Owner.Alive():

@@ -298,14 +298,15 @@ func TestClaimRules(t *testing.T) {
 		c       rulebook.ClaimCase
 		release bool
 	}{
-		{"C1 another node's claim", rulebook.ClaimCase{Node: "node2", Self: "node1", Addr: addr, Age: old}, false},
-		{"C2 the committed record holds it", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: committed, Age: old}, false},
-		{"C3 the ADD still runs", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: running, Age: old}, false},
-		{"C4 younger than the grace, no record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Age: rulebook.ClaimGrace / 2}, false},
-		{"no record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Age: old}, true},
-		{"a committed record of other addresses", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: other, Age: old}, true},
-		{"a pending record whose ADD is gone", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: gone, Age: old}, true},
-		{"a releasing record", rulebook.ClaimCase{Node: "node1", Self: "node1", Addr: addr, Record: releasing, Age: old}, true},
+		{"C1 another node's claim", rulebook.ClaimCase{Node: "node2", Host: "m2", Self: "node1", SelfHost: "m1", Addr: addr, Age: old}, false},
+		{"C1 another machine's claim under this node's name", rulebook.ClaimCase{Node: "node1", Host: "m2", Self: "node1", SelfHost: "m1", Addr: addr, Age: old}, false},
+		{"C2 the committed record holds it", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Record: committed, Age: old}, false},
+		{"C3 the ADD still runs", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Record: running, Age: old}, false},
+		{"C4 younger than the grace, no record", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Age: rulebook.ClaimGrace / 2}, false},
+		{"no record", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Age: old}, true},
+		{"a committed record of other addresses", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Record: other, Age: old}, true},
+		{"a pending record whose ADD is gone", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Record: gone, Age: old}, true},
+		{"a releasing record", rulebook.ClaimCase{Node: "node1", Host: "m1", Self: "node1", SelfHost: "m1", Addr: addr, Record: releasing, Age: old}, true},
 	}
 	for _, tt := range tests {
 		if got := rulebook.Claim(tt.c); got.Release != tt.release || got.Why == "" {

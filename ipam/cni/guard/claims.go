@@ -60,7 +60,7 @@ func (g *Guard) SettleClaims(ctx context.Context, cniPath string) (ClaimsSettled
 			errs = append(errs, err)
 			continue
 		}
-		v := rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Self: g.node, Addr: cl.Addr, Record: rec, Age: g.now().Sub(cl.Created)})
+		v := rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Host: cl.Host, Self: g.node, SelfHost: g.host, Addr: cl.Addr, Record: rec, Age: g.now().Sub(cl.Created)})
 		if !v.Release {
 			continue
 		}

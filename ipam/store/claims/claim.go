@@ -35,8 +35,12 @@ const (
 
 // Claim is one AddressClaim: the record of Holder, on Node, holds Addr.
 type Claim struct {
-	Addr   netip.Addr
-	Node   string
+	Addr netip.Addr
+	Node string
+	// Host is the machine whose store holds the record: two machines may
+	// share a Calico node name (a stale nodename), and each judges only
+	// the claims of its own records.
+	Host   string
 	Holder record.Attachment
 	// The holder's pod and delegate handle, for people and the audit.
 	PodNamespace, PodName, PodUID, Handle string
@@ -48,19 +52,19 @@ type Claim struct {
 
 // Of is the claim rec makes on addr.
 func Of(rec *record.Record, addr netip.Addr) *Claim {
-	return &Claim{Addr: addr, Node: rec.Node, Holder: rec.Attachment, PodNamespace: rec.PodNamespace,
+	return &Claim{Addr: addr, Node: rec.Node, Host: rec.Host, Holder: rec.Attachment, PodNamespace: rec.PodNamespace,
 		PodName: rec.PodName, PodUID: rec.PodUID, Handle: rec.Handle}
 }
 
-// Names says whether c is rec's: its attachment on its node.
+// Names says whether c is rec's: its attachment on its node and host.
 func (c *Claim) Names(rec *record.Record) bool {
-	return c.Holder == rec.Attachment && c.Node == rec.Node
+	return c.Holder == rec.Attachment && c.Node == rec.Node && c.Host == rec.Host
 }
 
 // Record is the holder as a committed record that holds Addr, as far as
 // the claim tells: the fence's holder when the record is another node's.
 func (c *Claim) Record() *record.Record {
-	return &record.Record{Attachment: c.Holder, Node: c.Node, PodNamespace: c.PodNamespace, PodName: c.PodName,
+	return &record.Record{Attachment: c.Holder, Node: c.Node, Host: c.Host, PodNamespace: c.PodNamespace, PodName: c.PodName,
 		PodUID: c.PodUID, Handle: c.Handle, State: record.Committed, IPs: []string{c.Addr.String()}, Created: c.Created, Updated: c.Created}
 }
 
@@ -110,6 +114,7 @@ type spec struct {
 	Network      string `json:"network"`
 	Address      string `json:"address"`
 	Node         string `json:"node"`
+	Host         string `json:"host,omitempty"`
 	ContainerID  string `json:"containerID"`
 	IfName       string `json:"ifName"`
 	PodNamespace string `json:"podNamespace,omitempty"`
@@ -120,7 +125,7 @@ type spec struct {
 
 func (c *Claim) object() object {
 	o := object{APIVersion: Group + "/" + Version, Kind: Kind, Spec: spec{
-		Network: c.Holder.Network, Address: c.Addr.String(), Node: c.Node, ContainerID: c.Holder.ContainerID,
+		Network: c.Holder.Network, Address: c.Addr.String(), Node: c.Node, Host: c.Host, ContainerID: c.Holder.ContainerID,
 		IfName: c.Holder.IfName, PodNamespace: c.PodNamespace, PodName: c.PodName, PodUID: c.PodUID, Handle: c.Handle}}
 	o.Metadata.Name = Name(c.Holder.Network, c.Addr)
 	o.Metadata.Labels = map[string]string{NodeLabel: label(c.Node)}
@@ -138,7 +143,7 @@ func (o *object) claim() (*Claim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: address %q", errDamaged, o.Metadata.Name, o.Spec.Address)
 	}
-	c := &Claim{Addr: addr, Node: o.Spec.Node,
+	c := &Claim{Addr: addr, Node: o.Spec.Node, Host: o.Spec.Host,
 		Holder:       record.Attachment{Network: o.Spec.Network, ContainerID: o.Spec.ContainerID, IfName: o.Spec.IfName},
 		PodNamespace: o.Spec.PodNamespace, PodName: o.Spec.PodName, PodUID: o.Spec.PodUID, Handle: o.Spec.Handle,
 		UID: o.Metadata.UID, ResourceVersion: o.Metadata.ResourceVersion}

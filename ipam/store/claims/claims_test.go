@@ -52,12 +52,18 @@ type node struct {
 
 func newNode(t *testing.T, api claims.API, name string) *node {
 	t.Helper()
+	return newMachine(t, api, name, "")
+}
+
+// newMachine is newNode on host: two machines may share a node name.
+func newMachine(t *testing.T, api claims.API, name, host string) *node {
+	t.Helper()
 	fs, err := filestore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := &node{}
-	n.Store = &claims.Store{Local: fs, Claims: claims.NewClient(api), Node: name,
+	n.Store = &claims.Store{Local: fs, Claims: claims.NewClient(api), Node: name, Host: host,
 		Warn: func(_ string, err error) { n.warned = append(n.warned, err) }}
 	return n
 }
@@ -70,7 +76,7 @@ func (n *node) add(t *testing.T, container, addr string) (*record.Record, error)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	att := record.Attachment{Network: "k8s-pod-network", ContainerID: container, IfName: "eth0"}
-	pending, err := n.Swap(ctx, att, nil, &record.Record{Attachment: att, Node: n.Node, Handle: "k8s-pod-network." + container,
+	pending, err := n.Swap(ctx, att, nil, &record.Record{Attachment: att, Node: n.Node, Host: n.Host, Handle: "k8s-pod-network." + container,
 		PodNamespace: "default", PodName: "pod-" + container, State: record.Pending, Created: now, Updated: now})
 	if err != nil {
 		t.Fatalf("pending record of %s: %v", container, err)
@@ -160,6 +166,15 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	var held *store.HeldError
 	if _, err := node1.add(t, "other", "10.244.0.8"); !errors.As(err, &held) {
 		t.Fatalf("node1's commit over node2's claim: %v; want a HeldError", err)
+	}
+	// Two machines under one node name (a stale nodename): each store
+	// holds its own records only, so the other's claim is held.
+	m1, m2 := newMachine(t, api, "shared", "m1"), newMachine(t, api, "shared", "m2")
+	if _, err := m1.add(t, "on-m1", "10.244.0.9"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.add(t, "on-m2", "10.244.0.9"); !errors.As(err, &held) || held.Holder.Host != "m1" {
+		t.Fatalf("m2's commit over m1's claim under one node name: %v; want a HeldError naming m1's record", err)
 	}
 }
 

@@ -37,9 +37,10 @@ type Local interface {
 type Store struct {
 	Local
 	Claims *Client
-	// Node is this node's Calico name: claims of other nodes are judged
-	// from the claim alone, this node's from its own records.
-	Node string
+	// Node is this node's Calico name and Host this machine's: claims of
+	// other nodes or machines are judged from the claim alone, this
+	// machine's from its own records.
+	Node, Host string
 	Warn func(msg string, err error)
 }
 
@@ -119,7 +120,7 @@ func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr net
 // what a crash between a claim and its commit, or a release cut short,
 // leaves), another node's as the claim tells.
 func (s *Store) holder(ctx context.Context, cl *Claim) (*record.Record, error) {
-	if cl.Node != s.Node {
+	if !s.own(cl) {
 		return cl.Record(), nil
 	}
 	rec, err := s.Local.Get(ctx, cl.Holder)
@@ -147,7 +148,7 @@ func (s *Store) release(ctx context.Context, made []*Claim) {
 // quarantined for the holder's claim, which must still name holder (else
 // ErrConflict: the holder changed, and the commit is tried again).
 func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
-	if holder.Node == s.Node {
+	if holder.Node == s.Node && holder.Host == s.Host {
 		return s.Local.Quarantine(ctx, pending, holder, q)
 	}
 	for _, ip := range holder.IPs {
@@ -202,10 +203,14 @@ func Wrap(st store.Store, client *Client, node string, warn func(string, error))
 	if !ok {
 		return st
 	}
-	return &Store{Local: local, Claims: client, Node: node, Warn: warn}
+	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: warn}
 }
 
-// OwnClaims lists this node's claims in network. It fails where the API
+// own says whether cl is a claim of this machine's records.
+func (s *Store) own(cl *Claim) bool { return cl.Node == s.Node && cl.Host == s.Host }
+
+// OwnClaims lists this node's claims in network (those another machine
+// under the same node name made among them). It fails where the API
 // server serves no AddressClaims, so a caller that listed them knows a
 // claim it then misses is gone, not unserved.
 func (s *Store) OwnClaims(ctx context.Context, network string) ([]*Claim, error) {
