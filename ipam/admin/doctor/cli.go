@@ -135,6 +135,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		if c := n.Calico; c != nil && c.Exposure != "" {
 			fmt.Fprintf(w, "warning: Calico's datastore of %s (%s): %s\n", n.Network, c.Transport, c.Exposure)
 		}
+		if c := n.Claims; c != nil {
+			c.writeText(w, n.Network)
+		}
 	}
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "problem:", p)

@@ -83,7 +83,10 @@ type Network struct {
 	Store     *StoreReport    `json:"store,omitempty"`
 	// Calico says whether Calico's datastore answers as calico-ipam
 	// reaches it from this config.
-	Calico    *CalicoReport `json:"calico,omitempty"`
+	Calico *CalicoReport `json:"calico,omitempty"`
+	// Claims says whether the records get cluster-wide claims (Calico's
+	// Kubernetes datastore, the file store); nil elsewhere.
+	Claims    *ClaimsReport `json:"claims,omitempty"`
 	Datastore string        `json:"datastore,omitempty"`
 	Node      string        `json:"node,omitempty"`
 	// Installed says that the IPAM goes through safe-ipam.
@@ -331,6 +334,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		if net.Node != "" {
 			net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs, j.memo)
 		}
+		net.Claims = checkClaims(ctx, cfg)
 	}
 	switch {
 	case net.Error != "":

@@ -31,7 +31,15 @@ const (
 	// NodeLabel names the node whose record a claim is (nodeLabelValue),
 	// so that a node lists its own claims alone.
 	NodeLabel = Group + "/node"
+	// Collection is the API path of every AddressClaim.
+	Collection = collection
 )
+
+// Verbs are what safe-ipam does with AddressClaims, and all that
+// deploy/safe-ipam-claims.yaml grants: create one with each commit, read
+// one that holds an address, list a node's own (gc), delete one at each
+// release.
+var Verbs = []string{"create", "delete", "get", "list"}
 
 // Claim is one AddressClaim: the record of Holder, on Node, holds Addr.
 type Claim struct {
