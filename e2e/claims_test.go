@@ -15,7 +15,8 @@ import (
 // (its handle released through Calico alone) and X's block goes to
 // node2, which starts pods until Calico hands it X. The control (no
 // AddressClaims served: the node fences its own records only, as before
-// issue 45) starts a running duplicate across nodes. With the claims,
+// issue 45) starts a running duplicate across nodes. With the claims
+// (served from after X's pod started: node1's gc claims its record),
 // node2's ADD is fenced and its allocation quarantined for node1's claim;
 // node2's gc keeps it while node1's pod runs and releases it once node1's
 // DEL released the claim; nothing is left.
@@ -33,11 +34,6 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 			}
 			c, srv := newKubeClusterServer(t, tag)
 			dumpOnFailure(t, c)
-			if claimsServed {
-				if err := srv.Apply("../deploy/safe-ipam-claims.yaml"); err != nil {
-					t.Fatal(err)
-				}
-			}
 			if err := c.Seed(ctx, "node1", "node2"); err != nil {
 				t.Fatal(err)
 			}
@@ -48,8 +44,25 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			gc := func(n *testbed.Node, want string) {
+				t.Helper()
+				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), "gc", "--conf", filepath.Join(n.ConfDir, calicoNetwork+".conflist"),
+					"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--apply")
+				if code != 0 || !strings.Contains(out, want) {
+					t.Fatalf("%s's gc --apply: exit %d, want %q:\n%s", n.Name, code, want, out)
+				}
+				t.Logf("%s's gc --dead-nodes --apply:\n%s", n.Name, out)
+			}
 			holder := podSandbox(t, ctx, c, "holder")
 			x := addr(t, ctx, n1, holder)
+			if claimsServed {
+				// The CRD comes after the pod started, as on a cluster that
+				// ran safe-ipam before: node1's gc claims its record.
+				if err := srv.Apply("../deploy/safe-ipam-claims.yaml"); err != nil {
+					t.Fatal(err)
+				}
+				gc(n1, "claimed 1 address(es) of records that had none")
+			}
 			if err := calicoAlone(t, c, "node1").Del(ctx, calicoNetwork, holder); err != nil {
 				t.Fatal(err)
 			}
@@ -57,16 +70,6 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 			if err := calicosim.MoveKubeAffinity(ctx, c.Datastore.(testbed.KubeDatastore).Config, block, "node1", "node2"); err != nil {
 				t.Fatal(err)
 			}
-			gc := func(want string) {
-				t.Helper()
-				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), "gc", "--conf", filepath.Join(n2.ConfDir, calicoNetwork+".conflist"),
-					"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--apply")
-				if code != 0 || !strings.Contains(out, want) {
-					t.Fatalf("node2's gc --apply: exit %d, want %q:\n%s", code, want, out)
-				}
-				t.Logf("node2's gc --dead-nodes --apply:\n%s", out)
-			}
-
 			started, fenced, got := startUntilGiven(t, ctx, c, n2, x, testbed.BlockAddrs)
 			switch {
 			case !got && !fenced:
@@ -81,7 +84,7 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 				if !calicoHolds(t, ctx, c, x) {
 					t.Fatalf("the fenced allocation of %s was released while node1's pod runs", x)
 				}
-				gc("") // node1's pod runs: the quarantine stays
+				gc(n2, "") // node1's pod runs: the quarantine stays
 				if !calicoHolds(t, ctx, c, x) {
 					t.Fatalf("node2's gc released the quarantined %s while node1's pod runs", x)
 				}
@@ -90,7 +93,7 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 				t.Fatal(err)
 			}
 			if claimsServed {
-				gc("released 1 allocation(s) quarantined")
+				gc(n2, "released 1 allocation(s) quarantined")
 			}
 			for _, sb := range started {
 				if err := n2.Del(ctx, calicoNetwork, sb); err != nil {

@@ -24,9 +24,12 @@ func (r *runner) settleClaims(ctx context.Context) int {
 	}
 	defer node.Close()
 	done, err := node.guard.SettleClaims(ctx, node.CNIPath)
-	if done.Forgotten+done.Unquarantined > 0 {
-		fmt.Fprintf(r.stderr, "gc: forgot %d claim(s) of this node that no record holds; released %d allocation(s) quarantined for other nodes' holders that are gone\n",
-			done.Forgotten, done.Unquarantined)
+	if done.Forgotten+done.Claimed+done.Unquarantined > 0 {
+		fmt.Fprintf(r.stderr, "gc: forgot %d claim(s) of this node that no record holds; claimed %d address(es) of records that had none; released %d allocation(s) quarantined for other nodes' holders that are gone\n",
+			done.Forgotten, done.Claimed, done.Unquarantined)
+	}
+	for _, h := range done.Held {
+		fmt.Fprintf(r.stderr, "safe-ipam gc: %s is held by two records, %s on node %s among them: run safe-ipam audit (duplicate)\n", h.Addr, h.Holder.Attachment, h.Holder.Node)
 	}
 	if err != nil {
 		fmt.Fprintf(r.stderr, "safe-ipam gc: settling this node's claims: %v\n", err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cni/cniargs"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
@@ -24,19 +26,24 @@ type claimed interface {
 // ClaimsSettled is what SettleClaims did.
 type ClaimsSettled struct {
 	// Forgotten claims of this node that no record of it holds;
-	// Unquarantined allocations this node kept for another node's holder
-	// that is gone.
-	Forgotten, Unquarantined int
+	// Claimed addresses of committed records that had no claim (an ADD
+	// that could not make it); Unquarantined allocations this node kept
+	// for another node's holder that is gone.
+	Forgotten, Claimed, Unquarantined int
+	// Held are the addresses of this node's records that another
+	// record's claim holds: two holders, a duplicate for the audit.
+	Held []*store.HeldError
 }
 
 // SettleClaims settles what the claims leave behind on this node, as the
 // rulebook judges it: this node's claims that none of its records holds
 // (a crash between a claim and its commit, a release whose claim did not
-// go) are forgotten, and each allocation quarantined here for another
-// node's holder is released, and its mark forgotten, once that holder's
-// claim is gone. A store without claims has nothing to settle. gc does it
-// every round; the listing of this node's claims comes first, so that a
-// claim missing afterwards is known gone, not unserved.
+// go) are forgotten; committed records without their claims (an ADD that
+// could not make them) are claimed; and each allocation quarantined here
+// for another node's holder is released, and its mark forgotten, once
+// that holder's claim is gone. A store without claims has nothing to
+// settle. gc does it every round; the listing of this node's claims comes
+// first, so that a claim missing afterwards is known gone, not unserved.
 func (g *Guard) SettleClaims(ctx context.Context, cniPath string) (ClaimsSettled, error) {
 	var done ClaimsSettled
 	cs, ok := g.store.(claimed)
@@ -71,9 +78,55 @@ func (g *Guard) SettleClaims(ctx context.Context, cniPath string) (ClaimsSettled
 		done.Forgotten++
 		g.log.Info("forgot a claim no record holds", "attachment", cl.Holder.String(), "address", cl.Addr.String(), "why", v.Why)
 	}
+	if err := g.claimUnclaimed(ctx, own, &done); err != nil {
+		errs = append(errs, err)
+	}
 	n, err := g.settleRemoteQuarantines(ctx, cs, cniPath)
 	done.Unquarantined = n
 	return done, errors.Join(append(errs, err)...)
+}
+
+// claimUnclaimed commits over itself each committed record of this node
+// that lacks a claim on one of its addresses: the store claims before it
+// commits (as store.Reindex does for the whole node).
+func (g *Guard) claimUnclaimed(ctx context.Context, own []*claims.Claim, done *ClaimsSettled) error {
+	claimed := map[record.Attachment]map[netip.Addr]bool{}
+	for _, cl := range own {
+		if claimed[cl.Holder] == nil {
+			claimed[cl.Holder] = map[netip.Addr]bool{}
+		}
+		claimed[cl.Holder][cl.Addr] = true
+	}
+	recs, err := g.store.List(ctx, g.cfg.Network)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, rec := range recs {
+		missing := 0
+		for _, ip := range rec.IPs {
+			if a, ok := record.ParseAddr(ip); ok && !claimed[rec.Attachment][a] {
+				missing++
+			}
+		}
+		if rec.State != record.Committed || missing == 0 {
+			continue
+		}
+		_, err := g.store.Commit(ctx, rec, rec)
+		var held *store.HeldError
+		switch {
+		case errors.As(err, &held):
+			done.Held = append(done.Held, held)
+			g.log.Warn("an address of this node's record is claimed by another: two holders, run safe-ipam audit", "attachment", rec.Attachment.String(), "address", held.Addr, "holder", held.Holder.Attachment.String(), "node", held.Holder.Node)
+		case errors.Is(err, store.ErrConflict):
+			// Changed meanwhile: whoever changed it claimed or released it.
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			done.Claimed += missing
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // settleRemoteQuarantines releases, through the delegate, the allocation
