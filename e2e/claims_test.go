@@ -18,8 +18,9 @@ import (
 // issue 45) starts a running duplicate across nodes. With the claims
 // (served from after X's pod started: node1's gc claims its record),
 // node2's ADD is fenced and its allocation quarantined for node1's claim;
-// node2's gc keeps it while node1's pod runs and releases it once node1's
-// DEL released the claim; nothing is left.
+// node2's gc keeps it while node1's pod runs, and releases it on the run
+// after the one that found the claim gone (node1's DEL released it);
+// nothing is left.
 func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 	for _, claimsServed := range []bool{false, true} {
 		name := "control: no claims served"
@@ -47,7 +48,7 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 			gc := func(n *testbed.Node, want string) {
 				t.Helper()
 				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), "gc", "--conf", filepath.Join(n.ConfDir, calicoNetwork+".conflist"),
-					"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--apply")
+					"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--quarantine-grace=0s", "--apply")
 				if code != 0 || !strings.Contains(out, want) {
 					t.Fatalf("%s's gc --apply: exit %d, want %q:\n%s", n.Name, code, want, out)
 				}
@@ -93,6 +94,11 @@ func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
 				t.Fatal(err)
 			}
 			if claimsServed {
+				// The claim is gone: one run notes it, the next releases.
+				gc(n2, "kept 1 allocation(s) quarantined for holders whose claim is gone")
+				if !calicoHolds(t, ctx, c, x) {
+					t.Fatalf("node2's gc released the quarantined %s on the run that first found its holder's claim gone", x)
+				}
 				gc(n2, "released 1 allocation(s) quarantined")
 			}
 			for _, sb := range started {

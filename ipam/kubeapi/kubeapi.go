@@ -27,8 +27,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
 
-// ErrNotFound means the object does not exist (HTTP 404).
+// ErrNotFound means the object does not exist (HTTP 404, with the API
+// server's Status saying so).
 var ErrNotFound = errors.New("not found")
+
+// ErrNoResource means the API server serves no such resource (HTTP 404
+// without a Status: a custom resource whose definition is not applied).
+// It is not ErrNotFound: a missing resource says nothing of an object.
+var ErrNoResource = errors.New("the API server serves no such resource")
 
 // Client reaches one API server.
 type Client struct {
@@ -249,15 +255,20 @@ var (
 	ErrForbidden = errors.New("forbidden")
 )
 
+// CloseIdleConnections closes the connections kept alive for the next
+// request: a long-running caller opens a client per round.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 // Get reads the object at the API path into v ("/apis/<group>/<version>/
-// <plural>/<name>"); a missing object is ErrNotFound.
+// <plural>/<name>"); a missing object is ErrNotFound, a resource the
+// server does not serve ErrNoResource.
 func (c *Client) Get(ctx context.Context, path string, v any) error {
 	return c.do(ctx, http.MethodGet, path, nil, v)
 }
 
 // Create POSTs obj to the collection at path and reads what the server
 // stored into out (nil: not read); an object of that name is ErrConflict,
-// a resource the server does not serve ErrNotFound.
+// a resource the server does not serve ErrNoResource.
 func (c *Client) Create(ctx context.Context, path string, obj, out any) error {
 	return c.do(ctx, http.MethodPost, path, obj, out)
 }
@@ -309,6 +320,8 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s %s: %w", method, path, err)
+	case resp.StatusCode == http.StatusNotFound && !statusNotFound(data):
+		return fmt.Errorf("%s %s: %w", method, path, ErrNoResource)
 	case resp.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
 	case resp.StatusCode == http.StatusConflict:
@@ -327,6 +340,17 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return fmt.Errorf("%s %s: decoding: %w", method, path, err)
 	}
 	return nil
+}
+
+// statusNotFound says whether a 404's body is the API server's Status
+// for a missing object (reason NotFound), as opposed to a path it does
+// not serve at all.
+func statusNotFound(data []byte) bool {
+	var st struct {
+		Kind   string `json:"kind"`
+		Reason string `json:"reason"`
+	}
+	return json.Unmarshal(data, &st) == nil && st.Kind == "Status" && st.Reason == "NotFound"
 }
 
 // statusMessage is the message of the Status object an API server answers

@@ -167,4 +167,13 @@ func TestWrites(t *testing.T) {
 	if err := reader.Create(ctx, coll, obj, nil); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("Create by a viewer: %v; want ErrForbidden", err)
 	}
+	// A resource the server does not serve is not a missing object: the
+	// claims read "gone" only from a missing object.
+	const unserved = "/apis/nothing.example.com/v1/widgets"
+	if err := admin.Get(ctx, unserved+"/x", &now); !errors.Is(err, ErrNoResource) || errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get of an unserved resource: %v; want ErrNoResource alone", err)
+	}
+	if err := admin.Create(ctx, unserved, obj, nil); !errors.Is(err, ErrNoResource) {
+		t.Fatalf("Create in an unserved resource: %v; want ErrNoResource", err)
+	}
 }

@@ -48,18 +48,55 @@ func Claim(c ClaimCase) Verdict {
 	return release("no record of node %s holds %s committed", c.Self, c.Addr)
 }
 
-// RemoteQuarantine judges a quarantine whose holder is another node's
-// record, known only by that record's claim: standing says the claim the
-// mark names is still there, the same object (read from a collection the
-// API server was just seen to serve); readErr, that it could not be
-// read. It goes, and its allocation is released, only once that claim is
-// gone: the holder's release, which the claim's deletion follows.
-func RemoteQuarantine(standing bool, readErr error) Verdict {
+// RemoteQuarantineGrace is how long the claim a remote quarantine names
+// must stay gone before its allocation is released: longer than a gc
+// period (5 minutes), in which the holder's own gc claims its record
+// again if the claim was deleted behind it (by hand, with its CRD).
+const RemoteQuarantineGrace = 10 * time.Minute
+
+// RemoteQuarantineCase is what a gc round knows of an allocation it keeps
+// quarantined for another node's (or machine's) holder, known only by
+// that holder's claim.
+type RemoteQuarantineCase struct {
+	// Standing: a claim on the address names the holder now (read from a
+	// collection the API server was just seen to serve). ReadErr: it
+	// could not be read.
+	Standing bool
+	ReadErr  error
+	// GoneSince is when an earlier round first found it gone (nil:
+	// none did), and Now this round's time, by this machine's clock.
+	GoneSince *time.Time
+	Now       time.Time
+	// Grace is how long it must stay gone (RemoteQuarantineGrace, unless
+	// the operator says otherwise); even with none, the release comes a
+	// round after the one that found it gone.
+	Grace time.Duration
+}
+
+// RemoteVerdict is RemoteQuarantine's answer: the Verdict, and the note
+// to keep of when the claim was first found gone (nil: none).
+type RemoteVerdict struct {
+	Verdict
+	GoneSince *time.Time
+}
+
+// RemoteQuarantine judges a remote quarantine. Its allocation is released
+// only once the holder's claim was found gone by two rounds at least the
+// grace apart: a claim missing once (deleted by hand, its
+// CRD applied again) may be claimed again by the holder's gc, which runs
+// meanwhile. A claim that stands again forgets the note.
+func RemoteQuarantine(c RemoteQuarantineCase) RemoteVerdict {
+	grace := c.Grace
 	switch {
-	case readErr != nil:
-		return keep("the holder's claim cannot be read: %v", readErr)
-	case standing:
-		return keep("the holder's claim stands: the holder is not released")
+	case c.ReadErr != nil:
+		return RemoteVerdict{keep("the holder's claim cannot be read: %v", c.ReadErr), c.GoneSince}
+	case c.Standing:
+		return RemoteVerdict{keep("the holder's claim stands: the holder is not released"), nil}
+	case c.GoneSince == nil:
+		now := c.Now
+		return RemoteVerdict{keep("the holder's claim is gone, found so first now: released once still gone %s later", grace), &now}
+	case c.Now.Sub(*c.GoneSince) < grace:
+		return RemoteVerdict{keep("the holder's claim is gone since %s: released once gone for %s", c.GoneSince.UTC().Format(time.RFC3339), grace), c.GoneSince}
 	}
-	return release("the holder's claim is gone: the holder was released")
+	return RemoteVerdict{release("the holder's claim is gone since %s, for %s or more: the holder was released", c.GoneSince.UTC().Format(time.RFC3339), grace), c.GoneSince}
 }

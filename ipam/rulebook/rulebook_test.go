@@ -313,18 +313,25 @@ func TestClaimRules(t *testing.T) {
 			t.Errorf("%s: %+v, want release %v", tt.name, got, tt.release)
 		}
 	}
+	now := time.Now()
+	since := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
 	for _, tt := range []struct {
-		name     string
-		standing bool
-		err      error
-		release  bool
+		name      string
+		c         rulebook.RemoteQuarantineCase
+		release   bool
+		goneSince *time.Time // the note kept
 	}{
-		{"Q1 the holder's claim cannot be read", false, errors.New("timeout"), false},
-		{"Q2 the holder's claim stands", true, nil, false},
-		{"the holder's claim is gone", false, nil, true},
+		{"Q1 the holder's claim cannot be read", rulebook.RemoteQuarantineCase{Grace: rulebook.RemoteQuarantineGrace, ReadErr: errors.New("timeout"), GoneSince: since(time.Hour), Now: now}, false, since(time.Hour)},
+		{"Q2 the holder's claim stands (the note goes)", rulebook.RemoteQuarantineCase{Grace: rulebook.RemoteQuarantineGrace, Standing: true, GoneSince: since(time.Hour), Now: now}, false, nil},
+		{"Q3 gone, found so first now", rulebook.RemoteQuarantineCase{Grace: rulebook.RemoteQuarantineGrace, Now: now}, false, &now},
+		{"Q4 gone for less than the grace", rulebook.RemoteQuarantineCase{Grace: rulebook.RemoteQuarantineGrace, GoneSince: since(rulebook.RemoteQuarantineGrace / 2), Now: now}, false, since(rulebook.RemoteQuarantineGrace / 2)},
+		{"gone for the grace", rulebook.RemoteQuarantineCase{Grace: rulebook.RemoteQuarantineGrace, GoneSince: since(rulebook.RemoteQuarantineGrace), Now: now}, true, since(rulebook.RemoteQuarantineGrace)},
+		{"no grace: still a round after the first", rulebook.RemoteQuarantineCase{Now: now}, false, &now},
+		{"no grace, the round after", rulebook.RemoteQuarantineCase{GoneSince: since(0), Now: now}, true, since(0)},
 	} {
-		if got := rulebook.RemoteQuarantine(tt.standing, tt.err); got.Release != tt.release || got.Why == "" {
-			t.Errorf("%s: %+v, want release %v", tt.name, got, tt.release)
+		got := rulebook.RemoteQuarantine(tt.c)
+		if got.Release != tt.release || got.Why == "" || (got.GoneSince == nil) != (tt.goneSince == nil) || got.GoneSince != nil && !got.GoneSince.Equal(*tt.goneSince) {
+			t.Errorf("%s: %+v, want release %v, note %v", tt.name, got, tt.release, tt.goneSince)
 		}
 	}
 }

@@ -42,7 +42,7 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 	}
 	var list struct{}
 	switch err := kube.Get(ctx, claims.Collection+"?limit=1", &list); {
-	case errors.Is(err, kubeapi.ErrNotFound):
+	case errors.Is(err, kubeapi.ErrNoResource):
 		out.Unserved = true
 	case err != nil && !errors.Is(err, kubeapi.ErrForbidden):
 		out.Error = err.Error()

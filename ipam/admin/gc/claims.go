@@ -3,6 +3,7 @@ package gc
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/logging"
@@ -23,10 +24,23 @@ func (r *runner) settleClaims(ctx context.Context) int {
 		return r.cmd.Fail(err)
 	}
 	defer node.Close()
-	done, err := node.guard.SettleClaims(ctx, node.CNIPath)
-	if done.Forgotten+done.Claimed+done.Unquarantined > 0 {
-		fmt.Fprintf(r.stderr, "gc: forgot %d claim(s) of this node that no record holds; claimed %d address(es) of records that had none; released %d allocation(s) quarantined for other nodes' holders that are gone\n",
-			done.Forgotten, done.Claimed, done.Unquarantined)
+	done, err := node.guard.SettleClaims(ctx, node.CNIPath, r.quarantineGrace)
+	var said []string
+	for _, part := range []struct {
+		n    int
+		what string
+	}{
+		{done.Forgotten, "forgot %d claim(s) of this node that no record holds"},
+		{done.Claimed, "claimed %d address(es) of records that had none"},
+		{done.Unquarantined, "released %d allocation(s) quarantined for other nodes' holders that are gone"},
+		{done.Waiting, "kept %d allocation(s) quarantined for holders whose claim is gone, until it stays gone for " + r.quarantineGrace.String()},
+	} {
+		if part.n > 0 {
+			said = append(said, fmt.Sprintf(part.what, part.n))
+		}
+	}
+	if len(said) > 0 {
+		fmt.Fprintf(r.stderr, "gc: claims: %s\n", strings.Join(said, "; "))
 	}
 	for _, h := range done.Held {
 		fmt.Fprintf(r.stderr, "safe-ipam gc: %s is held by two records, %s on node %s among them: run safe-ipam audit (duplicate)\n", h.Addr, h.Holder.Attachment, h.Holder.Node)

@@ -24,6 +24,7 @@ const usage = `Usage: safe-ipam gc --conf FILE [%s]
                     [--former-node NAME] [--former-host NAME]
                     [--dead-nodes [--dead-node-grace DURATION]
                     [--dead-node-max-share FRACTION]]
+                    [--quarantine-grace DURATION]
                     [--apply] [--every DURATION]
 
 CNI GC for nodes where the runtime never sends it (Calico's main plugin
@@ -64,6 +65,14 @@ store's prefix); the others only ask who leads, and a leader whose sweeps
 fail twice in a row gives the lead up. A dry-run loop neither campaigns
 nor sweeps.
 
+On Calico's Kubernetes datastore with the file store, where the cluster
+serves AddressClaims (deploy/safe-ipam-claims.yaml), each run with --apply
+also settles this node's cluster-wide claims: it forgets those no record
+of this machine holds (older than a minute, no ADD of theirs running),
+claims the addresses of records that have none, and releases each
+allocation quarantined here for another node's holder once that holder's
+claim was found gone by two runs at least --quarantine-grace apart.
+
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
 
@@ -103,6 +112,9 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if r.deadGrace < 0 {
 		return cmd.FailUsage(fmt.Errorf("--dead-node-grace %v: want a duration of zero or more, such as 10m", r.deadGrace))
 	}
+	if r.quarantineGrace < 0 {
+		return cmd.FailUsage(fmt.Errorf("--quarantine-grace %v: want a duration of zero or more, such as 10m", r.quarantineGrace))
+	}
 	for _, former := range r.formerNodes {
 		if former == r.conf.Node {
 			return cmd.FailUsage(fmt.Errorf("--former-node %s is this node's Calico name now: its records are judged anyway; name the one it had before", former))
@@ -140,6 +152,7 @@ func newRunner(stdout, stderr io.Writer) *runner {
 	fs.StringVar(&conf.BinDir, "cni-path", admin.DefaultBinDir, "the older name of --cni-bin-dir")
 	fs.BoolVar(&r.deadNodes, "dead-nodes", false, "also release the records of other nodes that Calico's datastore answers it does not know (with --every, on the one node elected to)")
 	fs.DurationVar(&r.deadGrace, "dead-node-grace", DefaultDeadNodeGrace, "release a gone node's records on a sweep at least `DURATION` after the sweep that first found it gone")
+	fs.DurationVar(&r.quarantineGrace, "quarantine-grace", rulebook.RemoteQuarantineGrace, "release an allocation quarantined for another node's holder once the holder's claim was found gone by two runs at least `DURATION` apart")
 	fs.Float64Var(&r.maxGoneShare, "dead-node-max-share", rulebook.DefaultMaxGoneShare, "release nothing when Calico's Nodes lack more than this `FRACTION` of the nodes known (listed, or holding records) at once")
 	fs.Func("former-node", "also judge, by the liveness source, the records this machine wrote under `NAME`, a Calico node name it had before (a stale nodename fixed, a rename); repeatable", func(v string) error {
 		if err := record.ValidateNode(v); err != nil {
@@ -161,20 +174,21 @@ func newRunner(stdout, stderr io.Writer) *runner {
 
 // runner is one gc invocation: what to collect, and where to report it.
 type runner struct {
-	cmd            *admin.Command
-	conf           *admin.NodeConf
-	live           *admin.Liveness
-	out            *admin.Output
-	apply          *admin.Apply
-	deadNodes      bool
-	deadGrace      time.Duration
-	maxGoneShare   float64
-	formerNodes    []string
-	formerHosts    []string
-	every          time.Duration
-	stdout, stderr io.Writer
-	metricsAddr    admin.MetricsAddr
-	metricsDone    func() // waits, once the loop ends, for the metrics to stop
+	cmd             *admin.Command
+	conf            *admin.NodeConf
+	live            *admin.Liveness
+	out             *admin.Output
+	apply           *admin.Apply
+	deadNodes       bool
+	deadGrace       time.Duration
+	quarantineGrace time.Duration
+	maxGoneShare    float64
+	formerNodes     []string
+	formerHosts     []string
+	every           time.Duration
+	stdout, stderr  io.Writer
+	metricsAddr     admin.MetricsAddr
+	metricsDone     func() // waits, once the loop ends, for the metrics to stop
 	// tally is what this round released and left; metrics report it.
 	tally tally
 	// observe, when metrics are served, is told of each round.

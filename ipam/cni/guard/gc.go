@@ -41,7 +41,7 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := g.SettleClaims(ctx, env.Path); err != nil {
+	if _, err := g.SettleClaims(ctx, env.Path, rulebook.RemoteQuarantineGrace); err != nil {
 		errs = append(errs, err)
 	}
 	if g.delegate.Speaks("1.1.0") {

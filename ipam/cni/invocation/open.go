@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -25,9 +26,11 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/cni/lookup"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/etcdtls"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Verbs that name no attachment.
@@ -139,22 +142,37 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	st = claims.ForConfig(cfg, st, node, claimWarning(cfg, c.Log), func(why string) { warnExposure(cfg.CacheDir, c.Log, "the Kubernetes API", why) })
+	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, c.Log), MayForget: mayForget(node),
+		Exposed: func(why string) { warnExposure(cfg.CacheDir, c.Log, "the Kubernetes API", why) }})
 	calico := c.Backends.calico(cfg, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
 }
 
 // claimWarning logs why a claim could not be made: once per node when the
-// cluster serves none to this node (a setting, not this call's trouble),
+// cluster serves none to this node (a setting, not this call's trouble:
+// the mark is keyed by that reason alone, never the call's address),
 // else each time.
 func claimWarning(cfg *config.Config, log *slog.Logger) func(string, error) {
 	return func(msg string, err error) {
 		if errors.Is(err, claims.ErrNotServed) {
-			warnOnce(cfg.CacheDir, log, "no cluster-wide claims: this node fences its own records only", err.Error())
+			warnOnce(cfg.CacheDir, log, "no cluster-wide claims: this node fences its own records only",
+				"the API server serves no AddressClaims, or Calico's CNI identity may not use them (safe-ipam doctor says which)")
 			return
 		}
 		log.Warn(msg, "error", err)
+	}
+}
+
+// mayForget is the rulebook's judgment of a claim of this machine's that
+// a commit meets on its address (rulebook.Claim): taken over only when no
+// record of this machine holds it, no ADD of its attachment still runs,
+// and it is older than the grace.
+func mayForget(node string) func(*claims.Claim, *record.Record) bool {
+	host := record.ThisHost()
+	return func(cl *claims.Claim, rec *record.Record) bool {
+		return rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Host: cl.Host, Self: node, SelfHost: host,
+			Addr: cl.Addr, Record: rec, Age: time.Since(cl.Created)}).Release
 	}
 }
 

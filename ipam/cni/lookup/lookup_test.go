@@ -36,7 +36,12 @@ func TestKubernetesDatastoreKeepsNodesAndHandlesUnread(t *testing.T) {
 // Issue 33, finding 7: the Kubernetes API client's insecure settings go
 // through the same warning as etcd's, when it is first used.
 func TestKubernetesAPIExposureIsWarned(t *testing.T) {
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) }))
+	// Every object is missing, as an API server says it (a Status): a bare
+	// 404 would be a resource it does not serve.
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404}`))
+	}))
 	defer srv.Close()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	conf := "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: " + srv.URL +

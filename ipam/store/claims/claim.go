@@ -76,9 +76,6 @@ func (c *Claim) Record() *record.Record {
 		PodUID: c.PodUID, Handle: c.Handle, State: record.Committed, IPs: []string{c.Addr.String()}, Created: c.Created, Updated: c.Created}
 }
 
-// Ref names this very object (its name and UID) for a quarantine mark.
-func (c *Claim) Ref() string { return Name(c.Holder.Network, c.Addr) + "@" + c.UID }
-
 // Name is the object name of the claim on addr in network: the network
 // (hashed when it is not a DNS label), then the address, dotted for IPv4
 // and as eight dashed groups for IPv6.

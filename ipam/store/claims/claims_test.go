@@ -11,6 +11,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
@@ -18,6 +19,10 @@ import (
 )
 
 const crd = "../../../deploy/safe-ipam-claims.yaml"
+
+// The file store is the node store the claims wrap (claims.Wrap asserts
+// it at run time; this, when built).
+var _ claims.Local = (*filestore.Store)(nil)
 
 // Every name is one the API server takes, and two addresses or networks
 // never share one.
@@ -64,8 +69,17 @@ func newMachine(t *testing.T, api claims.API, name, host string) *node {
 	}
 	n := &node{}
 	n.Store = &claims.Store{Local: fs, Claims: claims.NewClient(api), Node: name, Host: host,
-		Warn: func(_ string, err error) { n.warned = append(n.warned, err) }}
+		Warn:      func(_ string, err error) { n.warned = append(n.warned, err) },
+		MayForget: func(cl *claims.Claim, rec *record.Record) bool { return n.judge(cl, rec, 0) }}
 	return n
+}
+
+// judge is the rulebook's Claim, as the CNI binary asks it, with the
+// claim aged by later (the API server stamps a claim's creation: a test
+// cannot make an old one).
+func (n *node) judge(cl *claims.Claim, rec *record.Record, later time.Duration) bool {
+	return rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Host: cl.Host, Self: n.Node, SelfHost: n.Host,
+		Addr: cl.Addr, Record: rec, Age: time.Since(cl.Created) + later}).Release
 }
 
 // add commits a record of container on n with addr, as an ADD does: a
@@ -146,8 +160,11 @@ func TestAnotherNodesClaimFences(t *testing.T) {
 }
 
 // A claim of this node whose record does not hold the address (a crash
-// between the claim and the commit) is taken over; another node's claim
-// of the same kind is not: only its node can tell.
+// between the claim and the commit) is taken over once the rulebook lets
+// it go (older than the grace, no ADD of it running); before, or while
+// its ADD runs (a second ADD on the node given the same address), the
+// commit is fenced. Another node's claim of the same kind is never taken
+// over: only its node can tell.
 func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 	_, api := apiServer(t, true)
 	ctx := context.Background()
@@ -158,12 +175,33 @@ func TestOwnStaleClaimIsTakenOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var held *store.HeldError
 	stale(node1, "crashed", "10.244.0.7")
+	if _, err := node1.add(t, "early", "10.244.0.7"); !errors.As(err, &held) || held.Holder.ContainerID != "crashed" {
+		t.Fatalf("node1's commit over its own claim made just now: %v; want a HeldError (C4: its commit may be on its way)", err)
+	}
+	node1.MayForget = func(cl *claims.Claim, rec *record.Record) bool { return node1.judge(cl, rec, 2*rulebook.ClaimGrace) }
 	if _, err := node1.add(t, "next", "10.244.0.7"); err != nil {
-		t.Fatalf("node1's commit over its own stale claim: %v", err)
+		t.Fatalf("node1's commit over its own stale claim, past the grace: %v", err)
+	}
+	// A second ADD on the node given an address the first has claimed
+	// and not yet committed: the first's claim stays.
+	first, err := node1.Swap(ctx, record.Attachment{Network: "k8s-pod-network", ContainerID: "first", IfName: "eth0"}, nil,
+		&record.Record{Attachment: record.Attachment{Network: "k8s-pod-network", ContainerID: "first", IfName: "eth0"}, Node: "node1",
+			State: record.Pending, Owner: record.Self(), Created: time.Now(), Updated: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node1.Claims.Claim(ctx, first, netip.MustParseAddr("10.244.0.11")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node1.add(t, "second", "10.244.0.11"); !errors.As(err, &held) || held.Holder.ContainerID != "first" {
+		t.Fatalf("a second ADD over the running first's claim: %v; want a HeldError naming the first", err)
+	}
+	if cl, err := node1.Claims.Get(ctx, "k8s-pod-network", netip.MustParseAddr("10.244.0.11")); err != nil || cl == nil || !cl.Names(first) {
+		t.Fatalf("the first ADD's claim: %+v, %v; want it kept", cl, err)
 	}
 	stale(node2, "crashed2", "10.244.0.8")
-	var held *store.HeldError
 	if _, err := node1.add(t, "other", "10.244.0.8"); !errors.As(err, &held) {
 		t.Fatalf("node1's commit over node2's claim: %v; want a HeldError", err)
 	}
@@ -244,7 +282,7 @@ func TestTheClaimsRoleIsEnough(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: commit: %v", tt.user, err)
 		}
-		own, err := n.OwnClaims(ctx, "k8s-pod-network")
+		own, _, err := n.OwnClaims(ctx, "k8s-pod-network")
 		if !tt.served {
 			if !errors.Is(err, claims.ErrNotServed) || len(n.warned) != 1 || !errors.Is(n.warned[0], claims.ErrNotServed) {
 				t.Fatalf("%s: listing %v, warnings %v; want ErrNotServed", tt.user, err, n.warned)
@@ -254,14 +292,42 @@ func TestTheClaimsRoleIsEnough(t *testing.T) {
 		if err != nil || len(own) != 1 || !own[0].Names(rec) {
 			t.Fatalf("%s: its claims %v, %v", tt.user, own, err)
 		}
-		if standing, err := n.Standing(ctx, own[0].Ref()); err != nil || !standing {
-			t.Fatalf("%s: Standing = %v, %v", tt.user, standing, err)
-		}
 		if _, err := n.MarkReleasing(ctx, &record.Record{Attachment: rec.Attachment, Node: n.Node}); err != nil {
 			t.Fatal(err)
 		}
-		if own, err := n.OwnClaims(ctx, "k8s-pod-network"); err != nil || len(own) != 0 || len(n.warned) > 0 {
+		if own, _, err := n.OwnClaims(ctx, "k8s-pod-network"); err != nil || len(own) != 0 || len(n.warned) > 0 {
 			t.Fatalf("%s: after the release: claims %v, %v, warnings %v", tt.user, own, err, n.warned)
 		}
+	}
+}
+
+// A claim that does not read (its spec does not match its name) is held
+// by someone unknown: the commit fails without committing, keeping the
+// claim, and the node's listing names it and goes on.
+func TestDamagedClaimIsHeld(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	node1 := newNode(t, api, "node1")
+	addr := netip.MustParseAddr("10.244.0.5")
+	damaged := map[string]any{"apiVersion": claims.Group + "/" + claims.Version, "kind": claims.Kind,
+		"metadata": map[string]any{"name": claims.Name("k8s-pod-network", addr), "labels": map[string]string{claims.NodeLabel: "node1"}},
+		"spec": map[string]any{"network": "k8s-pod-network", "address": "10.244.0.99", "node": "node1", "containerID": "x", "ifName": "eth0"}}
+	if err := api.Create(ctx, claims.Collection, damaged, nil); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := node1.add(t, "aaa", addr.String())
+	var held *store.HeldError
+	if !errors.Is(err, store.ErrUnavailable) || errors.As(err, &held) {
+		t.Fatalf("a commit over a damaged claim: %v; want a store error (held by someone unknown), no HeldError", err)
+	}
+	if cur, err := node1.Get(ctx, pending.Attachment); err != nil || cur == nil || cur.State != record.Pending {
+		t.Fatalf("the record after the refused commit: %+v, %v; want it pending", cur, err)
+	}
+	own, bad, err := node1.OwnClaims(ctx, "k8s-pod-network")
+	if err != nil || len(own) != 0 || len(bad) != 1 || bad[0] != claims.Name("k8s-pod-network", addr) {
+		t.Fatalf("OwnClaims = %v, damaged %v, %v; want the damaged one named", own, bad, err)
+	}
+	if len(node1.warned) > 0 {
+		t.Fatalf("warnings %v: a held address is no claim merely not made", node1.warned)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
@@ -17,6 +16,7 @@ type API interface {
 	Get(ctx context.Context, path string, v any) error
 	Create(ctx context.Context, path string, obj, out any) error
 	Delete(ctx context.Context, path, uid, resourceVersion string) error
+	CloseIdleConnections()
 }
 
 // Errors of Client beyond the API server's own.
@@ -39,8 +39,8 @@ func NewClient(api API) *Client { return &Client{api: api} }
 
 // Claim creates rec's claim on addr. If a claim on addr exists, it is
 // returned with ErrHeld, whoever it names (rec itself, when its commit is
-// replayed); one that does not decode is an error (it is held, by whom is
-// unknown).
+// replayed); when it cannot be read (it does not decode, the read fails),
+// ErrHeld comes with no claim: held, by whom is unknown.
 func (c *Client) Claim(ctx context.Context, rec *record.Record, addr netip.Addr) (*Claim, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		var out object
@@ -53,7 +53,7 @@ func (c *Client) Claim(ctx context.Context, rec *record.Record, addr netip.Addr)
 		}
 		cur, err := c.Get(ctx, rec.Network, addr)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w, and reading it: %w", ErrHeld, err)
 		}
 		if cur != nil {
 			return cur, ErrHeld
@@ -68,8 +68,6 @@ func (c *Client) Get(ctx context.Context, network string, addr netip.Addr) (*Cla
 	var out object
 	err := c.api.Get(ctx, collection+"/"+Name(network, addr), &out)
 	if errors.Is(err, kubeapi.ErrNotFound) {
-		// A missing object, or a resource the server does not serve: a
-		// create tells them apart, and reads serve no decision alone.
 		return nil, nil
 	}
 	if err != nil {
@@ -112,9 +110,11 @@ func (c *Client) ReleaseOf(ctx context.Context, rec *record.Record) error {
 }
 
 // OfNode lists the claims of node's records in network, a page at a
-// time.
-func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, error) {
+// time, and names the objects under node's label that do not read
+// (damaged: a caller leaves them alone).
+func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, []string, error) {
 	var out []*Claim
+	var damaged []string
 	cont := ""
 	for {
 		q := url.Values{"labelSelector": {NodeLabel + "=" + label(node)}, "limit": {"500"}}
@@ -128,19 +128,19 @@ func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, er
 			Items []object `json:"items"`
 		}
 		if err := c.api.Get(ctx, collection+"?"+q.Encode(), &list); err != nil {
-			return nil, served(fmt.Errorf("listing the claims of node %s: %w", node, err))
+			return nil, nil, served(fmt.Errorf("listing the claims of node %s: %w", node, err))
 		}
 		for i := range list.Items {
 			cl, err := list.Items[i].claim()
-			if err != nil {
-				return nil, err
-			}
-			if cl.Node == node && cl.Holder.Network == network {
+			switch {
+			case err != nil:
+				damaged = append(damaged, list.Items[i].Metadata.Name)
+			case cl.Node == node && cl.Holder.Network == network:
 				out = append(out, cl)
 			}
 		}
 		if cont = list.Metadata.Continue; cont == "" {
-			return out, nil
+			return out, damaged, nil
 		}
 	}
 }
@@ -148,28 +148,11 @@ func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, er
 // served wraps err in ErrNotServed when the API server serves no
 // AddressClaims or refuses this identity.
 func served(err error) error {
-	if errors.Is(err, kubeapi.ErrNotFound) || errors.Is(err, kubeapi.ErrForbidden) {
+	if errors.Is(err, kubeapi.ErrNoResource) || errors.Is(err, kubeapi.ErrForbidden) {
 		return fmt.Errorf("%w: %w", ErrNotServed, err)
 	}
 	return err
 }
 
-// Standing says whether the claim ref names (Claim.Ref: its name and
-// UID) is still there, the same object. Read alone, a missing object
-// cannot be told from a resource the server does not serve: a caller
-// lists the collection first (OfNode).
-func (c *Client) Standing(ctx context.Context, ref string) (bool, error) {
-	name, uid, ok := strings.Cut(ref, "@")
-	if !ok || name == "" || uid == "" || strings.ContainsAny(name, "/?#") {
-		return false, fmt.Errorf("%q names no claim", ref)
-	}
-	var out object
-	err := c.api.Get(ctx, collection+"/"+name, &out)
-	if errors.Is(err, kubeapi.ErrNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, served(fmt.Errorf("reading the claim %s: %w", name, err))
-	}
-	return out.Metadata.UID == uid, nil
-}
+// Close closes the API server's idle connections.
+func (c *Client) Close() { c.api.CloseIdleConnections() }

@@ -9,20 +9,32 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Timeout bounds each request to the API server: a claim that cannot be
 // made in it is left to the node's gc, and the ADD goes on.
 const Timeout = 5 * time.Second
 
+// Options are what a caller gives the claims of its store.
+type Options struct {
+	// Warn is told why a claim could not be made (Store.Warn).
+	Warn func(msg string, err error)
+	// Exposed is told how the API server's traffic can be read or forged,
+	// when it can.
+	Exposed func(why string)
+	// MayForget is Store.MayForget: the rulebook's judgment, which a
+	// store cannot import. Nil takes no claim over.
+	MayForget func(cl *Claim, rec *record.Record) bool
+}
+
 // ForConfig gives st, a node's record store opened for cfg, the claims of
 // Calico's Kubernetes datastore where the records stay on the node (a
 // file store; the etcd store's index spans the cluster already). They go
 // to the API server calico-ipam reaches, as the identity of Calico's CNI
 // kubeconfig, which is read at the first request, so calls that claim
-// nothing read nothing. exposed is told how that API server's traffic
-// can be read or forged, when it can.
-func ForConfig(cfg *config.Config, st store.Store, node string, warn func(string, error), exposed func(string)) store.Store {
+// nothing read nothing.
+func ForConfig(cfg *config.Config, st store.Store, node string, o Options) store.Store {
 	if !Kept(cfg) {
 		return st
 	}
@@ -31,12 +43,12 @@ func ForConfig(cfg *config.Config, st store.Store, node string, warn func(string
 			return nil, errors.New("Calico's config names no kubernetes.kubeconfig")
 		}
 		c, err := kubeapi.New(cfg.Calico.Kubeconfig, Timeout)
-		if err == nil && c.Exposure() != "" {
-			exposed(c.Exposure())
+		if err == nil && c.Exposure() != "" && o.Exposed != nil {
+			o.Exposed(c.Exposure())
 		}
 		return c, err
 	}}
-	return Wrap(st, NewClient(api), node, warn)
+	return Wrap(st, NewClient(api), node, o)
 }
 
 // Kept says whether cfg's records get cluster-wide claims: on Calico's
@@ -61,6 +73,12 @@ func (l *lazyAPI) client() (*kubeapi.Client, error) {
 		}
 	})
 	return l.c, l.err
+}
+
+func (l *lazyAPI) CloseIdleConnections() {
+	if l.c != nil {
+		l.c.CloseIdleConnections()
+	}
 }
 
 func (l *lazyAPI) Get(ctx context.Context, path string, v any) error {

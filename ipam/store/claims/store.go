@@ -16,24 +16,32 @@ import (
 type Local interface {
 	store.Store
 	// QuarantineFor removes pending and marks its attachment quarantined
-	// for the holder a claim names (ref, Claim.Ref), in one step under
-	// the store's lock; the mark fences until ForgetRemote removes it.
-	QuarantineFor(ctx context.Context, pending *record.Record, ref string) error
-	// RemoteQuarantines are network's attachments so marked, each with
-	// the reference its mark names.
-	RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]string, error)
-	// ForgetRemote removes att's mark if it still names ref.
-	ForgetRemote(ctx context.Context, att record.Attachment, ref string) error
+	// for the holder m names, in one step under the store's lock; the
+	// mark fences until ForgetRemote removes it.
+	QuarantineFor(ctx context.Context, pending *record.Record, m record.RemoteQuarantine) error
+	// RemoteQuarantines are network's attachments so marked.
+	RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]record.RemoteQuarantine, error)
+	// UpdateRemote replaces att's mark prev with next, if it is still
+	// prev (else store.ErrConflict).
+	UpdateRemote(ctx context.Context, att record.Attachment, prev, next record.RemoteQuarantine) error
+	// ForgetRemote removes att's mark if it is still m.
+	ForgetRemote(ctx context.Context, att record.Attachment, m record.RemoteQuarantine) error
 }
+
+// errHeldUnknown: a claim on the address exists, but who holds it cannot
+// be told (it does not read, or kept changing). The commit does not
+// happen, and the ADD fails without releasing (its outcome is unknown to
+// the guard): an address someone may hold is never taken unclaimed.
+var errHeldUnknown = fmt.Errorf("%w: the address is claimed, by a holder that cannot be read", store.ErrUnavailable)
 
 // Store is a node's record store with its claims: each commit claims its
 // addresses before the node's store commits it, and each record that
 // stops being committed (a DEL's or GC's mark, a forget) releases them
 // before its addresses are released in Calico. A claim that cannot be
-// made (the API server does not answer, serves no AddressClaims, or
-// refuses) never fails the ADD: the record commits unclaimed, fenced on
-// this node only, as without claims, Warn says why, and the node's gc
-// claims it later.
+// made before any answer says the address is held (the API server does
+// not answer, serves no AddressClaims, or refuses the identity) never
+// fails the ADD: the record commits unclaimed, fenced on this node only,
+// as without claims, Warn says why, and the node's gc claims it later.
 type Store struct {
 	Local
 	Claims *Client
@@ -41,16 +49,21 @@ type Store struct {
 	// other nodes or machines are judged from the claim alone, this
 	// machine's from its own records.
 	Node, Host string
-	Warn func(msg string, err error)
+	Warn       func(msg string, err error)
+	// MayForget judges a claim of this machine's that a commit meets on
+	// its address, whose record (rec; nil when there is none) does not
+	// hold it committed: whether it may be taken over (the rulebook's
+	// Claim). Nil takes none over: the commit is fenced.
+	MayForget func(cl *Claim, rec *record.Record) bool
 }
 
 // Commit claims committed's addresses, then commits it in the node's
 // store. An address another attachment's committed record holds is a
-// *store.HeldError, as the stores' own index gives: this node's holder
-// read from its store, another node's as its claim tells. A commit known
-// not to have happened releases the claims it made.
+// *store.HeldError, as the stores' own index gives: this machine's holder
+// read from its store, another's as its claim tells. A commit known not
+// to have happened releases the claims it made.
 func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
-	made, err := s.claim(ctx, committed)
+	made, err := s.claim(ctx, s.mine(committed))
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +75,20 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 	return out, err
 }
 
+// mine is rec as this machine claims it: a record an older safe-ipam
+// wrote names no host, and a file store holds its own machine's records.
+func (s *Store) mine(rec *record.Record) *record.Record {
+	if rec.Host != "" {
+		return rec
+	}
+	out := *rec
+	out.Host = s.Host
+	return &out
+}
+
 // claim claims each address of committed and returns the claims it
-// created. A HeldError releases those first.
+// created. A HeldError, or a claim whose holder cannot be told, releases
+// those first.
 func (s *Store) claim(ctx context.Context, committed *record.Record) ([]*Claim, error) {
 	var made []*Claim
 	for _, ip := range committed.IPs {
@@ -74,7 +99,7 @@ func (s *Store) claim(ctx context.Context, committed *record.Record) ([]*Claim, 
 		cl, err := s.claimOne(ctx, committed, addr)
 		var held *store.HeldError
 		switch {
-		case errors.As(err, &held):
+		case errors.As(err, &held), errors.Is(err, errHeldUnknown):
 			s.release(ctx, made)
 			return nil, err
 		case err != nil:
@@ -87,14 +112,17 @@ func (s *Store) claim(ctx context.Context, committed *record.Record) ([]*Claim, 
 }
 
 // claimOne claims addr for committed: the claim it created, nil when
-// committed's own claim is there already, or a *store.HeldError.
+// committed's own claim is there already, a *store.HeldError, or
+// errHeldUnknown. Any other error came before an answer about addr.
 func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr netip.Addr) (*Claim, error) {
 	for attempt := 0; attempt < 3; attempt++ {
 		cl, err := s.Claims.Claim(ctx, committed, addr)
-		if !errors.Is(err, ErrHeld) {
+		switch {
+		case errors.Is(err, ErrHeld) && cl == nil:
+			return nil, fmt.Errorf("%w: %v", errHeldUnknown, err)
+		case !errors.Is(err, ErrHeld):
 			return cl, err
-		}
-		if cl.Names(committed) {
+		case cl.Names(committed):
 			return nil, nil
 		}
 		holder, err := s.holder(ctx, cl)
@@ -104,33 +132,36 @@ func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr net
 		if holder != nil && !committed.TakesOver(holder) {
 			return nil, &store.HeldError{Addr: addr.String(), Holder: holder}
 		}
-		// Not held (this node's record does not hold it committed), or
-		// the holder is the VM record committed takes over from: the
-		// claim goes, if it is still the one read, and the create is
-		// tried again.
+		// This machine's claim that the rulebook lets go, or the VM
+		// record committed takes over from: the claim goes, if it is
+		// still the one read, and the create is tried again.
 		if err := s.Claims.Release(ctx, cl); err != nil && !errors.Is(err, kubeapi.ErrConflict) {
-			return nil, err
+			return nil, fmt.Errorf("%w: %v", errHeldUnknown, err)
 		}
 	}
-	return nil, fmt.Errorf("claiming %s for %s: the claim kept changing", addr, committed.Attachment)
+	return nil, fmt.Errorf("%w: the claim on %s kept changing", errHeldUnknown, addr)
 }
 
-// holder is the committed record that holds cl's address: this node's
-// as its store has it (nil when it does not hold the address committed:
-// what a crash between a claim and its commit, or a release cut short,
-// leaves), another node's as the claim tells.
+// holder is who holds cl's address: another node's or machine's record as
+// the claim tells; this machine's as its store has it, the claim's view
+// when that record does not hold it committed (an ADD between its claim
+// and its commit, or a claim too young to judge) unless MayForget lets
+// the claim go (nil: none holds it).
 func (s *Store) holder(ctx context.Context, cl *Claim) (*record.Record, error) {
 	if !s.own(cl) {
 		return cl.Record(), nil
 	}
 	rec, err := s.Local.Get(ctx, cl.Holder)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: reading its holder %s: %v", errHeldUnknown, cl.Holder, err)
 	}
-	if rec == nil || rec.State != record.Committed || !rec.Holds(cl.Addr) {
+	if rec != nil && rec.State == record.Committed && rec.Holds(cl.Addr) {
+		return rec, nil
+	}
+	if s.MayForget != nil && s.MayForget(cl, rec) {
 		return nil, nil
 	}
-	return rec, nil
+	return cl.Record(), nil
 }
 
 // release releases claims this store just made, each only if unchanged;
@@ -144,11 +175,11 @@ func (s *Store) release(ctx context.Context, made []*Claim) {
 }
 
 // Quarantine ties q to holder: in the node's store when holder is this
-// node's record; else pending goes and its attachment is marked
+// machine's record; else pending goes and its attachment is marked
 // quarantined for the holder's claim, which must still name holder (else
 // ErrConflict: the holder changed, and the commit is tried again).
 func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
-	if holder.Node == s.Node && holder.Host == s.Host {
+	if holder.Node == s.Node && (holder.Host == s.Host || holder.Host == "") {
 		return s.Local.Quarantine(ctx, pending, holder, q)
 	}
 	for _, ip := range holder.IPs {
@@ -163,7 +194,9 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 		if cl == nil || !cl.Names(holder) {
 			return fmt.Errorf("%w: the claim on %s no longer names %s", store.ErrConflict, addr, holder.Attachment)
 		}
-		return s.Local.QuarantineFor(ctx, pending, cl.Ref())
+		q.Node = s.Node
+		return s.Local.QuarantineFor(ctx, pending, record.RemoteQuarantine{Quarantine: q, Claim: Name(holder.Network, addr),
+			Holder: record.Peer{Attachment: holder.Attachment, Node: holder.Node}, HolderHost: holder.Host})
 	}
 	return fmt.Errorf("quarantining %s: the holder %s names no address", pending.Attachment, holder.Attachment)
 }
@@ -190,30 +223,26 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 }
 
 func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
-	if err := s.Claims.ReleaseOf(ctx, rec); err != nil {
+	if err := s.Claims.ReleaseOf(ctx, s.mine(rec)); err != nil {
 		s.Warn("a claim of a released record stays for this node's gc", err)
 	}
 }
 
-// Wrap gives st, a node's record store, the claims of client, when it is
-// a store that can hold them (a file store; the etcd store has its own
-// index, which spans the cluster).
-func Wrap(st store.Store, client *Client, node string, warn func(string, error)) store.Store {
-	local, ok := st.(Local)
-	if !ok {
-		return st
-	}
-	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: warn}
+// Close closes the node's store and the API server's idle connections.
+func (s *Store) Close() error {
+	s.Claims.Close()
+	return s.Local.Close()
 }
 
 // own says whether cl is a claim of this machine's records.
 func (s *Store) own(cl *Claim) bool { return cl.Node == s.Node && cl.Host == s.Host }
 
 // OwnClaims lists this node's claims in network (those another machine
-// under the same node name made among them). It fails where the API
-// server serves no AddressClaims, so a caller that listed them knows a
-// claim it then misses is gone, not unserved.
-func (s *Store) OwnClaims(ctx context.Context, network string) ([]*Claim, error) {
+// under the same node name made among them), and names the objects under
+// its label that do not read (damaged: left alone). It fails where the
+// API server serves no AddressClaims, so a caller that listed them knows
+// a claim it then misses is gone, not unserved.
+func (s *Store) OwnClaims(ctx context.Context, network string) ([]*Claim, []string, error) {
 	return s.Claims.OfNode(ctx, network, s.Node)
 }
 
@@ -222,8 +251,30 @@ func (s *Store) ReleaseClaim(ctx context.Context, cl *Claim) error {
 	return s.Claims.Release(ctx, cl)
 }
 
-// Standing says whether the claim ref names (Claim.Ref) is still there,
-// the same object.
-func (s *Store) Standing(ctx context.Context, ref string) (bool, error) {
-	return s.Claims.Standing(ctx, ref)
+// Standing says whether a claim on m's address still names m's holder
+// (its attachment, node and host).
+func (s *Store) Standing(ctx context.Context, m record.RemoteQuarantine) (bool, error) {
+	for _, ip := range m.Quarantine.IPs {
+		addr, ok := record.ParseAddr(ip)
+		if !ok || Name(m.Holder.Network, addr) != m.Claim {
+			continue
+		}
+		cl, err := s.Claims.Get(ctx, m.Holder.Network, addr)
+		if err != nil {
+			return false, err
+		}
+		return cl != nil && cl.Holder == m.Holder.Attachment && cl.Node == m.Holder.Node && cl.Host == m.HolderHost, nil
+	}
+	return false, fmt.Errorf("the quarantine of %s names no address of the claim %s", m.Quarantine.Attachment, m.Claim)
+}
+
+// Wrap gives st, a node's record store, the claims of client, when it is
+// a store that can hold them (a file store; the etcd store has its own
+// index, which spans the cluster).
+func Wrap(st store.Store, client *Client, node string, o Options) store.Store {
+	local, ok := st.(Local)
+	if !ok {
+		return st
+	}
+	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget}
 }

@@ -2,11 +2,13 @@ package filestore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -145,9 +147,6 @@ func (s *Store) quarantined(att record.Attachment) bool {
 	if err != nil {
 		return true // a mark that cannot be read still fences
 	}
-	if strings.HasPrefix(target, remotePrefix) {
-		return true // another node's holder: the node's gc forgets it (ForgetRemote)
-	}
 	if isRecordName(target) && !strings.Contains(target, "/") {
 		holder, err := s.read(filepath.Join(s.networkDir(att.Network), target))
 		if err != nil || lists(holder, att) {
@@ -265,21 +264,25 @@ func (s *Store) Unquarantine(ctx context.Context, holder *record.Record, qs []re
 	return h, nil
 }
 
-// remotePrefix starts the target of a quarantine mark whose holder is
-// another node's record, known by its cluster-wide claim: "claim:" and
-// the claim's reference (claims.Claim.Ref). This store cannot read that
-// holder, so the mark fences until ForgetRemote removes it.
-const remotePrefix = "claim:"
+// A quarantine whose holder this store cannot read (another node's
+// record, known by its cluster-wide claim) is marked by a regular file
+// in place of the link, "q:<containerID>:<ifname>", holding a
+// record.RemoteQuarantine: a mark that is not a link fences as one that
+// cannot be read does, until the node's gc forgets it (ForgetRemote).
 
-// QuarantineFor implements claims.Local under the network's lock: a mark
-// naming ref quarantines pending's attachment, and its pending record
-// goes.
-func (s *Store) QuarantineFor(ctx context.Context, pending *record.Record, ref string) error {
+// QuarantineFor implements claims.Local under the network's lock: the
+// mark m quarantines pending's attachment, made durable, and the pending
+// record goes.
+func (s *Store) QuarantineFor(ctx context.Context, pending *record.Record, m record.RemoteQuarantine) error {
 	if err := pending.Attachment.Validate(); err != nil {
 		return err
 	}
-	if ref == "" || strings.ContainsAny(ref, "/\x00") {
-		return fmt.Errorf("quarantine of %s: the holder's reference %q is not a file name", pending.Attachment, ref)
+	if err := m.Check(pending.Attachment); err != nil {
+		return err
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding the quarantine of %s: %w", pending.Attachment, err)
 	}
 	unlock, err := s.lock(ctx, pending.Network)
 	if err != nil {
@@ -291,23 +294,20 @@ func (s *Store) QuarantineFor(ctx context.Context, pending *record.Record, ref s
 		return err
 	}
 	if !store.SameRevision(cur, pending) {
-		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, pending.Attachment, ref)
-	}
-	if err := replaceLink(s.quarantineLink(pending.Attachment), remotePrefix+ref); err != nil {
-		return fmt.Errorf("marking quarantine of %s: %w", pending.Attachment, err)
+		return fmt.Errorf("%w: quarantining %s for %s", store.ErrConflict, pending.Attachment, m.Holder.Attachment)
 	}
 	// The mark must outlive a power loss: without it the attachment's DEL
 	// would release an address a running pod of another node holds.
-	if err := syncDir(s.networkDir(pending.Network)); err != nil {
-		return err
+	if err := writeFile(s.quarantineLink(pending.Attachment), data, dataSynced); err != nil {
+		return fmt.Errorf("%w: marking quarantine of %s: %v", store.ErrUnavailable, pending.Attachment, err)
 	}
 	return s.remove(pending.Attachment)
 }
 
-// RemoteQuarantines are network's quarantines whose holders are other
-// nodes' records: each quarantined attachment, with the reference of
-// the holder's claim its mark names.
-func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record.Attachment]string, error) {
+// RemoteQuarantines are network's quarantines whose holders this store
+// cannot read, by quarantined attachment. A mark that does not decode is
+// left out, and goes on fencing.
+func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record.Attachment]record.RemoteQuarantine, error) {
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
@@ -319,24 +319,63 @@ func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record
 	if err != nil {
 		return nil, fmt.Errorf("listing quarantines of %s: %w", network, err)
 	}
-	out := map[record.Attachment]string{}
+	out := map[record.Attachment]record.RemoteQuarantine{}
 	for _, e := range entries {
 		name, ok := strings.CutPrefix(e.Name(), "q:")
-		if !ok || !isRecordName(name) {
+		if !ok || !isRecordName(name) || !e.Type().IsRegular() {
 			continue
 		}
-		target, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if ref, remote := strings.CutPrefix(target, remotePrefix); err == nil && remote {
-			out[pathAttachment(filepath.Join(dir, name))] = ref
+		att := pathAttachment(filepath.Join(dir, name))
+		if m, err := s.readRemote(att); err == nil {
+			out[att] = m
 		}
 	}
 	return out, nil
 }
 
-// ForgetRemote removes att's quarantine mark if it still names ref, under
-// the network's lock: the holder's claim is gone, and what the mark kept
-// has been released.
-func (s *Store) ForgetRemote(ctx context.Context, att record.Attachment, ref string) error {
+func (s *Store) readRemote(att record.Attachment) (record.RemoteQuarantine, error) {
+	var m record.RemoteQuarantine
+	data, err := bounded.Read(s.quarantineLink(att), bounded.Small)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("the quarantine mark of %s does not decode", att)
+	}
+	return m, m.Check(att)
+}
+
+// UpdateRemote replaces att's mark prev with next (a gc round's note that
+// the holder's claim is gone, or back), if it is still prev, under the
+// network's lock; else ErrConflict.
+func (s *Store) UpdateRemote(ctx context.Context, att record.Attachment, prev, next record.RemoteQuarantine) error {
+	return s.changeRemote(ctx, att, prev, func() error {
+		if err := next.Check(att); err != nil {
+			return err
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return err
+		}
+		return writeFile(s.quarantineLink(att), data, dataSynced)
+	})
+}
+
+// ForgetRemote removes att's mark if it is still m, under the network's
+// lock: what it kept has been released.
+func (s *Store) ForgetRemote(ctx context.Context, att record.Attachment, m record.RemoteQuarantine) error {
+	return s.changeRemote(ctx, att, m, func() error {
+		noteLinkLoss(s.quarantineLink(att))
+		if err := os.Remove(s.quarantineLink(att)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("removing quarantine of %s: %w", att, err)
+		}
+		return nil
+	})
+}
+
+// changeRemote runs change under the network's lock if att's mark is
+// still prev.
+func (s *Store) changeRemote(ctx context.Context, att record.Attachment, prev record.RemoteQuarantine, change func() error) error {
 	if err := att.Validate(); err != nil {
 		return err
 	}
@@ -345,13 +384,12 @@ func (s *Store) ForgetRemote(ctx context.Context, att record.Attachment, ref str
 		return err
 	}
 	defer unlock()
-	link := s.quarantineLink(att)
-	if target, err := os.Readlink(link); err != nil || target != remotePrefix+ref {
-		return nil
+	cur, err := s.readRemote(att)
+	if err != nil {
+		return err
 	}
-	noteLinkLoss(link)
-	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("removing quarantine of %s: %w", att, err)
+	if !reflect.DeepEqual(cur, prev) {
+		return fmt.Errorf("%w: the quarantine mark of %s changed", store.ErrConflict, att)
 	}
-	return nil
+	return change()
 }

@@ -75,11 +75,11 @@ func Reindex(ctx context.Context, cfg *config.Config, path string) (int, []*stor
 	// next reindex (claims not served at all are no error: the node fences
 	// its own records, as before).
 	var unclaimed error
-	st = claims.ForConfig(cfg, st, node, func(_ string, err error) {
+	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: func(_ string, err error) {
 		if !errors.Is(err, claims.ErrNotServed) && unclaimed == nil {
 			unclaimed = err
 		}
-	}, func(string) {})
+	}})
 	indexed, held, err := store.Reindex(ctx, st, cfg.Network)
 	if err == nil && unclaimed != nil {
 		err = fmt.Errorf("claiming the addresses of this node's records: %w", unclaimed)

@@ -271,3 +271,31 @@ func (r *Record) Holds(addr netip.Addr) bool {
 	}
 	return false
 }
+
+// RemoteQuarantine is a quarantine whose holder is a record this store
+// cannot read (another node's, or another machine's under the same node
+// name), known by its cluster-wide claim: the claim's name and the holder
+// it names. GoneSince is when a gc round first found that claim gone (by
+// this machine's clock; nil while it stands): the allocation is released
+// only once it stays gone for a grace (rulebook.RemoteQuarantine).
+type RemoteQuarantine struct {
+	Quarantine Quarantine `json:"quarantine"`
+	Claim      string     `json:"claim"`
+	Holder     Peer       `json:"holder"`
+	HolderHost string     `json:"holderHost,omitempty"`
+	GoneSince  *time.Time `json:"goneSince,omitempty"`
+}
+
+// Check validates m as the mark of att's quarantine in network.
+func (m *RemoteQuarantine) Check(att Attachment) error {
+	if m.Quarantine.Attachment != att {
+		return fmt.Errorf("the mark of %s names the quarantine of %s", att, m.Quarantine.Attachment)
+	}
+	if err := m.Quarantine.Check(att.Network); err != nil {
+		return err
+	}
+	if m.Claim == "" {
+		return fmt.Errorf("the mark of %s names no claim", att)
+	}
+	return m.Holder.check(att.Network)
+}
