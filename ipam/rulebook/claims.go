@@ -19,7 +19,7 @@ type ClaimCase struct {
 	// machine reads only its own records, so only it judges its claims
 	// (two machines may share a node name: a stale nodename).
 	Node, Host, Self, SelfHost string
-	Addr       netip.Addr
+	Addr                       netip.Addr
 	// Record is Self's record of the claim's attachment (nil: none).
 	Record *record.Record
 	// Age is the time since the claim was made.

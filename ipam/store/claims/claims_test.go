@@ -311,7 +311,7 @@ func TestDamagedClaimIsHeld(t *testing.T) {
 	addr := netip.MustParseAddr("10.244.0.5")
 	damaged := map[string]any{"apiVersion": claims.Group + "/" + claims.Version, "kind": claims.Kind,
 		"metadata": map[string]any{"name": claims.Name("k8s-pod-network", addr), "labels": map[string]string{claims.NodeLabel: "node1"}},
-		"spec": map[string]any{"network": "k8s-pod-network", "address": "10.244.0.99", "node": "node1", "containerID": "x", "ifName": "eth0"}}
+		"spec":     map[string]any{"network": "k8s-pod-network", "address": "10.244.0.99", "node": "node1", "containerID": "x", "ifName": "eth0"}}
 	if err := api.Create(ctx, claims.Collection, damaged, nil); err != nil {
 		t.Fatal(err)
 	}
