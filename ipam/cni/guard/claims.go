@@ -48,8 +48,10 @@ type ClaimsSettled struct {
 // could not make them) are claimed; and each allocation quarantined here
 // for another node's holder is released, and its mark forgotten, once
 // that holder's claim is gone. A store without claims has nothing to
-// settle. gc does it every round; the listing of this node's claims comes
-// first, so that a claim missing afterwards is known gone, not unserved.
+// settle. safe-ipam gc --apply does it every round (the GC verb does
+// not: one grace, gc's, rules the quarantines); the listing of this
+// node's claims comes first, so that a claim missing afterwards is known
+// gone, not unserved.
 func (g *Guard) SettleClaims(ctx context.Context, cniPath string, quarantineGrace time.Duration) (ClaimsSettled, error) {
 	var done ClaimsSettled
 	cs, ok := g.store.(claimed)

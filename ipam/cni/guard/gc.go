@@ -41,9 +41,6 @@ func (g *Guard) GC(ctx context.Context, env delegate.Env, stdin []byte) error {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := g.SettleClaims(ctx, env.Path, rulebook.RemoteQuarantineGrace); err != nil {
-		errs = append(errs, err)
-	}
 	if g.delegate.Speaks("1.1.0") {
 		if err := g.forwardGC(ctx, env); err != nil {
 			errs = append(errs, err)

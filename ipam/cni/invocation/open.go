@@ -149,6 +149,10 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
 }
 
+// The file store is the node store claims.Wrap gives the claims to (it
+// asserts that at run time, and would leave a store without claims).
+var _ claims.Local = (*filestore.Store)(nil)
+
 // claimWarning logs why a claim could not be made: once per node when the
 // cluster serves none to this node (a setting, not this call's trouble:
 // the mark is keyed by that reason alone, never the call's address),

@@ -331,3 +331,34 @@ func TestDamagedClaimIsHeld(t *testing.T) {
 		t.Fatalf("warnings %v: a held address is no claim merely not made", node1.warned)
 	}
 }
+
+// A holder the node's own index finds (a record this machine wrote under
+// a former node name) is quarantined in the node's store, claims served
+// or not: as before the claims.
+func TestOwnStoreHolderIsQuarantinedLocally(t *testing.T) {
+	_, api := apiServer(t, false)
+	ctx := context.Background()
+	node1 := newNode(t, api, "node1")
+	now := time.Now().UTC()
+	old := record.Attachment{Network: "k8s-pod-network", ContainerID: "old", IfName: "eth0"}
+	p, err := node1.Local.Swap(ctx, old, nil, &record.Record{Attachment: old, Node: "node0", State: record.Pending, Created: now, Updated: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := *p
+	c.State, c.IPs = record.Committed, []string{"10.244.0.5/32"}
+	if _, err := node1.Local.Commit(ctx, p, &c); err != nil {
+		t.Fatal(err)
+	}
+	pending, err := node1.add(t, "new", "10.244.0.5")
+	var held *store.HeldError
+	if !errors.As(err, &held) || held.Holder.Node != "node0" {
+		t.Fatalf("commit over the former name's record: %v; want a HeldError naming it", err)
+	}
+	if err := node1.Quarantine(ctx, pending, held.Holder, record.Quarantine{Attachment: pending.Attachment, IPs: pending.IPs}); err != nil {
+		t.Fatalf("Quarantine for this machine's own record under its former name: %v", err)
+	}
+	if _, err := node1.Swap(ctx, pending.Attachment, nil, pending); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("the quarantined attachment's retry: %v; want ErrQuarantined", err)
+	}
+}

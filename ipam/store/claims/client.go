@@ -60,7 +60,7 @@ func (c *Client) Claim(ctx context.Context, rec *record.Record, addr netip.Addr)
 		}
 		// Released between the create and the read: try again.
 	}
-	return nil, fmt.Errorf("claiming %s for %s: the claim kept changing", addr, rec.Attachment)
+	return nil, fmt.Errorf("%w, and kept changing while claiming %s for %s", ErrHeld, addr, rec.Attachment)
 }
 
 // Get reads the claim on addr in network; nil when there is none.

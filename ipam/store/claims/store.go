@@ -179,7 +179,7 @@ func (s *Store) release(ctx context.Context, made []*Claim) {
 // quarantined for the holder's claim, which must still name holder (else
 // ErrConflict: the holder changed, and the commit is tried again).
 func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, q record.Quarantine) error {
-	if holder.Node == s.Node && (holder.Host == s.Host || holder.Host == "") {
+	if s.local(ctx, holder) {
 		return s.Local.Quarantine(ctx, pending, holder, q)
 	}
 	for _, ip := range holder.IPs {
@@ -199,6 +199,17 @@ func (s *Store) Quarantine(ctx context.Context, pending, holder *record.Record, 
 			Holder: record.Peer{Attachment: holder.Attachment, Node: holder.Node}, HolderHost: holder.Host})
 	}
 	return fmt.Errorf("quarantining %s: the holder %s names no address", pending.Attachment, holder.Attachment)
+}
+
+// local says whether holder is a record of the node's store, as read (the
+// store's own index found it; a claim's view of a holder has no
+// revision): one under a former node or host name is this machine's too.
+func (s *Store) local(ctx context.Context, holder *record.Record) bool {
+	if holder.Revision == 0 {
+		return false
+	}
+	rec, err := s.Local.Get(ctx, holder.Attachment)
+	return err == nil && store.SameRevision(rec, holder)
 }
 
 // MarkReleasing marks the record in the node's store, then releases its

@@ -157,6 +157,16 @@ func (s *Store) quarantined(att record.Attachment) bool {
 	return os.Remove(link) != nil
 }
 
+// remnant says whether cur is a pending record that a quarantine of its
+// attachment was removing when it was cut short (a crash, or a power loss
+// that undid the removal): no ADD can write a pending record once its
+// attachment is marked (Swap refuses), so a pending record beside a
+// standing mark is that one. Its allocation is the quarantine's: the
+// caller finishes the removal instead of releasing it.
+func (s *Store) remnant(cur *record.Record) bool {
+	return cur != nil && cur.State == record.Pending && s.quarantined(cur.Attachment)
+}
+
 // lists says whether rec holds a quarantine of att.
 func lists(rec *record.Record, att record.Attachment) bool {
 	return rec != nil && slices.ContainsFunc(rec.Quarantined, func(q record.Quarantine) bool { return q.Attachment == att })
@@ -385,6 +395,9 @@ func (s *Store) changeRemote(ctx context.Context, att record.Attachment, prev re
 	}
 	defer unlock()
 	cur, err := s.readRemote(att)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // forgotten already: by another gc run, or the GC verb
+	}
 	if err != nil {
 		return err
 	}

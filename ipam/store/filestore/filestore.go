@@ -82,6 +82,9 @@ func (s *Store) path(att record.Attachment) string {
 func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
 	quarantined := false
 	out, err := s.locked(ctx, att, func(cur *record.Record) (*record.Record, bool) {
+		if quarantined = s.remnant(cur); quarantined {
+			return nil, true
+		}
 		if !store.SameRevision(cur, prev) {
 			return cur, false
 		}
@@ -101,6 +104,9 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
 	quarantined := false
 	out, err := s.locked(ctx, marker.Attachment, func(cur *record.Record) (*record.Record, bool) {
+		if quarantined = s.remnant(cur); quarantined {
+			return nil, true
+		}
 		if cur == nil {
 			quarantined = s.quarantined(marker.Attachment)
 			return nil, !quarantined // nothing to mark; writing nil removes nothing

@@ -35,6 +35,20 @@ func TestRemoteQuarantineMark(t *testing.T) {
 	if err := s.QuarantineFor(ctx, pending, m); err != nil {
 		t.Fatal(err)
 	}
+	// A crash, or a power loss, that undid the pending record's removal:
+	// its DEL finishes the removal instead of releasing the allocation.
+	if err := s.writeAs(pending, unsynced); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkReleasing(ctx, &record.Record{Attachment: att, Node: "node2"}); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("a DEL of the quarantine's leftover pending record: %v; want ErrQuarantined", err)
+	}
+	if err := s.writeAs(pending, unsynced); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Swap(ctx, att, pending, nil); !errors.Is(err, store.ErrQuarantined) {
+		t.Fatalf("an ADD's takeover of the quarantine's leftover pending record: %v; want ErrQuarantined", err)
+	}
 	if rec, err := s.Get(ctx, att); err != nil || rec != nil {
 		t.Fatalf("the pending record after the quarantine: %+v, %v; want it gone", rec, err)
 	}
@@ -59,6 +73,9 @@ func TestRemoteQuarantineMark(t *testing.T) {
 	marks, _ = s.RemoteQuarantines(ctx, "net1")
 	if err := s.ForgetRemote(ctx, att, marks[att]); err != nil {
 		t.Fatal(err)
+	}
+	if err := s.ForgetRemote(ctx, att, marks[att]); err != nil {
+		t.Fatalf("forgetting a mark forgotten already: %v; want done", err)
 	}
 	if _, err := s.Swap(ctx, att, nil, pending); err != nil {
 		t.Fatalf("a re-ADD once the mark is forgotten: %v", err)

@@ -9,13 +9,10 @@ package opener
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
-	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
@@ -55,7 +52,7 @@ func Open(ctx context.Context, cfg *config.Config, node string, o Options) (stor
 
 // Reindex gives the records of cfg's network on this node (cfg
 // read from the config at path) their address index entries
-// (store.Reindex), and their cluster-wide claims, within 30 seconds: install does it, and gc --apply
+// (store.Reindex), within 30 seconds: install does it, and gc --apply
 // --every at its start, since the DaemonSet's gc container is the one
 // that may write the file store.
 func Reindex(ctx context.Context, cfg *config.Config, path string) (int, []*store.HeldError, error) {
@@ -70,19 +67,8 @@ func Reindex(ctx context.Context, cfg *config.Config, path string) (int, []*stor
 		return 0, nil, err
 	}
 	defer st.Close()
-	// On Calico's Kubernetes datastore each record gets its cluster-wide
-	// claims too; a claim that could not be made is tried again with the
-	// next reindex (claims not served at all are no error: the node fences
-	// its own records, as before).
-	var unclaimed error
-	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: func(_ string, err error) {
-		if !errors.Is(err, claims.ErrNotServed) && unclaimed == nil {
-			unclaimed = err
-		}
-	}})
-	indexed, held, err := store.Reindex(ctx, st, cfg.Network)
-	if err == nil && unclaimed != nil {
-		err = fmt.Errorf("claiming the addresses of this node's records: %w", unclaimed)
-	}
-	return indexed, held, err
+	// The cluster-wide claims of Calico's Kubernetes datastore are not
+	// made here: gc --apply claims the records that lack them every round,
+	// with the rulebook's judgment of any claim it meets.
+	return store.Reindex(ctx, st, cfg.Network)
 }
