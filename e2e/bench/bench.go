@@ -50,6 +50,9 @@ type Results struct {
 	// DesignFloor is, per store and op, what the design floor and
 	// safe-ipam add to the delegate alone (see FloorCost).
 	DesignFloor []FloorCost `json:"designFloor,omitempty"`
+	// ClaimRequestsPerPod is how many requests on AddressClaims the API
+	// server served per pod's ADD and DEL, with claims.
+	ClaimRequestsPerPod float64 `json:"claimRequestsPerPod"`
 }
 
 // Latency is one configuration's per-operation latency in milliseconds.
@@ -93,6 +96,7 @@ func Run(ctx context.Context, opts Options) (*Results, error) {
 		{"rss", r.measureRSS},
 		{"audit", r.measureAudit},
 		{"kubevirt", r.measureKubeVirt},
+		{"claims", r.measureClaims},
 	}
 	for _, s := range steps {
 		r.logf("bench: %s ...", s.name)

@@ -102,7 +102,12 @@ func (r *rig) vmSamples() int {
 func (r *rig) vmConflist(config, kubeconfig string) (*libcni.NetworkConfigList, error) {
 	p := r.plugin(config)
 	p["kubernetes"] = map[string]any{"kubeconfig": kubeconfig}
-	name := confName(config) + "-vm"
+	return r.writeList(confName(config)+"-vm", p)
+}
+
+// writeList writes a conflist of the one plugin p, named name, and reads
+// it as libcni does.
+func (r *rig) writeList(name string, p map[string]any) (*libcni.NetworkConfigList, error) {
 	data, err := json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": name, "plugins": []any{p}})
 	if err != nil {
 		return nil, err

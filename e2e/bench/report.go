@@ -45,6 +45,8 @@ func (res *Results) WriteTable(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "churn vs alone, lowest of 1, 8 and 32 workers: x%.2f file store, x%.2f etcd store (target x%.2f)\n",
 		res.churnVsAlone(File), res.churnVsAlone(Etcd), targetChurn)
+	fmt.Fprintf(w, "\nclaims on the Kubernetes datastore: ADD x%.2f, DEL x%.2f vs calico-ipam alone (without claims served: x%.2f, x%.2f); %.1f API requests on AddressClaims per pod (ADD and DEL)\n",
+		res.Ratios[KDDClaims+" ADD p50"], res.Ratios[KDDClaims+" DEL p50"], res.Ratios[KDDFile+" ADD p50"], res.Ratios[KDDFile+" DEL p50"], res.ClaimRequestsPerPod)
 	if a := res.Audit; a != nil {
 		fmt.Fprintf(w, "\naudit: %d allocations, %d records in %.2f s, peak RSS %d KiB, %d findings\n", a.Allocations, a.Records, a.Seconds, a.PeakRSSKiB, a.Findings)
 	}
@@ -58,11 +60,13 @@ func (res *Results) Line() string {
 	ratio := func(config, op string) float64 { return res.Ratios[fmt.Sprintf("%s %s p50", config, op)] }
 	churn := res.churn(File, 32)
 	return fmt.Sprintf("bench: add x%.2f del x%.2f (file store), add x%.2f del x%.2f (etcd store), exec x%.2f vs host-local, etcd round trips add %.0f del %.0f, churn32 %.0f/s %d errors"+
-		", added/floor file add %.2f del %.2f etcd add %.2f del %.2f, churn vs alone min x%.2f",
+		", added/floor file add %.2f del %.2f etcd add %.2f del %.2f, churn vs alone min x%.2f"+
+		", kdd file add x%.2f del x%.2f, kdd claims add x%.2f del x%.2f",
 		ratio(File, "ADD"), ratio(File, "DEL"), ratio(Etcd, "ADD"), ratio(Etcd, "DEL"), res.Exec.Ratio,
 		res.RoundTrips.SafeIPAMAdd, res.RoundTrips.SafeIPAMDel, churn.OpsPerSec, churn.Errors+churn.Leaked+churn.Duplicated+churn.Inconsistent,
 		res.addedPerFloor(File, "ADD"), res.addedPerFloor(File, "DEL"), res.addedPerFloor(Etcd, "ADD"), res.addedPerFloor(Etcd, "DEL"),
-		min(res.churnVsAlone(File), res.churnVsAlone(Etcd)))
+		min(res.churnVsAlone(File), res.churnVsAlone(Etcd)),
+		ratio(KDDFile, "ADD"), ratio(KDDFile, "DEL"), ratio(KDDClaims, "ADD"), ratio(KDDClaims, "DEL"))
 }
 
 // The targets of issue 13, printed next to what was measured.

@@ -14,6 +14,8 @@ func sampleResults() *Results {
 			{Config: Alone, Op: "ADD", P50: 10}, {Config: Alone, Op: "DEL", P50: 9},
 			{Config: File, Op: "ADD", P50: 13}, {Config: File, Op: "DEL", P50: 11},
 			{Config: Etcd, Op: "ADD", P50: 15}, {Config: Etcd, Op: "DEL", P50: 14},
+			{Config: KDDFile, Op: "ADD", P50: 11}, {Config: KDDFile, Op: "DEL", P50: 9.9},
+			{Config: KDDClaims, Op: "ADD", P50: 12}, {Config: KDDClaims, Op: "DEL", P50: 12.6},
 		},
 		Exec:       ExecCost{SafeIPAMVersionP50: 2.4, HostLocalVersionP50: 2, Ratio: 1.2},
 		RoundTrips: RoundTrips{SafeIPAMAdd: 2, SafeIPAMDel: 2},
@@ -36,10 +38,11 @@ func sampleResults() *Results {
 
 // The last line keeps its old fields first, so scripts that read it go on
 // working, and appends the added latency over the floor and the churn
-// ratio.
+// ratio, then the Kubernetes datastore's ratios, with and without claims.
 func TestLineKeepsItsFieldsAndAppendsTheNewOnes(t *testing.T) {
 	want := "bench: add x1.30 del x1.22 (file store), add x1.50 del x1.56 (etcd store), exec x1.20 vs host-local, etcd round trips add 2 del 2, churn32 93/s 0 errors" +
-		", added/floor file add 1.50 del 1.00 etcd add 2.50 del 2.50, churn vs alone min x0.93"
+		", added/floor file add 1.50 del 1.00 etcd add 2.50 del 2.50, churn vs alone min x0.93" +
+		", kdd file add x1.10 del x1.10, kdd claims add x1.20 del x1.40"
 	if got := sampleResults().Line(); got != want {
 		t.Errorf("Line() =\n%s\nwant\n%s", got, want)
 	}

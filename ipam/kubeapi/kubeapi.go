@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -292,20 +293,42 @@ func (c *Client) Delete(ctx context.Context, path, uid, resourceVersion string) 
 // do sends body (JSON; nil for none) to the API path and decodes a 2xx
 // answer into out (nil: not decoded).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	var reader io.Reader
+	var payload []byte
 	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
 			return fmt.Errorf("%s %s: encoding: %w", method, path, err)
 		}
-		reader = bytes.NewReader(data)
+	}
+	for attempt := 1; ; attempt++ {
+		resp, data, err := c.send(ctx, method, path, payload)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		wait, again := retryAfter(ctx, resp, attempt)
+		if !again {
+			return answer(method, path, resp, data, out)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: %s, and %w", method, path, resp.Status, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+// send makes one request and reads its answer, bounded.
+func (c *Client) send(ctx context.Context, method, path string, payload []byte) (*http.Response, []byte, error) {
+	var reader io.Reader
+	if payload != nil {
+		reader = bytes.NewReader(payload)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.server+path, reader)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	if body != nil {
+	if payload != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
@@ -313,13 +336,45 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
+	return resp, data, err
+}
+
+// maxAttempts bounds the requests an answer of 429 repeats; maxWait, how
+// long one waits, whatever Retry-After asks.
+const (
+	maxAttempts = 3
+	maxWait     = 2 * time.Second
+)
+
+// retryAfter says whether to send again, and after how long: an API
+// server answers 429 while it cannot serve yet (a custom resource's
+// storage just after its definition is applied, its request limits), and
+// client-go sends again after its Retry-After. Only while the deadline
+// leaves room, and never for another answer: 429 means the request was
+// not served, so sending it again writes nothing twice.
+func retryAfter(ctx context.Context, resp *http.Response, attempt int) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusTooManyRequests || attempt >= maxAttempts {
+		return 0, false
+	}
+	wait := time.Second
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+		wait = time.Duration(s) * time.Second
+	}
+	wait = min(wait, maxWait)
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
+		return 0, false
+	}
+	return wait, true
+}
+
+// answer maps the API server's answer to the package's errors, and decodes
+// a 2xx answer into out (nil: not decoded).
+func answer(method, path string, resp *http.Response, data []byte, out any) error {
 	switch {
-	case err != nil:
-		return fmt.Errorf("%s %s: %w", method, path, err)
 	case resp.StatusCode == http.StatusNotFound && !statusNotFound(data):
 		return fmt.Errorf("%s %s: %w", method, path, ErrNoResource)
 	case resp.StatusCode == http.StatusNotFound:
@@ -329,7 +384,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	case resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s %s: %w: %s", method, path, ErrForbidden, statusMessage(data))
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return fmt.Errorf("%s %s: %s", method, path, resp.Status)
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, statusMessage(data))
 	case len(data) > maxObject:
 		return fmt.Errorf("%s %s: larger than %d bytes", method, path, maxObject)
 	}

@@ -95,3 +95,51 @@ func TestTransportRefusals(t *testing.T) {
 		}
 	}
 }
+
+// An answer of 429 (an API server that cannot serve yet: a custom
+// resource's storage just after its definition is applied) is sent again
+// after its Retry-After, as client-go does, at most maxAttempts times and
+// never past the call's deadline; the body goes again whole.
+func TestTooManyRequestsIsSentAgain(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	busy := 1 // answers of 429 before a 201
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		b := make([]byte, 100)
+		n, _ := r.Body.Read(b)
+		bodies = append(bodies, string(b[:n]))
+		if len(bodies) <= busy {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"kind":"Status","message":"storage is (re)initializing"}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"metadata":{"name":"x"}}`)
+	}))
+	defer srv.Close()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	conf := "current-context: c\ncontexts:\n- name: c\n  context: {cluster: k, user: u}\nclusters:\n- name: k\n  cluster: {server: " + srv.URL +
+		", insecure-skip-tls-verify: true}\nusers:\n- name: u\n  user: {token: t}\n"
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(path, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Create(ctx, "/apis/g/v1/things", map[string]string{"a": "b"}, nil); err != nil {
+		t.Fatalf("Create after one 429: %v", err)
+	}
+	if len(bodies) != 2 || bodies[0] != bodies[1] || bodies[1] == "" {
+		t.Fatalf("the server saw %q; want the same body twice", bodies)
+	}
+	bodies, busy = nil, 100
+	if err := c.Create(ctx, "/apis/g/v1/things", map[string]string{"a": "b"}, nil); err == nil || !strings.Contains(err.Error(), "429") || len(bodies) != maxAttempts {
+		t.Fatalf("Create while the server is busy: %v after %d requests; want a 429 after %d", err, len(bodies), maxAttempts)
+	}
+}
