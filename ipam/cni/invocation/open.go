@@ -142,7 +142,7 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, c.Log), MayForget: mayForget(node),
+	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, c.Log), MayForget: mayForget(node), Hot: c.Verb == "ADD" || c.Verb == "DEL",
 		Exposed: func(why string) { warnExposure(cfg.CacheDir, c.Log, "the Kubernetes API", why) }})
 	calico := c.Backends.calico(cfg, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})

@@ -3,13 +3,17 @@ package claims_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -360,5 +364,71 @@ func TestOwnStoreHolderIsQuarantinedLocally(t *testing.T) {
 	}
 	if _, err := node1.Swap(ctx, pending.Attachment, nil, pending); !errors.Is(err, store.ErrQuarantined) {
 		t.Fatalf("the quarantined attachment's retry: %v; want ErrQuarantined", err)
+	}
+}
+
+// A node that found no claims served makes none on ADD and DEL for a
+// while (each would pay a refused request), says so in its cache dir,
+// and claims again once the note is old: the CRD applied meanwhile takes
+// effect. gc's rounds try whatever the note says.
+func TestNotServedIsRememberedForAWhile(t *testing.T) {
+	srv, _ := apiServer(t, false)
+	cacheDir, records := t.TempDir(), t.TempDir()
+	cfg, err := config.Parse([]byte(fmt.Sprintf(`{"cniVersion":"1.0.0","name":"k8s-pod-network","type":"calico","datastore_type":"kubernetes",
+		"kubernetes":{"kubeconfig":%q},"nodename":"node1","ipam":{"type":"safe-ipam","cacheDir":%q,"store":{"type":"file","dir":%q}}}`, srv.Kubeconfig, cacheDir, records)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func() store.Store {
+		t.Helper()
+		fs, err := filestore.Open(records)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return claims.ForConfig(cfg, fs, "node1", claims.Options{Hot: true})
+	}
+	wrapped := func(st store.Store) bool { _, ok := st.(*claims.Store); return ok }
+	st := open()
+	if !wrapped(st) {
+		t.Fatal("no note yet: the store should try the claims")
+	}
+	n := &node{Store: st.(*claims.Store)}
+	if _, err := n.add(t, "aaa", "10.244.0.5"); err != nil {
+		t.Fatal(err)
+	}
+	if wrapped(open()) {
+		t.Fatal("claims just found not served: the next ADD or DEL should not try them")
+	}
+	fs, err := filestore.Open(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := claims.ForConfig(cfg, fs, "node1", claims.Options{})
+	if !wrapped(gc) {
+		t.Fatal("gc's round should try the claims whatever the note says")
+	}
+	if err := srv.Apply(crd); err != nil {
+		t.Fatal(err)
+	}
+	// gc's round finds them served: the ADDs and DELs claim again at once.
+	if _, _, err := gc.(*claims.Store).OwnClaims(context.Background(), "k8s-pod-network"); err != nil {
+		t.Fatal(err)
+	}
+	if !wrapped(open()) {
+		t.Fatal("gc found the claims served: the next ADD or DEL should try them")
+	}
+	noteNow := time.Now().UTC().Format(time.RFC3339Nano)
+	if err := os.WriteFile(filepath.Join(cacheDir, "claims-not-served"), []byte(noteNow), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if wrapped(open()) {
+		t.Fatal("a note of now: the next ADD or DEL should not try them")
+	}
+	old := time.Now().Add(-6 * time.Minute).UTC().Format(time.RFC3339Nano)
+	if err := os.WriteFile(filepath.Join(cacheDir, "claims-not-served"), []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st := open(); !wrapped(st) {
+		t.Fatal("a note older than its while: the store should try the claims again")
 	}
 }

@@ -3,9 +3,13 @@ package claims
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -26,6 +30,12 @@ type Options struct {
 	// MayForget is Store.MayForget: the rulebook's judgment, which a
 	// store cannot import. Nil takes no claim over.
 	MayForget func(cl *Claim, rec *record.Record) bool
+	// Hot: a pod's ADD or DEL, which makes no claim for a while after
+	// this node found none served (gc's rounds always try, and a round
+	// that finds them served ends the while).
+	Hot bool
+	// cacheDir is the config's, where that is noted.
+	cacheDir string
 }
 
 // ForConfig gives st, a node's record store opened for cfg, the claims of
@@ -35,8 +45,18 @@ type Options struct {
 // kubeconfig, which is read at the first request, so calls that claim
 // nothing read nothing.
 func ForConfig(cfg *config.Config, st store.Store, node string, o Options) store.Store {
-	if !Kept(cfg) {
+	if !Kept(cfg) || o.Hot && notServedLately(cfg.CacheDir, time.Now()) {
 		return st
+	}
+	o.cacheDir = cfg.CacheDir
+	warn := o.Warn
+	o.Warn = func(msg string, err error) {
+		if errors.Is(err, ErrNotServed) {
+			noteNotServed(cfg.CacheDir, time.Now())
+		}
+		if warn != nil {
+			warn(msg, err)
+		}
 	}
 	api := &lazyAPI{open: func() (*kubeapi.Client, error) {
 		if cfg.Calico.Kubeconfig == "" {
@@ -49,6 +69,54 @@ func ForConfig(cfg *config.Config, st store.Store, node string, o Options) store
 		return c, err
 	}}
 	return Wrap(st, NewClient(api), node, o)
+}
+
+// notServedFor is how long a node that found no claims served makes none:
+// each ADD would otherwise pay a refused create, and each DEL a refused
+// read (docs/performance.md). A CRD applied meanwhile takes effect on the
+// node within it, and its gc claims what was committed meanwhile.
+const notServedFor = 5 * time.Minute
+
+// notServedFile, in the cache dir, holds when claims were last found not
+// served on this node.
+const notServedFile = "claims-not-served"
+
+// notServedLately says whether claims were found not served on this node
+// less than notServedFor ago (a note from the future is none).
+func notServedLately(cacheDir string, now time.Time) bool {
+	if cacheDir == "" {
+		return false
+	}
+	data, err := bounded.Read(filepath.Join(cacheDir, notServedFile), bounded.Small)
+	if err != nil {
+		return false
+	}
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	return err == nil && !at.After(now) && now.Sub(at) < notServedFor
+}
+
+// noteNotServed notes that claims were found not served now; a note that
+// cannot be written only costs the next call a refused request.
+func noteNotServed(cacheDir string, now time.Time) {
+	if cacheDir == "" || os.MkdirAll(cacheDir, 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(cacheDir, ".tmp-claims-")
+	if err != nil {
+		return
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	_, err = tmp.WriteString(now.UTC().Format(time.RFC3339Nano))
+	if cerr := tmp.Close(); err == nil && cerr == nil {
+		_ = os.Rename(tmp.Name(), filepath.Join(cacheDir, notServedFile))
+	}
+}
+
+// forgetNotServed removes the note: claims are served.
+func forgetNotServed(cacheDir string) {
+	if cacheDir != "" {
+		_ = os.Remove(filepath.Join(cacheDir, notServedFile))
+	}
 }
 
 // Kept says whether cfg's records get cluster-wide claims: on Calico's

@@ -55,6 +55,9 @@ type Store struct {
 	// hold it committed: whether it may be taken over (the rulebook's
 	// Claim). Nil takes none over: the commit is fenced.
 	MayForget func(cl *Claim, rec *record.Record) bool
+	// CacheDir holds the node's note that claims were found not served
+	// (see ForConfig); "" for none.
+	CacheDir string
 }
 
 // Commit claims committed's addresses, then commits it in the node's
@@ -254,7 +257,13 @@ func (s *Store) own(cl *Claim) bool { return cl.Node == s.Node && cl.Host == s.H
 // API server serves no AddressClaims, so a caller that listed them knows
 // a claim it then misses is gone, not unserved.
 func (s *Store) OwnClaims(ctx context.Context, network string) ([]*Claim, []string, error) {
-	return s.Claims.OfNode(ctx, network, s.Node)
+	own, damaged, err := s.Claims.OfNode(ctx, network, s.Node)
+	if err == nil {
+		// Served now: the pods' ADDs and DELs claim again at once, and
+		// release what this round claims.
+		forgetNotServed(s.CacheDir)
+	}
+	return own, damaged, err
 }
 
 // ReleaseClaim releases cl if it is still the object it was read as.
@@ -287,5 +296,5 @@ func Wrap(st store.Store, client *Client, node string, o Options) store.Store {
 	if !ok {
 		return st
 	}
-	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget}
+	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget, CacheDir: o.cacheDir}
 }
