@@ -15,7 +15,8 @@ import (
 
 // deploy/safe-ipam-claims.yaml grants exactly the verbs the code does on
 // AddressClaims (claims.Verbs), on nothing else, to Calico's CNI
-// identities on both kinds of install; its CRD serves the group, version
+// identities on both kinds of install, and on the sweeps' Lease
+// (claims.LeaseVerbs) in its namespace only; its CRD serves the group, version
 // and resource the code names.
 func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	data, err := os.ReadFile("safe-ipam-claims.yaml")
@@ -23,8 +24,8 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := bytes.Split(data, []byte("\n---\n"))
-	if len(docs) != 3 {
-		t.Fatalf("%d documents; want the CRD, the ClusterRole and its binding", len(docs))
+	if len(docs) != 5 {
+		t.Fatalf("%d documents; want the CRD, the ClusterRole and its binding, the sweeps' Role and its binding", len(docs))
 	}
 	var crd struct {
 		Metadata struct{ Name string }
@@ -36,7 +37,9 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	}
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
-	for i, into := range []any{&crd, &role, &binding} {
+	var sweepRole rbacv1.Role
+	var sweepBinding rbacv1.RoleBinding
+	for i, into := range []any{&crd, &role, &binding, &sweepRole, &sweepBinding} {
 		if err := yaml.Unmarshal(docs[i], into); err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +48,11 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 		crd.Spec.Scope != "Cluster" || len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != claims.Version {
 		t.Errorf("the CRD serves %+v; want %s/%s %s, cluster-scoped", crd.Spec, claims.Group, claims.Version, claims.Resource)
 	}
-	if len(role.Rules) != 1 {
-		t.Fatalf("rules %+v; want one", role.Rules)
+	if len(role.Rules) != 2 {
+		t.Fatalf("rules %+v; want two", role.Rules)
+	}
+	if n := role.Rules[1]; !reflect.DeepEqual(n.APIGroups, []string{""}) || !reflect.DeepEqual(n.Resources, []string{"nodes"}) || !reflect.DeepEqual(n.Verbs, []string{"list"}) {
+		t.Errorf("ClusterRole's second rule %+v; want list nodes alone (the dead-node sweep)", n)
 	}
 	r := role.Rules[0]
 	verbs := slices.Sorted(slices.Values(r.Verbs))
@@ -59,5 +65,19 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	}
 	if binding.RoleRef.Name != role.Name || !slices.Equal(subjects, []string{"calico-system/calico-cni-plugin", "kube-system/calico-node"}) {
 		t.Errorf("the binding gives %s to %v; want %s to the operator's and the manifests' CNI identities", binding.RoleRef.Name, subjects, role.Name)
+	}
+	if len(sweepRole.Rules) != 1 || sweepRole.Namespace != claims.LeaseNamespace {
+		t.Fatalf("sweep Role in %q with rules %+v; want one rule in %s", sweepRole.Namespace, sweepRole.Rules, claims.LeaseNamespace)
+	}
+	r = sweepRole.Rules[0]
+	if verbs := slices.Sorted(slices.Values(r.Verbs)); !reflect.DeepEqual(r.APIGroups, []string{"coordination.k8s.io"}) || !reflect.DeepEqual(r.Resources, []string{"leases"}) || !slices.Equal(verbs, claims.LeaseVerbs) {
+		t.Errorf("the sweep Role grants %+v; want exactly %v on leases", r, claims.LeaseVerbs)
+	}
+	var sweepSubjects []string
+	for _, s := range sweepBinding.Subjects {
+		sweepSubjects = append(sweepSubjects, s.Namespace+"/"+s.Name)
+	}
+	if sweepBinding.RoleRef.Kind != "Role" || sweepBinding.RoleRef.Name != sweepRole.Name || sweepBinding.Namespace != claims.LeaseNamespace || !slices.Equal(sweepSubjects, subjects) {
+		t.Errorf("the sweep binding gives %s %s to %v in %q; want %s to %v in %s", sweepBinding.RoleRef.Kind, sweepBinding.RoleRef.Name, sweepSubjects, sweepBinding.Namespace, sweepRole.Name, subjects, claims.LeaseNamespace)
 	}
 }

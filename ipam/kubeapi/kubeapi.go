@@ -264,6 +264,14 @@ func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
 // <plural>/<name>"); a missing object is ErrNotFound, a resource the
 // server does not serve ErrNoResource.
 func (c *Client) Get(ctx context.Context, path string, v any) error {
+	_, err := c.do(ctx, http.MethodGet, path, nil, v)
+	return err
+}
+
+// GetDated is Get, and the API server's clock when it answered (its
+// Date): times compared across machines are taken from one clock, the
+// server's.
+func (c *Client) GetDated(ctx context.Context, path string, v any) (time.Time, error) {
 	return c.do(ctx, http.MethodGet, path, nil, v)
 }
 
@@ -271,14 +279,16 @@ func (c *Client) Get(ctx context.Context, path string, v any) error {
 // stored into out (nil: not read); an object of that name is ErrConflict,
 // a resource the server does not serve ErrNoResource.
 func (c *Client) Create(ctx context.Context, path string, obj, out any) error {
-	return c.do(ctx, http.MethodPost, path, obj, out)
+	_, err := c.do(ctx, http.MethodPost, path, obj, out)
+	return err
 }
 
 // Update PUTs obj, whose metadata carries the resourceVersion it was read
 // at, to the object at path, and reads what the server stored into out:
 // a write since that read is ErrConflict, as client-go's Update.
 func (c *Client) Update(ctx context.Context, path string, obj, out any) error {
-	return c.do(ctx, http.MethodPut, path, obj, out)
+	_, err := c.do(ctx, http.MethodPut, path, obj, out)
+	return err
 }
 
 // Delete deletes the object at path if it is still the one with uid at
@@ -287,31 +297,34 @@ func (c *Client) Update(ctx context.Context, path string, obj, out any) error {
 func (c *Client) Delete(ctx context.Context, path, uid, resourceVersion string) error {
 	opts := map[string]any{"apiVersion": "v1", "kind": "DeleteOptions",
 		"preconditions": map[string]string{"uid": uid, "resourceVersion": resourceVersion}}
-	return c.do(ctx, http.MethodDelete, path, opts, nil)
+	_, err := c.do(ctx, http.MethodDelete, path, opts, nil)
+	return err
 }
 
 // do sends body (JSON; nil for none) to the API path and decodes a 2xx
-// answer into out (nil: not decoded).
-func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+// answer into out (nil: not decoded). It returns the answer's Date (zero
+// when it has none).
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (time.Time, error) {
 	var payload []byte
 	if body != nil {
 		var err error
 		if payload, err = json.Marshal(body); err != nil {
-			return fmt.Errorf("%s %s: encoding: %w", method, path, err)
+			return time.Time{}, fmt.Errorf("%s %s: encoding: %w", method, path, err)
 		}
 	}
 	for attempt := 1; ; attempt++ {
 		resp, data, err := c.send(ctx, method, path, payload)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", method, path, err)
+			return time.Time{}, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		wait, again := retryAfter(ctx, resp, attempt)
 		if !again {
-			return answer(method, path, resp, data, out)
+			date, _ := http.ParseTime(resp.Header.Get("Date"))
+			return date, answer(method, path, resp, data, out)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s %s: %s, and %w", method, path, resp.Status, ctx.Err())
+			return time.Time{}, fmt.Errorf("%s %s: %s, and %w", method, path, resp.Status, ctx.Err())
 		case <-time.After(wait):
 		}
 	}

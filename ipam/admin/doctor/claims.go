@@ -16,17 +16,23 @@ import (
 // ClaimsReport says whether a network's records get their cluster-wide
 // claims: the API server serves AddressClaims, and the identity of
 // Calico's CNI kubeconfig (which the CNI binary and gc use) may do each
-// of claims.Verbs, as SelfSubjectAccessReviews answer. Without them the
+// of claims.Verbs, as SelfSubjectAccessReviews answer, and each of
+// claims.LeaseVerbs on the dead-node sweeps' Lease. Without them the
 // node fences its own records only: a warning, not a problem.
+// Without the Lease, no node sweeps the claims of dead nodes, which then
+// fence their addresses until removed by hand: a warning too.
 type ClaimsReport struct {
 	On bool `json:"on"`
 	// Kubeconfig is Calico's CNI kubeconfig, whose identity is checked.
 	Kubeconfig string `json:"kubeconfig"`
 	// Unserved: the API server serves no AddressClaims.
 	Unserved bool `json:"unserved,omitempty"`
-	// Missing are the verbs the identity may not do.
-	Missing []string `json:"missing,omitempty"`
-	Error   string   `json:"error,omitempty"`
+	// Missing are the verbs the identity may not do on AddressClaims;
+	// MissingSweep, what the dead-node sweep needs and it may not do
+	// ("list nodes", "get leases").
+	Missing      []string `json:"missing,omitempty"`
+	MissingSweep []string `json:"missingSweep,omitempty"`
+	Error        string   `json:"error,omitempty"`
 }
 
 // checkClaims checks the claims of cfg's records; nil where none are kept.
@@ -48,35 +54,55 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 		out.Error = err.Error()
 		return out
 	}
-	for _, verb := range claims.Verbs {
-		allowed, err := mayDo(ctx, kube, verb)
-		if err != nil {
-			out.Error = err.Error()
-			return out
+	out.Missing, err = missing(ctx, kube, claims.Verbs, map[string]string{"group": claims.Group, "resource": claims.Resource})
+	for _, s := range []struct {
+		verbs []string
+		attrs map[string]string
+	}{
+		{[]string{"list"}, map[string]string{"resource": "nodes"}},
+		{claims.LeaseVerbs, map[string]string{"group": "coordination.k8s.io", "resource": "leases", "namespace": claims.LeaseNamespace}},
+	} {
+		var verbs []string
+		if err == nil {
+			verbs, err = missing(ctx, kube, s.verbs, s.attrs)
 		}
-		if !allowed {
-			out.Missing = append(out.Missing, verb)
+		for _, v := range verbs {
+			out.MissingSweep = append(out.MissingSweep, v+" "+s.attrs["resource"])
 		}
+	}
+	if err != nil {
+		out.Error = err.Error()
+		return out
 	}
 	out.On = !out.Unserved && len(out.Missing) == 0
 	return out
 }
 
-// mayDo asks the API server whether this identity may do verb on
-// AddressClaims (a SelfSubjectAccessReview, which every identity may
-// create).
-func mayDo(ctx context.Context, kube *kubeapi.Client, verb string) (bool, error) {
-	review := map[string]any{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-		"spec": map[string]any{"resourceAttributes": map[string]string{"group": claims.Group, "resource": claims.Resource, "verb": verb}}}
-	var answer struct {
-		Status struct {
-			Allowed bool `json:"allowed"`
-		} `json:"status"`
+// missing are the verbs this identity may not do on the resource attrs
+// name, as SelfSubjectAccessReviews (which every identity may create)
+// answer.
+func missing(ctx context.Context, kube *kubeapi.Client, verbs []string, attrs map[string]string) ([]string, error) {
+	var out []string
+	for _, verb := range verbs {
+		ra := map[string]string{"verb": verb}
+		for k, v := range attrs {
+			ra[k] = v
+		}
+		review := map[string]any{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+			"spec": map[string]any{"resourceAttributes": ra}}
+		var answer struct {
+			Status struct {
+				Allowed bool `json:"allowed"`
+			} `json:"status"`
+		}
+		if err := kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, &answer); err != nil {
+			return nil, fmt.Errorf("asking whether Calico's CNI identity may %s %s: %w", verb, attrs["resource"], err)
+		}
+		if !answer.Status.Allowed {
+			out = append(out, verb)
+		}
 	}
-	if err := kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review, &answer); err != nil {
-		return false, fmt.Errorf("asking whether Calico's CNI identity may %s AddressClaims: %w", verb, err)
-	}
-	return answer.Status.Allowed, nil
+	return out, nil
 }
 
 // writeText says whether network's records are claimed, and if not, what
@@ -93,5 +119,9 @@ func (c *ClaimsReport) writeText(w io.Writer, network string) {
 			c.Kubeconfig, strings.Join(c.Missing, ", ")))
 	default:
 		fmt.Fprintf(w, "cluster-wide claims of %s: on (AddressClaims, as the identity of %s)\n", network, c.Kubeconfig)
+	}
+	if c.On && len(c.MissingSweep) > 0 {
+		fmt.Fprintf(w, "warning: no node sweeps the claims of dead nodes of %s, which fence their addresses until deleted by hand: the identity of %s may not %s (deploy/safe-ipam-claims.yaml grants them: the ClusterRole safe-ipam-claims, and the Role safe-ipam-claims-sweep for the Leases in %s; bind them to this identity)\n",
+			network, c.Kubeconfig, strings.Join(c.MissingSweep, ", "), claims.LeaseNamespace)
 	}
 }

@@ -72,6 +72,11 @@ of this machine holds (older than a minute, no ADD of theirs running),
 claims the addresses of records that have none, and releases each
 allocation quarantined here for another node's holder once that holder's
 claim was found gone by two runs at least --quarantine-grace apart.
+There --dead-nodes sweeps the claims of dead nodes (their records went
+with them): the claims of a node Calico does not know go once two sweeps
+found it gone, --dead-node-grace apart by the API server's clock; the
+loops elect the sweeping node through the Lease
+kube-system/safe-ipam-sweep.<network>, which keeps the sweeps' notes.
 
 A dry run unless --apply. With --every it runs again every DURATION until
 SIGTERM, as the DaemonSet's gc container does; each run reads FILE again.
@@ -127,6 +132,7 @@ func RunContext(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if r.metricsAddr.Addr != "" {
 			return cmd.FailUsage(errors.New("--metrics-addr needs --every: only a gc that keeps running serves metrics"))
 		}
+		defer r.sweeper.close()
 		return r.round(ctx)
 	}
 	if r.metricsAddr.Addr != "" {
@@ -313,6 +319,9 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 	}
 	if r.every > 0 {
 		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, true)
+		if errors.Is(err, claims.ErrNotServed) {
+			return r.claimsNotSwept(err)
+		}
 		if err != nil {
 			r.failedSweep()
 			return r.cmd.Fail(fmt.Errorf("who sweeps dead nodes? %w; nothing is released", err))
@@ -337,6 +346,9 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 		defer closeDS()
 		node.MaxGoneShare = r.maxGoneShare
 		r.tally.refused = 0
+		if claims.Kept(cfg) {
+			return r.sweepClaims(ctx, node, ds)
+		}
 		plan, report, err := node.PlanDeadNodes(ctx, ds, r.deadGrace)
 		if errors.Is(err, ErrNodeLocalStore) {
 			fmt.Fprintf(r.stdout, "gc --dead-nodes: %v; nothing to do\n", err)

@@ -209,13 +209,7 @@ func (n *Releaser) ApplyDeadNodes(ctx context.Context, p *DeadPlan, r *Report) e
 			}
 		}
 	}
-	err := joinErrors(errs)
-	ok := err == nil
-	r.Applied = &ok
-	if err != nil {
-		r.Error = err.Error()
-	}
-	return err
+	return r.applied(joinErrors(errs))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -118,7 +118,11 @@ func (c *Collector) Plan(ctx context.Context) (*Plan, *Report, error) {
 
 // Apply releases what the plan releases and records the outcome.
 func (c *Collector) Apply(ctx context.Context, plan *Plan, r *Report) error {
-	err := c.target.Apply(ctx, plan)
+	return r.applied(c.target.Apply(ctx, plan))
+}
+
+// applied records the outcome of applying the report's plan, err.
+func (r *Report) applied(err error) error {
 	ok := err == nil
 	r.Applied = &ok
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
@@ -35,6 +36,14 @@ type sweeper struct {
 	holdOff, failed int
 	// leading: the last round found this node leading.
 	leading bool
+	// Where the claims are swept (claims.Kept), they are elected through
+	// a Lease of the API server: claims is its client, campaign this
+	// node's part in the election, network the network swept, and last
+	// the Lease as this round's election read it (nil: not read).
+	claims   *claims.Client
+	campaign claims.Campaign
+	network  string
+	last     *claims.Sweep
 }
 
 // noteLeader logs when this node takes the lead of the sweeps, or loses
@@ -80,6 +89,9 @@ func (s *sweeper) lead(ctx context.Context, conf *admin.NodeConf, ttl time.Durat
 		return "", conf.NodeErr
 	}
 	cfg := conf.File.SafeIPAM
+	if claims.Kept(cfg) {
+		return s.leadClaims(ctx, conf, ttl, campaign)
+	}
 	if cfg.Store.Type != config.StoreEtcd {
 		return conf.Node, nil
 	}
@@ -116,4 +128,42 @@ func (s *sweeper) close() {
 		s.st.Close()
 		s.st = nil
 	}
+	if s.claims != nil {
+		if s.leading {
+			ctx, cancel := context.WithTimeout(context.Background(), claims.Timeout)
+			_ = s.claims.Resign(ctx, s.network, s.campaign.Self) // else its Lease expires
+			cancel()
+		}
+		s.claims.Close()
+		s.claims, s.last = nil, nil
+	}
+}
+
+// leadClaims is lead where the claims are swept: through the sweeps'
+// Lease, which this round's sweep then reads its notes from.
+func (s *sweeper) leadClaims(ctx context.Context, conf *admin.NodeConf, ttl time.Duration, campaign bool) (string, error) {
+	cl := s.claimsClient(conf)
+	if s.holdOff > 0 {
+		s.holdOff--
+		campaign = false
+	}
+	s.campaign.Self = conf.Node
+	sw, err := cl.Lead(ctx, conf.File.Network, &s.campaign, ttl, campaign)
+	if err != nil {
+		return "", err
+	}
+	s.last = sw
+	return sw.Leader, nil
+}
+
+// claimsClient is the client of the API server conf's claims are in,
+// kept open across rounds while conf names the same one.
+func (s *sweeper) claimsClient(conf *admin.NodeConf) *claims.Client {
+	cfg := conf.File.SafeIPAM
+	where := fmt.Sprint("claims ", cfg.Calico.Kubeconfig, " ", cfg.Network, " ", conf.Node)
+	if s.claims == nil || s.where != where {
+		s.close()
+		s.claims, s.where, s.network, s.campaign = claims.ClientFor(cfg, nil), where, cfg.Network, claims.Campaign{}
+	}
+	return s.claims
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
@@ -16,6 +17,8 @@ type API interface {
 	Get(ctx context.Context, path string, v any) error
 	Create(ctx context.Context, path string, obj, out any) error
 	Delete(ctx context.Context, path, uid, resourceVersion string) error
+	Update(ctx context.Context, path string, obj, out any) error
+	GetDated(ctx context.Context, path string, v any) (time.Time, error)
 	CloseIdleConnections()
 }
 
@@ -113,11 +116,23 @@ func (c *Client) ReleaseOf(ctx context.Context, rec *record.Record) error {
 // time, and names the objects under node's label that do not read
 // (damaged: a caller leaves them alone).
 func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, []string, error) {
+	out, damaged, err := c.list(ctx, url.Values{"labelSelector": {NodeLabel + "=" + label(node)}}, func(cl *Claim) bool {
+		return cl.Node == node && cl.Holder.Network == network
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing the claims of node %s: %w", node, err)
+	}
+	return out, damaged, nil
+}
+
+// list lists the claims q selects that keep says to, 500 a page, and
+// names the objects that do not read.
+func (c *Client) list(ctx context.Context, q url.Values, keep func(*Claim) bool) ([]*Claim, []string, error) {
 	var out []*Claim
 	var damaged []string
 	cont := ""
+	q.Set("limit", "500")
 	for {
-		q := url.Values{"labelSelector": {NodeLabel + "=" + label(node)}, "limit": {"500"}}
 		if cont != "" {
 			q.Set("continue", cont)
 		}
@@ -128,14 +143,14 @@ func (c *Client) OfNode(ctx context.Context, network, node string) ([]*Claim, []
 			Items []object `json:"items"`
 		}
 		if err := c.api.Get(ctx, collection+"?"+q.Encode(), &list); err != nil {
-			return nil, nil, served(fmt.Errorf("listing the claims of node %s: %w", node, err))
+			return nil, nil, served(fmt.Errorf("listing AddressClaims: %w", err))
 		}
 		for i := range list.Items {
 			cl, err := list.Items[i].claim()
 			switch {
 			case err != nil:
 				damaged = append(damaged, list.Items[i].Metadata.Name)
-			case cl.Node == node && cl.Holder.Network == network:
+			case keep(cl):
 				out = append(out, cl)
 			}
 		}

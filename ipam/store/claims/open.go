@@ -58,17 +58,24 @@ func ForConfig(cfg *config.Config, st store.Store, node string, o Options) store
 			warn(msg, err)
 		}
 	}
-	api := &lazyAPI{open: func() (*kubeapi.Client, error) {
+	return Wrap(st, ClientFor(cfg, o.Exposed), node, o)
+}
+
+// ClientFor is a Client of the API server calico-ipam reaches from cfg, as
+// the identity of Calico's CNI kubeconfig, read at the first request;
+// exposed (nil: none) is told how its traffic can be read or forged, when
+// it can.
+func ClientFor(cfg *config.Config, exposed func(why string)) *Client {
+	return NewClient(&lazyAPI{open: func() (*kubeapi.Client, error) {
 		if cfg.Calico.Kubeconfig == "" {
 			return nil, errors.New("Calico's config names no kubernetes.kubeconfig")
 		}
 		c, err := kubeapi.New(cfg.Calico.Kubeconfig, Timeout)
-		if err == nil && c.Exposure() != "" && o.Exposed != nil {
-			o.Exposed(c.Exposure())
+		if err == nil && c.Exposure() != "" && exposed != nil {
+			exposed(c.Exposure())
 		}
 		return c, err
-	}}
-	return Wrap(st, NewClient(api), node, o)
+	}})
 }
 
 // notServedFor is how long a node that found no claims served makes none:
@@ -163,6 +170,22 @@ func (l *lazyAPI) Create(ctx context.Context, path string, obj, out any) error {
 		return err
 	}
 	return c.Create(ctx, path, obj, out)
+}
+
+func (l *lazyAPI) Update(ctx context.Context, path string, obj, out any) error {
+	c, err := l.client()
+	if err != nil {
+		return err
+	}
+	return c.Update(ctx, path, obj, out)
+}
+
+func (l *lazyAPI) GetDated(ctx context.Context, path string, v any) (time.Time, error) {
+	c, err := l.client()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return c.GetDated(ctx, path, v)
 }
 
 func (l *lazyAPI) Delete(ctx context.Context, path, uid, resourceVersion string) error {

@@ -1,0 +1,101 @@
+package gc_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/gc"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
+)
+
+// Issue 45: on Calico's Kubernetes datastore the DaemonSet's gc loops
+// sweep the claims of dead nodes; one per cluster is elected, through the
+// sweeps' Lease, as the identity of Calico's CNI kubeconfig. Of two
+// loops running at once, one leads and sweeps, the other says who does;
+// the leader gives the Lease up when it stops. Without the CRD (claims
+// off) no loop fails: there is nothing to sweep.
+func TestClaimSweepLoopsElectOne(t *testing.T) {
+	srv := kubetest.Start(t)
+	ctx := context.Background()
+	for _, n := range []string{"node1", "node2"} {
+		if _, err := srv.Client().CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "calico-ipam"), []byte(delegateScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(node string) string {
+		path := filepath.Join(dir, node+".conflist")
+		data := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","datastore_type":"kubernetes",
+			"kubernetes":{"kubeconfig":"` + srv.Kubeconfig + `"},"nodename":"` + node + `",
+			"ipam":{"type":"safe-ipam","delegate":{"type":"calico-ipam"},"logFile":"","cacheDir":"` + filepath.Join(dir, node) + `",
+			"store":{"type":"file","dir":"` + filepath.Join(dir, node, "records") + `"}}}]}`
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	loops := func(rounds time.Duration) map[string]string {
+		ctx, cancel := context.WithTimeout(ctx, rounds)
+		defer cancel()
+		outs := map[string]*bytes.Buffer{}
+		done := make(chan struct{}, 2)
+		for _, n := range []string{"node1", "node2"} {
+			outs[n] = &bytes.Buffer{}
+			go func() {
+				gc.RunContext(ctx, []string{"--conf", conf(n), "--cni-bin-dir", dir, "--dead-nodes", "--apply", "--every", "200ms"}, outs[n], outs[n])
+				done <- struct{}{}
+			}()
+		}
+		<-done
+		<-done
+		return map[string]string{"node1": outs["node1"].String(), "node2": outs["node2"].String()}
+	}
+	for n, out := range loops(time.Second) {
+		if !strings.Contains(out, "no claims are swept") || strings.Contains(out, "leads") || strings.Contains(out, "error") {
+			t.Fatalf("%s without the CRD: want nothing swept, no failure:\n%s", n, out)
+		}
+	}
+	if err := srv.Apply("../../../deploy/safe-ipam-claims.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	outs := loops(2 * time.Second)
+	var leaders []string
+	for n, out := range outs {
+		if strings.Contains(out, "this node leads the dead-node sweeps of network k8s-pod-network") {
+			leaders = append(leaders, n)
+		}
+	}
+	if len(leaders) != 1 {
+		t.Fatalf("leaders %v; want one:\n%s", leaders, outs)
+	}
+	other := map[string]string{"node1": "node2", "node2": "node1"}[leaders[0]]
+	if !strings.Contains(outs[other], leaders[0]+" sweeps the records of network k8s-pod-network; not this node") ||
+		!strings.Contains(outs[leaders[0]], "liveness: Calico's Nodes (kubernetes), AddressClaims") {
+		t.Errorf("the leader %s swept, the other said who does:\n%s", leaders[0], outs)
+	}
+	l, err := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace).Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
+		t.Errorf("after the loops stopped: %+v, %v; want the Lease given up", l, err)
+	}
+	// Uninstalled (docs/install.md): the Lease goes by its label.
+	leases := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace)
+	if err := leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=safe-ipam"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after deleting safe-ipam's Leases by label: %v; want the sweeps' gone", err)
+	}
+}
