@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
@@ -24,8 +25,8 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	docs := bytes.Split(data, []byte("\n---\n"))
-	if len(docs) != 5 {
-		t.Fatalf("%d documents; want the CRD, the ClusterRole and its binding, the sweeps' Role and its binding", len(docs))
+	if len(docs) != 6 {
+		t.Fatalf("%d documents; want the CRD, the ClusterRole and its binding, the sweeps' Lease, Role and its binding", len(docs))
 	}
 	var crd struct {
 		Metadata struct{ Name string }
@@ -37,9 +38,10 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 	}
 	var role rbacv1.ClusterRole
 	var binding rbacv1.ClusterRoleBinding
+	var lease coordinationv1.Lease
 	var sweepRole rbacv1.Role
 	var sweepBinding rbacv1.RoleBinding
-	for i, into := range []any{&crd, &role, &binding, &sweepRole, &sweepBinding} {
+	for i, into := range []any{&crd, &role, &binding, &lease, &sweepRole, &sweepBinding} {
 		if err := yaml.Unmarshal(docs[i], into); err != nil {
 			t.Fatal(err)
 		}
@@ -70,8 +72,13 @@ func TestClaimsManifestGrantsOnlyWhatTheCodeCalls(t *testing.T) {
 		t.Fatalf("sweep Role in %q with rules %+v; want one rule in %s", sweepRole.Namespace, sweepRole.Rules, claims.LeaseNamespace)
 	}
 	r = sweepRole.Rules[0]
-	if verbs := slices.Sorted(slices.Values(r.Verbs)); !reflect.DeepEqual(r.APIGroups, []string{"coordination.k8s.io"}) || !reflect.DeepEqual(r.Resources, []string{"leases"}) || !slices.Equal(verbs, claims.LeaseVerbs) {
-		t.Errorf("the sweep Role grants %+v; want exactly %v on leases", r, claims.LeaseVerbs)
+	name := claims.LeaseName("k8s-pod-network")
+	if verbs := slices.Sorted(slices.Values(r.Verbs)); !reflect.DeepEqual(r.APIGroups, []string{"coordination.k8s.io"}) || !reflect.DeepEqual(r.Resources, []string{"leases"}) ||
+		!slices.Equal(verbs, claims.LeaseVerbs) || !reflect.DeepEqual(r.ResourceNames, []string{name}) {
+		t.Errorf("the sweep Role grants %+v; want exactly %v on the Lease %s alone", r, claims.LeaseVerbs, name)
+	}
+	if lease.Name != name || lease.Namespace != claims.LeaseNamespace {
+		t.Errorf("the manifest's Lease is %s/%s; want %s/%s, the sweeps' of k8s-pod-network", lease.Namespace, lease.Name, claims.LeaseNamespace, name)
 	}
 	var sweepSubjects []string
 	for _, s := range sweepBinding.Subjects {

@@ -171,11 +171,22 @@ func TestDeadNodeClaimsAreSwept(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// An old note that node2, the sweeping node, was gone (it was
+			// re-registering once) is forgotten: it runs.
+			leases := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace)
+			lease, err := leases.Get(ctx, claims.LeaseName(calicoNetwork), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lease.Annotations = map[string]string{claims.Group + "/gone": `{"node2":{"since":"2025-01-01T00:00:00Z","grace":"1s"}}`}
+			if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			gc := []string{"gc", "--conf", filepath.Join(n2.ConfDir, calicoNetwork+".conflist"),
 				"--cni-bin-dir", c.Bin.Dir, "--dead-nodes", "--dead-node-grace=1s", "--apply"}
 			for i := range tc.sweeps {
 				if i > 0 {
-					time.Sleep(2 * time.Second) // the API server's Date counts whole seconds
+					time.Sleep(3 * time.Second) // more than the grace and the Date's second
 				}
 				out, code := runProgram(ctx, t, c.Bin.Path(testbed.SafeIPAM), gc...)
 				want := "node node1 is gone, found so first now"
@@ -189,6 +200,9 @@ func TestDeadNodeClaimsAreSwept(t *testing.T) {
 					t.Fatalf("sweep %d: exit %d, want %q:\n%s", i+1, code, want, out)
 				}
 				t.Logf("sweep %d:\n%s", i+1, out)
+				if lease, err = leases.Get(ctx, lease.Name, metav1.GetOptions{}); err != nil || strings.Contains(lease.Annotations[claims.Group+"/gone"], `"node2"`) {
+					t.Fatalf("after sweep %d the sweeps' notes are %v, %v; want none of node2, which sweeps", i+1, lease.Annotations, err)
+				}
 			}
 			if still := claimed(t, ctx, srv, claim); still != tc.wantFenced {
 				t.Fatalf("after %d sweep(s): node1's claim stands %v, want %v", tc.sweeps, still, tc.wantFenced)

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -15,9 +16,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -31,6 +38,7 @@ const (
 	network = "k8s-pod-network"
 	// manifest and uninstallManifest are the project's, applied as written.
 	manifest          = "../../deploy/safe-ipam.yaml"
+	claimsManifest    = "../../deploy/safe-ipam-claims.yaml"
 	uninstallManifest = "../../deploy/safe-ipam-uninstall.yaml"
 	// Where calico-node and safe-ipam keep their files on a node.
 	binDir      = "/opt/cni/bin"
@@ -61,9 +69,14 @@ type cluster struct {
 	mu   sync.Mutex
 	dead map[string]bool
 	// gcEvery, when set, replaces the gc container's --every (5m in the
-	// manifest) and --dead-node-grace (4m) with it and twice it, as an
-	// operator edits the DaemonSet: the tests cannot wait minutes.
+	// manifest) and --dead-node-grace (4m) with it and twice it (and, on
+	// Calico's Kubernetes datastore, sets --quarantine-grace to twice it),
+	// as an operator edits the DaemonSet: the tests cannot wait minutes.
 	gcEvery time.Duration
+	// kdd: Calico's data is in the Kubernetes API (datastore_type
+	// kubernetes), safe-ipam's records in each node's file store, and its
+	// cluster-wide claims in the API (deploy/safe-ipam-claims.yaml).
+	kdd bool
 }
 
 // newCluster starts a one-node cluster, as newClusterOf does.
@@ -78,6 +91,13 @@ func newCluster(t *testing.T, legacy bool) *cluster {
 // does, and waits for the nodes to be Ready.
 func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration) *cluster {
 	t.Helper()
+	return newClusterOn(t, legacy, names, grace, false)
+}
+
+// newClusterOn is newClusterOf with Calico's data on the Kubernetes
+// datastore when kdd is set (its CRDs applied, its pool seeded there).
+func newClusterOn(t *testing.T, legacy bool, names []string, grace time.Duration, kdd bool) *cluster {
+	t.Helper()
 	host.Require(t)
 	ctx := testContext(t, time.Duration(2+len(names))*time.Minute)
 	var env []string
@@ -87,12 +107,20 @@ func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration
 	kc := kubenode.StartCluster(t, kubenode.ClusterOptions{Names: names, NodeMonitorGracePeriod: grace,
 		Node: kubenode.Options{Pause: prepared.pause, SandboxImage: kubenode.PauseImage, Images: prepared.images, Env: env}})
 	n := kc.Nodes[0]
-	c := &cluster{t: t, node: n, nodes: kc.Nodes, kube: kc.API.Client(), legacy: legacy,
+	c := &cluster{t: t, node: n, nodes: kc.Nodes, kube: kc.API.Client(), legacy: legacy, kdd: kdd,
 		calico: &testbed.Cluster{Etcd: kc.API.Etcd().Client(), EtcdEndpoint: n.EtcdEndpoint(), Dir: t.TempDir()}}
+	if kdd {
+		for _, crds := range []string{calicodata.CRDs, calicodata.KubeControllersCRDs} {
+			if err := kc.API.Apply(calicodata.Require(t, crds)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.calico.Datastore = testbed.KubeDatastore{Config: kc.API.Config(), Kubeconfig: kc.API.Kubeconfig}
+	}
 	if err := c.calico.Seed(ctx, names...); err != nil {
 		t.Fatal(err)
 	}
-	if err := seedClusterInformation(ctx, c.calico); err != nil {
+	if err := c.seedClusterInformation(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range c.nodes {
@@ -112,7 +140,7 @@ func newClusterOf(t *testing.T, legacy bool, names []string, grace time.Duration
 func (c *cluster) installCalico(n *kubenode.Node) {
 	t := c.t
 	t.Helper()
-	kubeconfig, err := os.ReadFile(n.API.Kubeconfig)
+	kubeconfig, err := selfContained(n.API.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +181,11 @@ func (c *cluster) calicoNodeStart(n *kubenode.Node) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.kdd {
+		if conf, err = onKubernetesDatastore(conf); err != nil {
+			t.Fatal(err)
+		}
+	}
 	inst := testbed.CalicoInstaller{Binary: prepared.calico, BinDir: n.Path(binDir), ConfDir: n.Path(confDir), Network: conf}
 	if err := inst.Run(); err != nil {
 		t.Fatal(err)
@@ -176,6 +209,11 @@ func (c *cluster) calicoName(n *kubenode.Node) string {
 func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 	c.t.Helper()
 	start := time.Now()
+	if c.kdd {
+		if err := c.node.API.Apply(claimsManifest); err != nil {
+			c.t.Fatal(err)
+		}
+	}
 	if err := c.node.API.Apply(manifest); err != nil {
 		c.t.Fatal(err)
 	}
@@ -211,6 +249,13 @@ func (c *cluster) gcOps(ctx context.Context) []string {
 	}
 	want := map[string]string{"--every=": c.gcEvery.String(), "--dead-node-grace=": (2 * c.gcEvery).String()}
 	var ops []string
+	extra := 0
+	if c.kdd {
+		extra = 1
+		ops = append(ops, fmt.Sprintf(`{"op":"add","path":"/spec/template/spec/containers/%d/command/-","value":%q}`,
+			slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(ctr corev1.Container) bool { return ctr.Name == "gc" }),
+			"--quarantine-grace="+(2*c.gcEvery).String()))
+	}
 	for i, ctr := range ds.Spec.Template.Spec.Containers {
 		for j, arg := range ctr.Command {
 			for flag, value := range want {
@@ -220,7 +265,7 @@ func (c *cluster) gcOps(ctx context.Context) []string {
 			}
 		}
 	}
-	if len(ops) != len(want) {
+	if len(ops) != len(want)+extra {
 		c.t.Fatalf("the gc container has not both of %v: %v", want, ops)
 	}
 	return ops
@@ -309,15 +354,27 @@ func (c *cluster) records(ctx context.Context) []string {
 	return out
 }
 
-// readRecords reads safe-ipam's records in Calico's etcd, where the plugin
-// keeps them by default when Calico's datastore is etcd.
+// readRecords reads safe-ipam's records where the plugin keeps them by
+// default: in Calico's etcd when Calico's datastore is etcd, else in each
+// node's file store.
 func (c *cluster) readRecords(ctx context.Context) []*record.Record {
 	c.t.Helper()
-	recs, err := c.calico.Records(ctx, network, testbed.EtcdStore(c.node.EtcdEndpoint(), config.DefaultEtcdPrefix))
-	if err != nil {
-		c.t.Fatal(err)
+	if !c.kdd {
+		recs, err := c.calico.Records(ctx, network, testbed.EtcdStore(c.node.EtcdEndpoint(), config.DefaultEtcdPrefix))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return recs
 	}
-	return recs
+	var all []*record.Record
+	for _, n := range c.nodes {
+		recs, err := c.calico.Records(ctx, network, testbed.FileStore(n.Path(config.DefaultStoreDir)))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	return all
 }
 
 // runningPods are the pods of namespace that run with an address and are
@@ -507,11 +564,59 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 
 // seedClusterInformation writes ClusterInformation "default" with
 // datastoreReady, which calico-node writes and Calico's main plugin checks
-// before it wires a pod.
-func seedClusterInformation(ctx context.Context, c *testbed.Cluster) error {
+// before it wires a pod: in etcd, or as the crd.projectcalico.org object.
+func (c *cluster) seedClusterInformation(ctx context.Context) error {
+	if c.kdd {
+		dyn, err := dynamic.NewForConfig(c.node.API.Config())
+		if err != nil {
+			return err
+		}
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.projectcalico.org/v1", "kind": "ClusterInformation",
+			"metadata": map[string]any{"name": "default"},
+			"spec":     map[string]any{"clusterGUID": "5f0b1c2dcluster", "clusterType": "k8s,bgp,kdd", "datastoreReady": true}}}
+		gvr := schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: "clusterinformations"}
+		_, err = dyn.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
 	const key = "/calico/resources/v3/projectcalico.org/clusterinformations/default"
 	val := fmt.Sprintf(`{"kind":"ClusterInformation","apiVersion":"projectcalico.org/v3","metadata":{"name":"default","uid":"8d6c3d0e-cluster-suite","creationTimestamp":%q},"spec":{"clusterGUID":"5f0b1c2dcluster","clusterType":"k8s,bgp","datastoreReady":true}}`,
 		time.Now().UTC().Format(time.RFC3339))
-	_, err := c.Etcd.Put(ctx, key, val)
+	_, err := c.calico.Etcd.Put(ctx, key, val)
 	return err
+}
+
+// selfContained is the kubeconfig at path with the files it names inlined,
+// as calico-node writes Calico's: the node's containers (doctor, gc) read
+// it inside the node, where the test's files are not.
+func selfContained(path string) ([]byte, error) {
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := clientcmdapi.FlattenConfig(cfg); err != nil {
+		return nil, err
+	}
+	return clientcmd.Write(*cfg)
+}
+
+// onKubernetesDatastore is Calico's rendered network config as Calico's
+// Kubernetes-datastore manifest has it: datastore_type kubernetes, with
+// the kubeconfig the template names already, and no etcd settings.
+func onKubernetesDatastore(conf []byte) ([]byte, error) {
+	var list map[string]any
+	if err := json.Unmarshal(conf, &list); err != nil {
+		return nil, err
+	}
+	plugins, _ := list["plugins"].([]any)
+	for _, p := range plugins {
+		if m, ok := p.(map[string]any); ok && m["type"] == "calico" {
+			for k := range m {
+				if strings.HasPrefix(k, "etcd_") {
+					delete(m, k)
+				}
+			}
+			m["datastore_type"] = "kubernetes"
+		}
+	}
+	return json.MarshalIndent(list, "", "  ")
 }

@@ -2,8 +2,10 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
 // The cross-node scenarios of issue 34 run on three nodes: A, B and C.
@@ -228,6 +231,9 @@ func (c *cluster) safeIPAMKeys(ctx context.Context) []string {
 // with its value.
 func (c *cluster) safeIPAMData(ctx context.Context) map[string]string {
 	c.t.Helper()
+	if c.kdd {
+		return c.fileStoreData()
+	}
 	resp, err := c.calico.Etcd.Get(ctx, config.DefaultEtcdPrefix+"/", clientv3.WithPrefix())
 	if err != nil {
 		c.t.Fatal(err)
@@ -335,4 +341,42 @@ func onNodes(spec corev1.PodSpec, nodes ...string) corev1.PodSpec {
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 100, Preference: term(nodes[0])}},
 	}}
 	return spec
+}
+
+// fileStoreData is safeIPAMData where the records are in each node's file
+// store (Calico's Kubernetes datastore), keyed as the etcd store's are
+// read: /<node>/records/<attachment>, and /<node>/quarantine/<attachment>
+// for a record that keeps quarantines or a mark of one kept for another
+// node's holder.
+func (c *cluster) fileStoreData() map[string]string {
+	c.t.Helper()
+	out := map[string]string{}
+	for _, n := range c.nodes {
+		dir := n.Path(config.DefaultStoreDir)
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		fs, err := filestore.Open(dir)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		recs, err := fs.List(context.Background(), network)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for _, r := range recs {
+			out["/"+n.Name+"/records/"+r.Attachment.String()] = fmt.Sprint(r.State, r.IPs)
+			if len(r.Quarantined) > 0 {
+				out["/"+n.Name+"/quarantine/"+r.Attachment.String()] = fmt.Sprint(r.Quarantined)
+			}
+		}
+		marks, err := fs.RemoteQuarantines(context.Background(), network)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		for att, m := range marks {
+			out["/"+n.Name+"/quarantine/"+att.String()] = m.Claim
+		}
+	}
+	return out
 }

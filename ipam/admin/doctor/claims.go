@@ -60,7 +60,7 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 		attrs map[string]string
 	}{
 		{[]string{"list"}, map[string]string{"resource": "nodes"}},
-		{claims.LeaseVerbs, map[string]string{"group": "coordination.k8s.io", "resource": "leases", "namespace": claims.LeaseNamespace}},
+		{claims.LeaseVerbs, map[string]string{"group": "coordination.k8s.io", "resource": "leases", "namespace": claims.LeaseNamespace, "name": claims.LeaseName(cfg.Network)}},
 	} {
 		var verbs []string
 		if err == nil {
@@ -121,7 +121,7 @@ func (c *ClaimsReport) writeText(w io.Writer, network string) {
 		fmt.Fprintf(w, "cluster-wide claims of %s: on (AddressClaims, as the identity of %s)\n", network, c.Kubeconfig)
 	}
 	if c.On && len(c.MissingSweep) > 0 {
-		fmt.Fprintf(w, "warning: no node sweeps the claims of dead nodes of %s, which fence their addresses until deleted by hand: the identity of %s may not %s (deploy/safe-ipam-claims.yaml grants them: the ClusterRole safe-ipam-claims, and the Role safe-ipam-claims-sweep for the Leases in %s; bind them to this identity)\n",
-			network, c.Kubeconfig, strings.Join(c.MissingSweep, ", "), claims.LeaseNamespace)
+		fmt.Fprintf(w, "warning: no node sweeps the claims of dead nodes of %s, which fence their addresses until deleted by hand: the identity of %s may not %s (deploy/safe-ipam-claims.yaml grants them: the ClusterRole safe-ipam-claims, and the Role safe-ipam-claims-sweep for the Lease %s/%s, which it creates for k8s-pod-network; bind them to this identity)\n",
+			network, c.Kubeconfig, strings.Join(c.MissingSweep, ", "), claims.LeaseNamespace, claims.LeaseName(network))
 	}
 }

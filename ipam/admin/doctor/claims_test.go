@@ -48,8 +48,8 @@ func TestDoctorChecksTheClaims(t *testing.T) {
 		says             string
 	}{
 		{"calico-node", "", nil, nil, "claims of k8s-pod-network: on"},
-		{"claims-only", "safe-ipam-claims", nil, []string{"create leases", "get leases", "update leases"}, "may not create leases, get leases, update leases"},
-		{"viewer", "view", claims.Verbs, []string{"list nodes", "create leases", "get leases", "update leases"}, "may not create, delete, get, list AddressClaims"},
+		{"claims-only", "safe-ipam-claims", nil, []string{"get leases", "update leases"}, "may not get leases, update leases"},
+		{"viewer", "view", claims.Verbs, []string{"list nodes", "get leases", "update leases"}, "may not create, delete, get, list AddressClaims"},
 	} {
 		kc, err := srv.User(tt.user, tt.role)
 		if err != nil {

@@ -31,10 +31,11 @@ type ClaimPlan struct {
 	// notes are the sweep's findings, as DeadPlan's: a node gone first now
 	// (true), or back or without claims (false).
 	notes map[string]bool
-	// counts are the claims of each node that Release holds.
-	counts map[string]int
-	sweep  *claims.Sweep
-	grace  time.Duration
+	// counts are the claims of each node that Release holds; kept, those
+	// the rulebook keeps.
+	counts, kept map[string]int
+	sweep        *claims.Sweep
+	grace        time.Duration
 }
 
 // Len is how many claims the plan releases.
@@ -64,7 +65,7 @@ func (n *Releaser) PlanClaimSweep(ctx context.Context, ds datastore.Datastore, c
 	if why := rulebook.TrustNodes(rulebook.NodesListing{Self: n.Name, Known: known, Recorded: sortedKeys(byNode), MaxGoneShare: n.MaxGoneShare}); why != "" {
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrustedNodes, why)
 	}
-	plan := &ClaimPlan{notes: map[string]bool{}, counts: map[string]int{}, sweep: sw, grace: grace}
+	plan := &ClaimPlan{notes: map[string]bool{}, counts: map[string]int{}, kept: map[string]int{}, sweep: sw, grace: grace}
 	report := &Report{Network: n.Network, Node: n.Name, Sweep: true, Liveness: "Calico's Nodes (" + ds.Kind() + "), AddressClaims", Records: len(all)}
 	for _, name := range damaged {
 		report.Kept = append(report.Kept, Entry{Attachment: "AddressClaim " + name, State: "damaged", Why: "does not read: names no node whose death is evidence against it"})
@@ -75,7 +76,9 @@ func (n *Releaser) PlanClaimSweep(ctx context.Context, ds datastore.Datastore, c
 		}
 	}
 	for node := range sw.Gone {
-		if len(byNode[node]) == 0 {
+		// A node with no claims left has nothing to note; the sweeping
+		// node itself runs, whatever an older sweep noted of it.
+		if len(byNode[node]) == 0 || node == n.Name {
 			plan.notes[node] = false
 		}
 	}
@@ -102,6 +105,7 @@ func (p *ClaimPlan) judge(n *Releaser, node string, held []*claims.Claim, known 
 		rec := c.Record()
 		if v := w.Judge(rec); !v.Release {
 			report.Kept = append(report.Kept, entry(rec, v.Why))
+			p.kept[node]++
 			continue
 		}
 		p.Release = append(p.Release, c)
@@ -118,7 +122,7 @@ func (n *Releaser) NoteClaimSweep(ctx context.Context, cl *claims.Client, p *Cla
 
 // ApplyClaimSweep releases the plan's claims, each if it is still the
 // object the sweep read (its UID and resourceVersion), going on past
-// errors, and forgets the notes of the nodes it released every claim of.
+// errors, and forgets the notes of the nodes it left no claim of.
 func (n *Releaser) ApplyClaimSweep(ctx context.Context, cl *claims.Client, p *ClaimPlan, r *Report) error {
 	var errs []error
 	failed := map[string]bool{}
@@ -130,7 +134,7 @@ func (n *Releaser) ApplyClaimSweep(ctx context.Context, cl *claims.Client, p *Cl
 	}
 	forget := map[string]bool{}
 	for node := range p.counts {
-		if !failed[node] {
+		if !failed[node] && p.kept[node] == 0 {
 			forget[node] = false
 		}
 	}
@@ -156,7 +160,7 @@ func (r *runner) sweepClaims(ctx context.Context, node *Releaser, ds datastore.D
 	if err == nil {
 		plan, report, err = node.PlanClaimSweep(ctx, ds, cl, sw, r.deadGrace)
 	}
-	if errors.Is(err, claims.ErrNotServed) {
+	if errors.Is(err, claims.ErrClaimsOff) {
 		r.claimsNotSwept(err)
 		return nil, nil, 0, nil
 	}
@@ -172,12 +176,11 @@ func (r *runner) sweepClaims(ctx context.Context, node *Releaser, ds datastore.D
 	return report, func() error { return node.ApplyClaimSweep(ctx, cl, plan, report) }, plan.Len(), nil
 }
 
-// claimsNotSwept says that the claims cannot be swept where the API
-// server serves no AddressClaims or their Lease to this identity: then no
-// node makes claims either (or, without the Lease alone, dead nodes'
-// claims stay until deleted by hand, which doctor warns of). As before
-// the claims, nothing to do, and no failure.
+// claimsNotSwept says that there are no claims to sweep: the API server
+// serves no AddressClaims, so no node makes any. As before the claims,
+// nothing to do, and no failure. (A Lease missing or refused where claims
+// are served is a failed sweep: dead nodes' claims would stay.)
 func (r *runner) claimsNotSwept(err error) int {
-	fmt.Fprintf(r.stdout, "gc --dead-nodes: no claims are swept: %v; nothing to do (safe-ipam doctor says what is missing)\n", err)
+	fmt.Fprintf(r.stdout, "gc --dead-nodes: no claims to sweep: %v; nothing to do\n", err)
 	return admin.ExitOK
 }

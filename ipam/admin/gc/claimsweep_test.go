@@ -23,7 +23,9 @@ import (
 // sweeps' Lease, as the identity of Calico's CNI kubeconfig. Of two
 // loops running at once, one leads and sweeps, the other says who does;
 // the leader gives the Lease up when it stops. Without the CRD (claims
-// off) no loop fails: there is nothing to sweep.
+// off) no loop fails: there is nothing to sweep. With the CRD but without
+// the sweeps' Lease, every round fails and says so: a dead node's claims
+// would stay.
 func TestClaimSweepLoopsElectOne(t *testing.T) {
 	srv := kubetest.Start(t)
 	ctx := context.Background()
@@ -64,11 +66,28 @@ func TestClaimSweepLoopsElectOne(t *testing.T) {
 		return map[string]string{"node1": outs["node1"].String(), "node2": outs["node2"].String()}
 	}
 	for n, out := range loops(time.Second) {
-		if !strings.Contains(out, "no claims are swept") || strings.Contains(out, "leads") || strings.Contains(out, "error") {
+		if !strings.Contains(out, "no claims to sweep") || strings.Contains(out, "leads") || strings.Contains(out, "error") {
 			t.Fatalf("%s without the CRD: want nothing swept, no failure:\n%s", n, out)
 		}
 	}
 	if err := srv.Apply("../../../deploy/safe-ipam-claims.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	leases := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace)
+	lease, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Delete(ctx, lease.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for n, out := range loops(time.Second) {
+		if !strings.Contains(out, "the dead-node sweeps' Lease does not exist") || strings.Contains(out, "leads") {
+			t.Fatalf("%s without the sweeps' Lease: want each round to fail saying so:\n%s", n, out)
+		}
+	}
+	lease.ResourceVersion = ""
+	if _, err := leases.Create(ctx, lease, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	outs := loops(2 * time.Second)
@@ -86,16 +105,23 @@ func TestClaimSweepLoopsElectOne(t *testing.T) {
 		!strings.Contains(outs[leaders[0]], "liveness: Calico's Nodes (kubernetes), AddressClaims") {
 		t.Errorf("the leader %s swept, the other said who does:\n%s", leaders[0], outs)
 	}
-	l, err := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace).Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
+	l, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity != nil && *l.Spec.HolderIdentity != "" {
 		t.Errorf("after the loops stopped: %+v, %v; want the Lease given up", l, err)
 	}
-	// Uninstalled (docs/install.md): the Lease goes by its label.
-	leases := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace)
-	if err := leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=safe-ipam"}); err != nil {
+	// Uninstalled (docs/install.md): the manifest's objects go, the Lease
+	// with them (being deleted: this API server runs no garbage collector
+	// to finish kubetest's foreground deletes).
+	if err := srv.Delete("../../../deploy/safe-ipam-claims.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("after deleting safe-ipam's Leases by label: %v; want the sweeps' gone", err)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		l, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && l.DeletionTimestamp != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after deleting deploy/safe-ipam-claims.yaml: %v; want the sweeps' Lease gone", err)
+		}
 	}
 }

@@ -319,7 +319,7 @@ func (r *runner) collectDeadNodes(ctx context.Context) int {
 	}
 	if r.every > 0 {
 		leader, err := r.sweeper.lead(ctx, r.conf, sweepTTL*r.every, true)
-		if errors.Is(err, claims.ErrNotServed) {
+		if errors.Is(err, claims.ErrClaimsOff) {
 			return r.claimsNotSwept(err)
 		}
 		if err != nil {

@@ -128,7 +128,12 @@ func (n *Releaser) PlanDeadNodes(ctx context.Context, ds datastore.Datastore, gr
 // judge decides about the records of node, count of them.
 func (sw *sweep) judge(ctx context.Context, node string, count int) error {
 	if node == sw.node.Name {
-		return nil // this node's own records are the liveness source's
+		// This node's own records are the liveness source's; it runs,
+		// whatever an older sweep noted of it.
+		if _, noted := sw.sightings[node]; noted {
+			sw.plan.notes[node] = false
+		}
+		return nil
 	}
 	sg, inNotes := sw.sightings[node]
 	noted := inNotes && !sg.Legacy

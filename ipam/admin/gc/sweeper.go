@@ -131,7 +131,7 @@ func (s *sweeper) close() {
 	if s.claims != nil {
 		if s.leading {
 			ctx, cancel := context.WithTimeout(context.Background(), claims.Timeout)
-			_ = s.claims.Resign(ctx, s.network, s.campaign.Self) // else its Lease expires
+			_ = s.claims.Resign(ctx, s.network, &s.campaign) // else its Lease expires
 			cancel()
 		}
 		s.claims.Close()
@@ -151,6 +151,15 @@ func (s *sweeper) leadClaims(ctx context.Context, conf *admin.NodeConf, ttl time
 	sw, err := cl.Lead(ctx, conf.File.Network, &s.campaign, ttl, campaign)
 	if err != nil {
 		return "", err
+	}
+	switch {
+	case sw.Leading && !campaign:
+		// Holding off, yet still the holder (its resignation failed): it
+		// does not sweep, and gives the lead up again.
+		_ = cl.Resign(ctx, conf.File.Network, &s.campaign)
+		return "", nil
+	case sw.Leader == conf.Node && !sw.Leading:
+		return conf.Node + " (another gc under this node's name)", nil
 	}
 	s.last = sw
 	return sw.Leader, nil

@@ -136,8 +136,10 @@ func TestAnotherNodesClaimFences(t *testing.T) {
 	}
 	pending, err := node2.add(t, "bbb", "10.244.0.5")
 	var held *store.HeldError
-	if !errors.As(err, &held) || held.Holder.Attachment != holder.Attachment || held.Holder.Node != "node1" {
-		t.Fatalf("node2's commit of node1's address: %v; want a HeldError naming node1's %s", err, holder.Attachment)
+	// The address as the record writes it, as the other stores name it
+	// (the fence's message, which the kubelet's event shows).
+	if !errors.As(err, &held) || held.Holder.Attachment != holder.Attachment || held.Holder.Node != "node1" || held.Addr != "10.244.0.5/32" {
+		t.Fatalf("node2's commit of node1's address: %v; want a HeldError of 10.244.0.5/32 naming node1's %s", err, holder.Attachment)
 	}
 	if err := node2.Quarantine(ctx, pending, held.Holder, record.Quarantine{Attachment: pending.Attachment, IPs: []string{"10.244.0.5/32"}}); err != nil {
 		t.Fatalf("Quarantine for node1's holder: %v", err)

@@ -133,7 +133,7 @@ func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr net
 			return nil, err
 		}
 		if holder != nil && !committed.TakesOver(holder) {
-			return nil, &store.HeldError{Addr: addr.String(), Holder: holder}
+			return nil, &store.HeldError{Addr: ipOf(committed, addr), Holder: holder}
 		}
 		// This machine's claim that the rulebook lets go, or the VM
 		// record committed takes over from: the claim goes, if it is
@@ -297,4 +297,15 @@ func Wrap(st store.Store, client *Client, node string, o Options) store.Store {
 		return st
 	}
 	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget, CacheDir: o.cacheDir}
+}
+
+// ipOf is rec's address addr as its record writes it (with its prefix),
+// as the other stores name a held address.
+func ipOf(rec *record.Record, addr netip.Addr) string {
+	for _, ip := range rec.IPs {
+		if a, ok := record.ParseAddr(ip); ok && a == addr {
+			return ip
+		}
+	}
+	return addr.String()
 }

@@ -2,10 +2,13 @@ package claims
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
@@ -22,13 +25,17 @@ import (
 // grace apart, by the API server's clock. The Lease holds the sweeps'
 // notes of the nodes found gone, so a new leader goes on from them.
 
-// LeaseNamespace holds the sweeps' Lease (deploy/safe-ipam-claims.yaml
-// grants it there).
+// LeaseNamespace holds the sweeps' Lease. deploy/safe-ipam-claims.yaml
+// creates the Lease of Calico's network, k8s-pod-network, there, and
+// grants LeaseVerbs on it alone: the identity of Calico's CNI kubeconfig,
+// which every node holds, can touch no other Lease (kube-system's hold the
+// elections of the cluster's controllers). Deleting the manifest deletes
+// it.
 const LeaseNamespace = "kube-system"
 
 // LeaseVerbs are what the sweeps do with their Lease, and all the deploy
-// grants on Leases.
-var LeaseVerbs = []string{"create", "get", "update"}
+// grants on it.
+var LeaseVerbs = []string{"get", "update"}
 
 // goneAnnotation holds, on the Lease, the nodes sweeps found gone.
 const goneAnnotation = Group + "/gone"
@@ -39,6 +46,18 @@ func LeaseName(network string) string { return "safe-ipam-sweep." + label(networ
 func leasePath(network string) string {
 	return "/apis/coordination.k8s.io/v1/namespaces/" + LeaseNamespace + "/leases/" + LeaseName(network)
 }
+
+// Errors of the sweeps.
+var (
+	// ErrClaimsOff: the API server serves no AddressClaims (their CRD is
+	// not applied): no node claims, and there is nothing to sweep.
+	ErrClaimsOff = errors.New("the API server serves no AddressClaims")
+	// ErrNoLease: AddressClaims are served, but the sweeps' Lease of the
+	// network is missing: no node can lead, and a dead node's claims stay.
+	ErrNoLease = errors.New("the dead-node sweeps' Lease does not exist")
+	// ErrLeadChanged: the Lease names another holder than the sweep read.
+	ErrLeadChanged = errors.New("the lead of the dead-node sweeps changed")
+)
 
 // lease is a coordination.k8s.io/v1 Lease, as far as the sweeps use it.
 type lease struct {
@@ -54,7 +73,9 @@ type lease struct {
 	Spec struct {
 		HolderIdentity       string `json:"holderIdentity,omitempty"`
 		LeaseDurationSeconds int    `json:"leaseDurationSeconds,omitempty"`
+		AcquireTime          string `json:"acquireTime,omitempty"`
 		RenewTime            string `json:"renewTime,omitempty"`
+		LeaseTransitions     int    `json:"leaseTransitions,omitempty"`
 	} `json:"spec"`
 }
 
@@ -71,56 +92,69 @@ type goneNote struct {
 // Sweep is the sweeps' Lease of a network as one round read it.
 type Sweep struct {
 	Network string
-	// Leader sweeps ("" when nobody does).
-	Leader string
+	// Leader is the node that sweeps ("" when none does); Leading says
+	// whether it is the campaign that read the Lease (another process
+	// may lead under the same node name: a stale nodename).
+	Leader  string
+	Leading bool
 	// Gone are the nodes earlier sweeps found gone; Passed is judged by
 	// the API server's clock (Now), never a machine's.
 	Gone map[string]store.Sighting
 	// Now is the API server's clock when the Lease was read.
-	Now time.Time
-	obj *lease // nil: there is none
+	Now    time.Time
+	holder string // the Lease's holderIdentity
+	obj    *lease
 }
 
-// Campaign is one node's part in electing the sweeper, kept across the
+// Campaign is one process's part in electing the sweeper, kept across the
 // rounds of its loop: it sees the leader renew the Lease, and takes it
 // over only once the Lease has not changed for its duration by this
 // machine's own clock (two machines' clocks are never compared).
 type Campaign struct {
 	Self   string
+	id     string // this process's, beside Self in the holder identity
 	seenRV string
 	seenAt time.Time
 }
 
+// identity is the Lease holder this campaign writes: its node, and a
+// random id of this process, as client-go's leader election does.
+func (cp *Campaign) identity() string {
+	if cp.id == "" {
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		cp.id = hex.EncodeToString(b[:])
+	}
+	return cp.Self + "_" + cp.id
+}
+
 // Lead reads network's sweep Lease and says who sweeps. With campaign,
-// this node takes a Lease nobody holds, or one not renewed for its
+// this process takes a Lease nobody holds, or one not renewed for its
 // duration, ttl, and renews its own; each write names the
-// resourceVersion it read, so of two nodes campaigning one wins. cp nil
-// reads without electing (a run by hand).
+// resourceVersion it read, so of two campaigns one wins. cp nil reads
+// without electing (a run by hand).
 func (c *Client) Lead(ctx context.Context, network string, cp *Campaign, ttl time.Duration, campaign bool) (*Sweep, error) {
 	sw, err := c.readSweep(ctx, network)
 	if err != nil || cp == nil {
 		return sw, err
 	}
 	now := time.Now()
-	if sw.obj == nil || sw.obj.Metadata.ResourceVersion != cp.seenRV {
-		cp.seenAt = now
-		if sw.obj != nil {
-			cp.seenRV = sw.obj.Metadata.ResourceVersion
-		}
+	if sw.obj.Metadata.ResourceVersion != cp.seenRV {
+		cp.seenRV, cp.seenAt = sw.obj.Metadata.ResourceVersion, now
 	}
-	held := sw.obj != nil && sw.Leader != "" && sw.Leader != cp.Self
+	me := cp.identity()
+	sw.Leading = sw.holder == me
+	held := sw.holder != "" && !sw.Leading
 	expired := held && now.Sub(cp.seenAt) > time.Duration(sw.obj.Spec.LeaseDurationSeconds)*time.Second
 	if !campaign || held && !expired {
 		return sw, nil
 	}
-	// A cluster without claims served has nothing to sweep: no node
-	// writes a Lease there (one small read per leader's round).
-	var page struct{}
-	if err := c.api.Get(ctx, collection+"?limit=1", &page); err != nil {
-		return nil, served(fmt.Errorf("listing AddressClaims: %w", err))
-	}
 	obj := sw.leaseObject()
-	obj.Spec.HolderIdentity = cp.Self
+	if !sw.Leading {
+		obj.Spec.AcquireTime = now.UTC().Format(microTime)
+		obj.Spec.LeaseTransitions++
+	}
+	obj.Spec.HolderIdentity = me
 	obj.Spec.LeaseDurationSeconds = max(1, int(ttl/time.Second))
 	// By this machine's clock, to the microsecond, as client-go's: every
 	// renewal changes the Lease (the server skips a write that changes
@@ -128,21 +162,22 @@ func (c *Client) Lead(ctx context.Context, network string, cp *Campaign, ttl tim
 	obj.Spec.RenewTime = now.UTC().Format(microTime)
 	if err := c.writeLease(ctx, sw, obj); err != nil {
 		if errors.Is(err, kubeapi.ErrConflict) {
-			sw.Leader = "" // another node wrote first: the next round reads who
+			// Another campaign wrote first: the next round reads whose.
+			sw.Leader, sw.Leading = "", false
 			return sw, nil
 		}
 		return nil, err
 	}
 	cp.seenRV, cp.seenAt = sw.obj.Metadata.ResourceVersion, now
-	sw.Leader = cp.Self
+	sw.holder, sw.Leader, sw.Leading = me, cp.Self, true
 	return sw, nil
 }
 
-// Resign gives up the lead of network's sweeps, if self holds it, so
-// that another node takes it at once.
-func (c *Client) Resign(ctx context.Context, network, self string) error {
+// Resign gives up the lead of network's sweeps, if cp holds it, so that
+// another node takes it at once.
+func (c *Client) Resign(ctx context.Context, network string, cp *Campaign) error {
 	sw, err := c.readSweep(ctx, network)
-	if err != nil || sw.Leader != self {
+	if err != nil || sw.holder != cp.identity() {
 		return err
 	}
 	obj := sw.leaseObject()
@@ -150,21 +185,33 @@ func (c *Client) Resign(ctx context.Context, network, self string) error {
 	return c.writeLease(ctx, sw, obj)
 }
 
-// Note writes what a sweep found: the nodes gone first now (true), noted
-// with grace at the API server's time sw was read at, and the notes to
-// forget (false). The write names the resourceVersion sw was read at: a
-// Lease changed since (another leader) refuses it.
+// Note writes what a sweep found: the nodes gone first now (true), and
+// the notes to forget (false). It reads the Lease again, so that a node
+// is noted gone at the API server's time after the listing that found it
+// so, and refuses (ErrLeadChanged) when the Lease names another holder
+// than sw: the sweep of a leader that lost the lead writes nothing. The
+// write names the resourceVersion it read. A note that does not read is
+// dropped (no sighting), never written back.
 func (c *Client) Note(ctx context.Context, sw *Sweep, notes map[string]bool, grace time.Duration) error {
 	if len(notes) == 0 {
 		return nil
 	}
+	fresh, err := c.readSweep(ctx, sw.Network)
+	if err != nil {
+		return err
+	}
+	if fresh.holder != sw.holder {
+		return fmt.Errorf("%w: %q holds it now, not %q", ErrLeadChanged, fresh.holder, sw.holder)
+	}
 	gone := map[string]goneNote{}
-	for node, s := range sw.Gone {
-		gone[node] = goneNote{Since: s.Since, Grace: s.Grace.String()}
+	for node, s := range fresh.Gone {
+		if !s.Legacy {
+			gone[node] = goneNote{Since: s.Since, Grace: s.Grace.String()}
+		}
 	}
 	for node, first := range notes {
 		if first {
-			gone[node] = goneNote{Since: sw.Now, Grace: grace.String()}
+			gone[node] = goneNote{Since: fresh.Now, Grace: grace.String()}
 		} else {
 			delete(gone, node)
 		}
@@ -173,94 +220,102 @@ func (c *Client) Note(ctx context.Context, sw *Sweep, notes map[string]bool, gra
 	if err != nil {
 		return err
 	}
-	obj := sw.leaseObject()
+	obj := fresh.leaseObject()
 	if obj.Metadata.Annotations == nil {
 		obj.Metadata.Annotations = map[string]string{}
 	}
 	obj.Metadata.Annotations[goneAnnotation] = string(data)
-	if err := c.writeLease(ctx, sw, obj); err != nil {
+	if err := c.writeLease(ctx, fresh, obj); err != nil {
 		return err
 	}
-	for node, first := range notes {
-		if first {
-			sw.Gone[node] = store.Sighting{Since: sw.Now, Grace: grace}
-		} else {
-			delete(sw.Gone, node)
-		}
+	sw.obj, sw.Now, sw.Gone = fresh.obj, fresh.Now, map[string]store.Sighting{}
+	for node, n := range gone {
+		sw.Gone[node] = sighting(n, fresh.Now)
 	}
 	return nil
 }
 
-// readSweep reads network's Lease, and the API server's clock.
+// readSweep reads network's Lease, and the API server's clock. A Lease
+// that does not exist is ErrNoLease where AddressClaims are served, and
+// ErrClaimsOff where they are not.
 func (c *Client) readSweep(ctx context.Context, network string) (*Sweep, error) {
 	var obj lease
 	now, err := c.api.GetDated(ctx, leasePath(network), &obj)
-	sw := &Sweep{Network: network, Gone: map[string]store.Sighting{}, Now: now}
 	if errors.Is(err, kubeapi.ErrNotFound) {
-		return sw, nil
+		var page struct{}
+		if err := c.api.Get(ctx, collection+"?limit=1", &page); err != nil {
+			return nil, sweepError("listing AddressClaims", err)
+		}
+		return nil, fmt.Errorf("%w: %s/%s (deploy/safe-ipam-claims.yaml creates the one of k8s-pod-network)", ErrNoLease, LeaseNamespace, LeaseName(network))
 	}
 	if err != nil {
-		return nil, served(fmt.Errorf("reading the dead-node sweeps' Lease: %w", err))
+		return nil, sweepError("reading the dead-node sweeps' Lease", err)
 	}
 	if now.IsZero() {
 		return nil, errors.New("reading the dead-node sweeps' Lease: the API server's answer has no Date")
 	}
-	sw.obj, sw.Leader = &obj, obj.Spec.HolderIdentity
+	sw := &Sweep{Network: network, Gone: map[string]store.Sighting{}, Now: now, obj: &obj, holder: obj.Spec.HolderIdentity}
+	sw.Leader, _, _ = strings.Cut(sw.holder, "_")
 	var notes map[string]goneNote
 	if raw, ok := obj.Metadata.Annotations[goneAnnotation]; ok {
 		if err := json.Unmarshal([]byte(raw), &notes); err != nil {
-			// Fail closed: a note that does not read is no sighting, and
-			// the next note written replaces it.
-			notes = nil
+			notes = nil // fail closed: no sighting; the next note replaces them
 		}
 	}
 	for node, n := range notes {
-		grace, err := time.ParseDuration(n.Grace)
-		s := store.Sighting{Since: n.Since, Grace: grace, Legacy: err != nil || n.Since.IsZero()}
-		// The grace has passed by the API server's clock: both times are its.
-		s.Passed = !s.Legacy && now.Sub(n.Since) >= grace
-		sw.Gone[node] = s
+		sw.Gone[node] = sighting(n, now)
 	}
 	return sw, nil
 }
 
-// leaseObject is the Lease to write over sw's: a copy, or a new one.
-func (sw *Sweep) leaseObject() *lease {
-	obj := &lease{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
-	if sw.obj != nil {
-		cp := *sw.obj
-		cp.Metadata.Annotations = map[string]string{}
-		for k, v := range sw.obj.Metadata.Annotations {
-			cp.Metadata.Annotations[k] = v
-		}
-		obj = &cp
-	}
-	obj.Metadata.Name, obj.Metadata.Namespace = LeaseName(sw.Network), LeaseNamespace
-	// Uninstall deletes it by this label (docs/install.md).
-	obj.Metadata.Labels = map[string]string{"app.kubernetes.io/name": "safe-ipam"}
-	return obj
+// sighting is a note as evidence at the API server's time now: one that
+// does not read (no time, a grace that is not a duration of zero or more)
+// is no sighting. The grace has passed once now is more than a grace and
+// the Date's second past since: both times are the server's.
+func sighting(n goneNote, now time.Time) store.Sighting {
+	grace, err := time.ParseDuration(n.Grace)
+	s := store.Sighting{Since: n.Since, Grace: grace, Legacy: err != nil || grace < 0 || n.Since.IsZero()}
+	s.Passed = !s.Legacy && now.Sub(n.Since) > grace+time.Second
+	return s
 }
 
-// writeLease creates obj, or updates it from the resourceVersion sw was
-// read at, and keeps what the server stored as sw's.
+// sweepError wraps err: ErrClaimsOff where the API server serves no
+// AddressClaims; anything else (a refusal among it) is a failure to say.
+func sweepError(what string, err error) error {
+	if errors.Is(err, kubeapi.ErrNoResource) {
+		return fmt.Errorf("%w: %s: %w", ErrClaimsOff, what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// leaseObject is a copy of sw's Lease, to write.
+func (sw *Sweep) leaseObject() *lease {
+	cp := *sw.obj
+	cp.Metadata.Annotations = map[string]string{}
+	for k, v := range sw.obj.Metadata.Annotations {
+		cp.Metadata.Annotations[k] = v
+	}
+	return &cp
+}
+
+// writeLease updates the Lease from the resourceVersion sw read it at,
+// and keeps what the server stored as sw's.
 func (c *Client) writeLease(ctx context.Context, sw *Sweep, obj *lease) error {
 	var out lease
-	var err error
-	if sw.obj == nil {
-		err = c.api.Create(ctx, "/apis/coordination.k8s.io/v1/namespaces/"+LeaseNamespace+"/leases", obj, &out)
-	} else {
-		err = c.api.Update(ctx, leasePath(sw.Network), obj, &out)
-	}
-	if err != nil {
-		return served(fmt.Errorf("writing the dead-node sweeps' Lease: %w", err))
+	if err := c.api.Update(ctx, leasePath(sw.Network), obj, &out); err != nil {
+		return fmt.Errorf("writing the dead-node sweeps' Lease: %w", err)
 	}
 	sw.obj = &out
 	return nil
 }
 
-// All lists network's claims, of every node, a page at a time, and names
-// the objects that do not read (damaged: a caller leaves them alone). The
-// dead-node sweep's one listing per period.
+// All lists every AddressClaim, a page at a time, and returns network's,
+// and names the objects that do not read (damaged: a caller leaves them
+// alone). The dead-node sweep's one listing per period.
 func (c *Client) All(ctx context.Context, network string) ([]*Claim, []string, error) {
-	return c.list(ctx, url.Values{}, func(cl *Claim) bool { return cl.Holder.Network == network })
+	all, damaged, err := c.list(ctx, url.Values{}, func(cl *Claim) bool { return cl.Holder.Network == network })
+	if err != nil {
+		return nil, nil, sweepError("listing AddressClaims", err)
+	}
+	return all, damaged, nil
 }
