@@ -49,7 +49,7 @@ tools:
 # The cluster suite (e2e/cluster: one-node and three-node scenarios) is
 # one of the packages, and the longest (about 17 minutes on 2 cores: 16 to 18 measured).
 test: lint kube-binaries
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 # Everything but what needs root: the e2e suites and the chaos suite.
 unit: kube-binaries
@@ -82,7 +82,7 @@ kube-binaries:
 # kube-controllers as the outside releaser.
 RUN ?= .
 e2e-cluster: kube-binaries
-	$(GO) test -count=1 -timeout 30m -v -run '$(RUN)' ./e2e/harness/kubenode/ ./e2e/cluster/
+	$(GO) test -count=1 -timeout 40m -v -run '$(RUN)' ./e2e/harness/kubenode/ ./e2e/cluster/
 
 # The tests against a real kube-apiserver (named TestKube*, TestKDD*,
 # TestPodsSource*): the harness, pods as liveness, Calico's Kubernetes

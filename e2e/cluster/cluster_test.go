@@ -367,7 +367,7 @@ func (c *cluster) readRecords(ctx context.Context) []*record.Record {
 		return recs
 	}
 	var all []*record.Record
-	for _, n := range c.nodes {
+	for _, n := range c.livingNodes() {
 		recs, err := c.calico.Records(ctx, network, testbed.FileStore(n.Path(config.DefaultStoreDir)))
 		if err != nil {
 			c.t.Fatal(err)
@@ -619,4 +619,18 @@ func onKubernetesDatastore(conf []byte) ([]byte, error) {
 		}
 	}
 	return json.MarshalIndent(list, "", "  ")
+}
+
+// livingNodes are the nodes the test did not kill: a dead node's file
+// store died with it.
+func (c *cluster) livingNodes() []*kubenode.Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*kubenode.Node
+	for _, n := range c.nodes {
+		if !c.dead[n.Name] {
+			out = append(out, n)
+		}
+	}
+	return out
 }

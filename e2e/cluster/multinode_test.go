@@ -13,12 +13,16 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 )
 
@@ -46,10 +50,25 @@ func newThreeNodes(t *testing.T, legacy bool) *cluster {
 // handed on, to the pod B then refuses (the /32 route is web-0's). With
 // safe-ipam: never, across A's garbage collection's DELs of the old
 // sandbox too, and nothing is left once the pods are gone.
-func TestPartitionAndReturn(t *testing.T) {
-	controlAndSafe(t, func(t *testing.T, safe bool) {
+func TestPartitionAndReturn(t *testing.T) { partitionAndReturn(t, false) }
+
+// TestPartitionAndReturnOnKDD is TestPartitionAndReturn on Calico's
+// Kubernetes datastore (issue 45), each node's records in its own file
+// store: the late DEL on A finds A's record of the old sandbox, and
+// releases nothing of web-0's on B. Its control is the etcd one's: Calico
+// alone's late DEL by pod name on a moved node is the same on either
+// datastore (the e2e suite's TestKubeStatefulSetMovedNodeLateDel runs it
+// on KDD), and the suite's time is bounded.
+func TestPartitionAndReturnOnKDD(t *testing.T) { partitionAndReturn(t, true) }
+
+func partitionAndReturn(t *testing.T, kdd bool) {
+	variants := controlAndSafe
+	if kdd {
+		variants = safeOnly
+	}
+	variants(t, func(t *testing.T, safe bool) {
 		ctx := testContext(t, 8*time.Minute)
-		c := newThreeNodes(t, true)
+		c := newClusterOn(t, true, threeNodes, partitionGrace, kdd)
 		a, b := c.nodes[0], c.nodes[1]
 		c.legacyWeb0(ctx, safe)
 		c.createWebOn(ctx, onNodes(podSpec(true), a.Name, b.Name))
@@ -101,6 +120,11 @@ func TestPartitionAndReturn(t *testing.T) {
 
 // controlAndSafe runs f as two subtests: the control (Calico alone), then
 // with safe-ipam.
+// safeOnly runs f with safe-ipam alone, as controlAndSafe's second half.
+func safeOnly(t *testing.T, f func(t *testing.T, safe bool)) {
+	t.Run("safe-ipam", func(t *testing.T) { f(t, true) })
+}
+
 func controlAndSafe(t *testing.T, f func(t *testing.T, safe bool)) {
 	for _, safe := range []bool{false, true} {
 		name := map[bool]string{false: "calico alone", true: "safe-ipam"}[safe]
@@ -146,9 +170,18 @@ func (c *cluster) waitTornDown(n *kubenode.Node, uid types.UID, after int) {
 // along. No pod start fails and no pod loses or shares its address; after
 // the uninstall nothing of safe-ipam is in etcd, every node's CNI dirs are
 // as Calico left them, and doctor says not installed on each.
-func TestRolloutAndUninstallAcrossNodes(t *testing.T) {
+func TestRolloutAndUninstallAcrossNodes(t *testing.T) { rolloutAndUninstall(t, false) }
+
+// TestRolloutAndUninstallAcrossNodesOnKDD is the same on Calico's
+// Kubernetes datastore (issue 45): after the uninstall no node's file
+// store holds a record, no AddressClaim is left (each forgotten record
+// released its claims), and deleting deploy/safe-ipam-claims.yaml, as
+// docs/install.md says, removes the rest, the sweeps' Lease with it.
+func TestRolloutAndUninstallAcrossNodesOnKDD(t *testing.T) { rolloutAndUninstall(t, true) }
+
+func rolloutAndUninstall(t *testing.T, kdd bool) {
 	ctx := testContext(t, 8*time.Minute)
-	c := newThreeNodes(t, false)
+	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	before := map[string]map[string]string{}
 	for _, n := range c.nodes {
 		before[n.Name] = c.cniFilesOn(n)
@@ -172,6 +205,9 @@ func TestRolloutAndUninstallAcrossNodes(t *testing.T) {
 	c.requireHealthy(ctx, w)
 	if keys := c.safeIPAMKeys(ctx); len(keys) > 0 {
 		t.Errorf("safe-ipam's keys left in etcd after the uninstall: %v", keys)
+	}
+	if kdd {
+		c.requireNoClaims(ctx)
 	}
 	for _, n := range c.nodes {
 		if after := c.cniFilesOn(n); !maps.Equal(before[n.Name], after) {
@@ -254,9 +290,18 @@ const sweepTTL = 3
 // cluster's dead-node sweep (ipam/admin/gc/sweeper.go) is killed, every process
 // at once, so its lease is never revoked; another node's gc takes the
 // sweep over within the lease and one period.
-func TestCollectorDies(t *testing.T) {
+func TestCollectorDies(t *testing.T) { collectorDies(t, false) }
+
+// TestCollectorDiesOnKDD is TestCollectorDies on Calico's Kubernetes
+// datastore (issue 45): the gc loops elect the sweeper of the claims
+// through the sweeps' Lease, whose holder, killed, never gives it up;
+// another node's gc takes it over once it has seen it unrenewed for its
+// duration (3 periods), at its next round.
+func TestCollectorDiesOnKDD(t *testing.T) { collectorDies(t, true) }
+
+func collectorDies(t *testing.T, kdd bool) {
 	ctx := testContext(t, 6*time.Minute)
-	c := newThreeNodes(t, false)
+	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	c.gcEvery = 10 * time.Second
 	c.installSafeIPAM(ctx)
 	leader := c.waitSweeper(ctx, "", time.Minute)
@@ -273,17 +318,13 @@ func TestCollectorDies(t *testing.T) {
 }
 
 // waitSweeper waits until a node other than not leads the dead-node
-// sweeps, and returns it: the oldest key of the election in etcd.
+// sweeps, and returns it: the oldest key of the election in etcd, or the
+// holder of the sweeps' Lease on Calico's Kubernetes datastore.
 func (c *cluster) waitSweeper(ctx context.Context, not string, d time.Duration) string {
 	c.t.Helper()
-	pfx := config.DefaultEtcdPrefix + "/sweeps/" + network + "/leader/"
 	for deadline := time.Now().Add(d); ; time.Sleep(200 * time.Millisecond) {
-		resp, err := c.calico.Etcd.Get(ctx, pfx, clientv3.WithFirstCreate()...)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if len(resp.Kvs) > 0 && string(resp.Kvs[0].Value) != not {
-			return string(resp.Kvs[0].Value)
+		if leader := c.sweeper(ctx); leader != "" && leader != not {
+			return leader
 		}
 		if time.Now().After(deadline) {
 			c.t.Fatalf("no node other than %q leads the sweeps after %s", not, d)
@@ -351,7 +392,7 @@ func onNodes(spec corev1.PodSpec, nodes ...string) corev1.PodSpec {
 func (c *cluster) fileStoreData() map[string]string {
 	c.t.Helper()
 	out := map[string]string{}
-	for _, n := range c.nodes {
+	for _, n := range c.livingNodes() {
 		dir := n.Path(config.DefaultStoreDir)
 		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 			continue
@@ -379,4 +420,60 @@ func (c *cluster) fileStoreData() map[string]string {
 		}
 	}
 	return out
+}
+
+// sweeper is the node that leads the dead-node sweeps now ("" for none).
+func (c *cluster) sweeper(ctx context.Context) string {
+	c.t.Helper()
+	if c.kdd {
+		l, err := c.kube.CoordinationV1().Leases(claims.LeaseNamespace).Get(ctx, claims.LeaseName(network), metav1.GetOptions{})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		node, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return node
+	}
+	resp, err := c.calico.Etcd.Get(ctx, config.DefaultEtcdPrefix+"/sweeps/"+network+"/leader/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+// requireNoClaims fails the test if an AddressClaim is left after the
+// uninstall, then deletes deploy/safe-ipam-claims.yaml as docs/install.md
+// says, and waits until its objects (the sweeps' Lease among them) are
+// gone.
+func (c *cluster) requireNoClaims(ctx context.Context) {
+	c.t.Helper()
+	dyn, err := dynamic.NewForConfig(c.node.API.Config())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	list, err := dyn.Resource(schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, o := range list.Items {
+		c.t.Errorf("AddressClaim %s left after the uninstall", o.GetName())
+	}
+	if err := c.node.API.Delete(claimsManifest); err != nil {
+		c.t.Fatal(err)
+	}
+	leases := c.kube.CoordinationV1().Leases(claims.LeaseNamespace)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		_, err := leases.Get(ctx, claims.LeaseName(network), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("the sweeps' Lease is still there a minute after deploy/safe-ipam-claims.yaml was deleted: %v", err)
+		}
+	}
 }

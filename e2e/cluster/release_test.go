@@ -14,11 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/releaser"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 )
 
 // leakGrace is the outside releaser's leak grace period (15 minutes in
@@ -39,9 +42,17 @@ const gcGrace = time.Minute
 // C's gc led). Then pods on A are handed C's old addresses and start: no
 // refused start, no address shared, nothing left once the pods are gone.
 // No control: Calico alone has no records to release.
-func TestNodeDeath(t *testing.T) {
+func TestNodeDeath(t *testing.T) { nodeDeath(t, false) }
+
+// TestNodeDeathOnKDD is TestNodeDeath on Calico's Kubernetes datastore
+// (issue 45): C's records die with its file store, but its claims stay in
+// the API server, and would fence C's old addresses on A for ever; the
+// elected gc sweeps them within the same bound.
+func TestNodeDeathOnKDD(t *testing.T) { nodeDeath(t, true) }
+
+func nodeDeath(t *testing.T, kdd bool) {
 	ctx := testContext(t, 8*time.Minute)
-	c := newThreeNodes(t, false)
+	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	c.registerNodes(ctx)
 	c.gcEvery = 10 * time.Second
 	c.installSafeIPAM(ctx)
@@ -68,7 +79,7 @@ func TestNodeDeath(t *testing.T) {
 	if leader == dead.Name {
 		bound += (sweepTTL + 1) * c.gcEvery
 	}
-	c.waitNoKeysOf(ctx, dead.Name, bound)
+	c.waitForgotten(ctx, dead.Name, bound)
 	t.Logf("safe-ipam's dead-node collection released %s's records %s after Calico forgot it (bound %s; %s led the sweeps)", dead.Name, time.Since(freed).Round(time.Second), bound, leader)
 	// A's block is full after this many, and the rest come from C's old
 	// block, the only free one.
@@ -94,6 +105,15 @@ const outsideHandle = "outside-host"
 // fourBlocks makes Calico's pool four blocks.
 func (c *cluster) fourBlocks(ctx context.Context) {
 	c.t.Helper()
+	if c.kdd {
+		if err := c.calicoObjects("ippools").Delete(ctx, testbed.PoolName, metav1.DeleteOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := calicosim.SeedKubeIPPool(ctx, c.node.API.Config(), testbed.PoolName, "10.244.0.0/27", testbed.BlockSize); err != nil {
+			c.t.Fatal(err)
+		}
+		return
+	}
 	if err := calicosim.SeedIPPool(ctx, c.calico.Etcd, testbed.PoolName, "10.244.0.0/27", testbed.BlockSize); err != nil {
 		c.t.Fatal(err)
 	}
@@ -106,13 +126,65 @@ func (c *cluster) fourBlocks(ctx context.Context) {
 // simulator's lowest first. It returns that host's allocator.
 func (c *cluster) claimLastBlock(ctx context.Context) *calicosim.Allocator {
 	c.t.Helper()
-	if err := calicosim.SeedNode(ctx, c.calico.Etcd, "outside"); err != nil {
+	if c.kdd {
+		// On KDD Calico's Nodes are Kubernetes Nodes: one without a
+		// kubelet, which the releaser leaves alone while it exists.
+		if err := calicosim.SeedKubeNode(ctx, c.node.API.Config(), "outside"); err != nil {
+			c.t.Fatal(err)
+		}
+	} else if err := calicosim.SeedNode(ctx, c.calico.Etcd, "outside"); err != nil {
 		c.t.Fatal(err)
 	}
 	if _, err := c.calico.SeedLegacyHandle(ctx, "outside", outsideHandle); err != nil {
 		c.t.Fatal(err)
 	}
+	if c.kdd {
+		dyn, err := dynamic.NewForConfig(c.node.API.Config())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		return &calicosim.Allocator{Kube: dyn, Node: "outside"}
+	}
 	return &calicosim.Allocator{Client: c.calico.Etcd, Node: "outside"}
+}
+
+// calicoObjects is the client of Calico's crd.projectcalico.org/v1
+// objects of plural (Calico's Kubernetes datastore).
+func (c *cluster) calicoObjects(plural string) dynamic.NamespaceableResourceInterface {
+	c.t.Helper()
+	dyn, err := dynamic.NewForConfig(c.node.API.Config())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return dyn.Resource(schema.GroupVersionResource{Group: "crd.projectcalico.org", Version: "v1", Resource: plural})
+}
+
+// waitForgotten waits up to d until safe-ipam holds nothing of node: no
+// key in etcd names it, or, on Calico's Kubernetes datastore (where its
+// records died with its file store), no AddressClaim is its.
+func (c *cluster) waitForgotten(ctx context.Context, node string, d time.Duration) {
+	c.t.Helper()
+	if !c.kdd {
+		c.waitNoKeysOf(ctx, node, d)
+		return
+	}
+	dyn, err := dynamic.NewForConfig(c.node.API.Config())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}
+	for deadline := time.Now().Add(d); ; time.Sleep(500 * time.Millisecond) {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{LabelSelector: claims.NodeLabel + "=" + node})
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if len(list.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("after %s, %d AddressClaims of %s are still there", d, len(list.Items), node)
+		}
+	}
 }
 
 // Scenario 3 of issue 34, outside release across nodes: node A's Calico
@@ -220,8 +292,8 @@ func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
 // Calico's Nodes().Delete does.
 func (c *cluster) writeEndpoints(ctx context.Context, node string) {
 	c.t.Helper()
-	if prepared.realCalico {
-		return // Calico's own plugin wrote them
+	if prepared.realCalico || c.kdd {
+		return // Calico's own plugin wrote them; KDD has none (kube-controllers reads the pods)
 	}
 	pods, err := c.runningPods(ctx, "default")
 	if err != nil {
