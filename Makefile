@@ -47,7 +47,9 @@ tools:
 # Everything: lint, unit tests, fuzz seed corpora, and the e2e suite
 # (root and `ip netns` needed; with CI=true e2e fails instead of skipping).
 # The cluster suite (e2e/cluster: one-node and three-node scenarios) is
-# one of the packages, and the longest (about 17 minutes on 2 cores: 16 to 18 measured).
+# one of the packages, and the longest (about 20 minutes on 2 cores: the one-node
+# scenarios one at a time, then the ten three-node ones, on etcd and on
+# Calico's Kubernetes datastore, two at a time).
 test: lint kube-binaries
 	$(GO) test -count=1 -timeout 40m $(PKGS)
 

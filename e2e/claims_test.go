@@ -30,7 +30,7 @@ import (
 // node2's gc keeps it while node1's pod runs, and releases it on the run
 // after the one that found the claim gone (node1's DEL released it);
 // nothing is left.
-func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) {
+func TestClaimsFenceAcrossNodesOnKDD(t *testing.T) {
 	for _, claimsServed := range []bool{false, true} {
 		name := "control: no claims served"
 		if claimsServed {

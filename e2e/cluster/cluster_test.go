@@ -492,11 +492,15 @@ func (c *cluster) waitReleased(ctx context.Context) {
 	var recs []string
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
 		allocs, recs = c.allocations(ctx), c.records(ctx)
-		if len(allocs) == 0 && len(recs) == 0 {
+		claimed := 0
+		if c.kdd {
+			claimed = c.claimCount(ctx) // a claim left would fence its address for ever
+		}
+		if len(allocs) == 0 && len(recs) == 0 && claimed == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("addresses not released after every pod went: Calico %v, safe-ipam %v", allocs, recs)
+			c.t.Fatalf("addresses not released after every pod went: Calico %v, safe-ipam %v, %d AddressClaims", allocs, recs, claimed)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -24,9 +25,14 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // The cross-node scenarios of issue 34 run on three nodes: A, B and C.
+// They run two at a time (t.Parallel, go test's -parallel of 2 cores),
+// after the one-node scenarios: each cluster's nodes have their own netns,
+// scratch dirs, cgroups and API server, and mostly wait on the kubelets'
+// and gc's periods (the suite took 28 minutes one at a time).
 var threeNodes = []string{"node1", "node2", "node3"}
 
 // partitionGrace is how long a silent kubelet's Node stays Ready: short,
@@ -34,12 +40,6 @@ var threeNodes = []string{"node1", "node2", "node3"}
 // long enough for a kubelet on a loaded 2-core machine (it reports every
 // 10 s).
 const partitionGrace = 20 * time.Second
-
-// newThreeNodes starts the three-node cluster with Calico on every node.
-func newThreeNodes(t *testing.T, legacy bool) *cluster {
-	t.Helper()
-	return newClusterOf(t, legacy, threeNodes, partitionGrace)
-}
 
 // Scenario 1 of issue 34, partition and return: node A's kubelet stops
 // (its Node turns NotReady, unreachable, not deleted); web-0, with a
@@ -62,6 +62,7 @@ func TestPartitionAndReturn(t *testing.T) { partitionAndReturn(t, false) }
 func TestPartitionAndReturnOnKDD(t *testing.T) { partitionAndReturn(t, true) }
 
 func partitionAndReturn(t *testing.T, kdd bool) {
+	t.Parallel() // see threeNodes
 	variants := controlAndSafe
 	if kdd {
 		variants = safeOnly
@@ -180,6 +181,7 @@ func TestRolloutAndUninstallAcrossNodes(t *testing.T) { rolloutAndUninstall(t, f
 func TestRolloutAndUninstallAcrossNodesOnKDD(t *testing.T) { rolloutAndUninstall(t, true) }
 
 func rolloutAndUninstall(t *testing.T, kdd bool) {
+	t.Parallel()
 	ctx := testContext(t, 8*time.Minute)
 	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	before := map[string]map[string]string{}
@@ -189,6 +191,9 @@ func rolloutAndUninstall(t *testing.T, kdd bool) {
 	c.installSafeIPAM(ctx)
 	c.createDeployment(ctx, "churn", 6)
 	c.requireOnEveryNode(ctx, "app=churn")
+	if kdd && c.claimCount(ctx) == 0 {
+		t.Fatal("the pods running with safe-ipam made no AddressClaim")
+	}
 	w := c.watch(ctx, "default")
 	stop := c.churn(ctx, "app=churn")
 	c.upgrade(ctx)
@@ -300,6 +305,7 @@ func TestCollectorDies(t *testing.T) { collectorDies(t, false) }
 func TestCollectorDiesOnKDD(t *testing.T) { collectorDies(t, true) }
 
 func collectorDies(t *testing.T, kdd bool) {
+	t.Parallel()
 	ctx := testContext(t, 6*time.Minute)
 	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	c.gcEvery = 10 * time.Second
@@ -406,9 +412,9 @@ func (c *cluster) fileStoreData() map[string]string {
 			c.t.Fatal(err)
 		}
 		for _, r := range recs {
-			out["/"+n.Name+"/records/"+r.Attachment.String()] = fmt.Sprint(r.State, r.IPs)
+			out[fileStoreKey(n, "records", r.Attachment)] = fmt.Sprint(r.State, r.IPs)
 			if len(r.Quarantined) > 0 {
-				out["/"+n.Name+"/quarantine/"+r.Attachment.String()] = fmt.Sprint(r.Quarantined)
+				out[fileStoreKey(n, "quarantine", r.Attachment)] = fmt.Sprint(r.Quarantined)
 			}
 		}
 		marks, err := fs.RemoteQuarantines(context.Background(), network)
@@ -416,7 +422,7 @@ func (c *cluster) fileStoreData() map[string]string {
 			c.t.Fatal(err)
 		}
 		for att, m := range marks {
-			out["/"+n.Name+"/quarantine/"+att.String()] = m.Claim
+			out[fileStoreKey(n, "quarantine", att)] = m.Claim
 		}
 	}
 	return out
@@ -452,16 +458,8 @@ func (c *cluster) sweeper(ctx context.Context) string {
 // gone.
 func (c *cluster) requireNoClaims(ctx context.Context) {
 	c.t.Helper()
-	dyn, err := dynamic.NewForConfig(c.node.API.Config())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	list, err := dyn.Resource(schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	for _, o := range list.Items {
-		c.t.Errorf("AddressClaim %s left after the uninstall", o.GetName())
+	if n := c.claimCount(ctx); n > 0 {
+		c.t.Errorf("%d AddressClaims left after the uninstall", n)
 	}
 	if err := c.node.API.Delete(claimsManifest); err != nil {
 		c.t.Fatal(err)
@@ -476,4 +474,28 @@ func (c *cluster) requireNoClaims(ctx context.Context) {
 			c.t.Fatalf("the sweeps' Lease is still there a minute after deploy/safe-ipam-claims.yaml was deleted: %v", err)
 		}
 	}
+}
+
+// claimCount is how many AddressClaims there are (Calico's Kubernetes
+// datastore); none once their CRD is deleted.
+func (c *cluster) claimCount(ctx context.Context) int {
+	c.t.Helper()
+	dyn, err := dynamic.NewForConfig(c.node.API.Config())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	list, err := dyn.Resource(schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// fileStoreKey is fileStoreData's key of what node n's file store holds
+// of att: /<node>/<what>/<attachment>.
+func fileStoreKey(n *kubenode.Node, what string, att record.Attachment) string {
+	return path.Join("/", n.Name, what, att.String())
 }

@@ -3,8 +3,10 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
@@ -51,6 +54,7 @@ func TestNodeDeath(t *testing.T) { nodeDeath(t, false) }
 func TestNodeDeathOnKDD(t *testing.T) { nodeDeath(t, true) }
 
 func nodeDeath(t *testing.T, kdd bool) {
+	t.Parallel()
 	ctx := testContext(t, 8*time.Minute)
 	c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
 	c.registerNodes(ctx)
@@ -64,6 +68,14 @@ func nodeDeath(t *testing.T, kdd bool) {
 	}
 	outside := c.claimLastBlock(ctx)
 	doomed := c.addrsOn(ctx, dead.Name)
+	if kdd {
+		// What the sweep must release: a claim of each of C's addresses.
+		for _, ip := range doomed {
+			if cl := c.claimOn(ctx, ip); cl == nil || !strings.Contains(fmt.Sprint(cl.Object["spec"]), "node:"+dead.Name) {
+				t.Fatalf("%s's %s has no claim of %s: %v", dead.Name, ip, dead.Name, cl)
+			}
+		}
+	}
 	c.writeEndpoints(ctx, dead.Name)
 	leader := c.waitSweeper(ctx, "", time.Minute)
 	w := c.watch(ctx, "default")
@@ -148,6 +160,24 @@ func (c *cluster) claimLastBlock(ctx context.Context) *calicosim.Allocator {
 	return &calicosim.Allocator{Client: c.calico.Etcd, Node: "outside"}
 }
 
+// claimOn is the AddressClaim on ip (nil: none).
+func (c *cluster) claimOn(ctx context.Context, ip netip.Addr) *unstructured.Unstructured {
+	c.t.Helper()
+	dyn, err := dynamic.NewForConfig(c.node.API.Config())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	gvr := schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}
+	obj, err := dyn.Resource(gvr).Get(ctx, claims.Name(network, ip), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return obj
+}
+
 // calicoObjects is the client of Calico's crd.projectcalico.org/v1
 // objects of plural (Calico's Kubernetes datastore).
 func (c *cluster) calicoObjects(plural string) dynamic.NamespaceableResourceInterface {
@@ -216,6 +246,7 @@ func TestOutsideReleaseAcrossNodes(t *testing.T) { outsideReleaseAcrossNodes(t, 
 func TestOutsideReleaseAcrossNodesOnKDD(t *testing.T) { outsideReleaseAcrossNodes(t, true) }
 
 func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
+	t.Parallel()
 	controlAndSafe(t, func(t *testing.T, safe bool) {
 		ctx := testContext(t, 8*time.Minute)
 		c := newClusterOn(t, false, threeNodes, partitionGrace, kdd)
@@ -259,9 +290,24 @@ func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
 		if ip := c.pod(ctx, fenced).Status.PodIP; ip == held.String() {
 			t.Errorf("%s runs with %s, which %s holds", fenced, ip, a.Name)
 		}
+		var claim *unstructured.Unstructured
+		if kdd {
+			claim = c.claimOn(ctx, held) // A's pod's, which fenced B
+		}
 		// Every node's gc judges every shared record, past gcGracePeriod,
 		// at least twice.
 		time.Sleep(gcGrace + 2*c.gcEvery + 5*time.Second)
+		if kdd {
+			// Neither gc took the other machine's claim for its own (a
+			// claim, like a record, judged past its grace, twice): A's
+			// pod's claim stands as it was, and B keeps the quarantine.
+			if now := c.claimOn(ctx, held); now == nil || now.GetUID() != claim.GetUID() {
+				t.Fatalf("the claim on %s of %s's running pod is gone or replaced after both gc ran: %v", held, a.Name, now)
+			}
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(c.safeIPAMData(ctx))), func(k string) bool { return strings.HasPrefix(k, path.Join("/", b.Name, "quarantine")) }) {
+				t.Fatalf("%s keeps no quarantine of %s for %s's claim: %v", b.Name, held, a.Name, c.safeIPAMData(ctx))
+			}
+		}
 		// Each gc names the other machine, and only it: the hosts differ,
 		// and gc's host is its own node's.
 		for _, n := range [][2]*kubenode.Node{{a, b}, {b, a}} {

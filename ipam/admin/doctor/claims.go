@@ -19,8 +19,9 @@ import (
 // of claims.Verbs, as SelfSubjectAccessReviews answer, and each of
 // claims.LeaseVerbs on the dead-node sweeps' Lease. Without them the
 // node fences its own records only: a warning, not a problem.
-// Without the Lease, no node sweeps the claims of dead nodes, which then
-// fence their addresses until removed by hand: a warning too.
+// Without the Lease, or the verbs on it, no node sweeps the claims of
+// dead nodes, which then fence their addresses until removed by hand: a
+// warning too.
 type ClaimsReport struct {
 	On bool `json:"on"`
 	// Kubeconfig is Calico's CNI kubeconfig, whose identity is checked.
@@ -32,7 +33,9 @@ type ClaimsReport struct {
 	// ("list nodes", "get leases").
 	Missing      []string `json:"missing,omitempty"`
 	MissingSweep []string `json:"missingSweep,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// NoLease names the sweeps' Lease when it does not exist.
+	NoLease string `json:"noLease,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // checkClaims checks the claims of cfg's records; nil where none are kept.
@@ -73,6 +76,10 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 	if err != nil {
 		out.Error = err.Error()
 		return out
+	}
+	var lease struct{}
+	if err := kube.Get(ctx, claims.LeasePath(cfg.Network), &lease); errors.Is(err, kubeapi.ErrNotFound) {
+		out.NoLease = claims.LeaseNamespace + "/" + claims.LeaseName(cfg.Network)
 	}
 	out.On = !out.Unserved && len(out.Missing) == 0
 	return out
@@ -119,6 +126,9 @@ func (c *ClaimsReport) writeText(w io.Writer, network string) {
 			c.Kubeconfig, strings.Join(c.Missing, ", ")))
 	default:
 		fmt.Fprintf(w, "cluster-wide claims of %s: on (AddressClaims, as the identity of %s)\n", network, c.Kubeconfig)
+	}
+	if c.On && c.NoLease != "" {
+		fmt.Fprintf(w, "warning: no node sweeps the claims of dead nodes of %s, which fence their addresses until deleted by hand: the Lease %s does not exist (deploy/safe-ipam-claims.yaml creates it for k8s-pod-network; create it for this network, and name it in the Role safe-ipam-claims-sweep)\n", network, c.NoLease)
 	}
 	if c.On && len(c.MissingSweep) > 0 {
 		fmt.Fprintf(w, "warning: no node sweeps the claims of dead nodes of %s, which fence their addresses until deleted by hand: the identity of %s may not %s (deploy/safe-ipam-claims.yaml grants them: the ClusterRole safe-ipam-claims, and the Role safe-ipam-claims-sweep for the Lease %s/%s, which it creates for k8s-pod-network; bind them to this identity)\n",

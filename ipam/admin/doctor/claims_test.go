@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
@@ -70,6 +72,12 @@ func TestDoctorChecksTheClaims(t *testing.T) {
 			t.Errorf("%s: %q does not say %q", tt.user, text(r), tt.says)
 		}
 		t.Logf("%s: %s", tt.user, text(r))
+	}
+	if err := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace).Delete(ctx, claims.LeaseName("k8s-pod-network"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := checkClaims(ctx, cfgFor(srv.Kubeconfig)); r == nil || !r.On || !strings.Contains(text(r), "the Lease kube-system/safe-ipam-sweep.k8s-pod-network does not exist") {
+		t.Errorf("without the sweeps' Lease: %+v %q; want a warning naming it", r, text(r))
 	}
 	if r := checkClaims(ctx, &config.Config{Store: config.Store{Type: config.StoreEtcd}, Calico: cfgFor(srv.Kubeconfig).Calico}); r != nil {
 		t.Errorf("with the etcd store: %+v; want no claims report", r)

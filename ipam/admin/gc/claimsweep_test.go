@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,11 +21,13 @@ import (
 
 // Issue 45: on Calico's Kubernetes datastore the DaemonSet's gc loops
 // sweep the claims of dead nodes; one per cluster is elected, through the
-// sweeps' Lease, as the identity of Calico's CNI kubeconfig. Of two
-// loops running at once, one leads and sweeps, the other says who does;
-// the leader gives the Lease up when it stops. Without the CRD (claims
-// off) no loop fails: there is nothing to sweep. With the CRD but without
-// the sweeps' Lease, every round fails and says so: a dead node's claims
+// sweeps' Lease, as the identity of Calico's CNI kubeconfig
+// (kube-system/calico-node, which deploy/safe-ipam-claims.yaml binds).
+// Of two loops running at once, one leads and sweeps, the other says who
+// does; the leader gives the Lease up when it stops. Without the manifest
+// (the API server refuses that identity Leases and AddressClaims alike)
+// no loop fails: there is nothing to sweep. With it but without the
+// sweeps' Lease, every round fails and says so: a dead node's claims
 // would stay.
 func TestClaimSweepLoopsElectOne(t *testing.T) {
 	srv := kubetest.Start(t)
@@ -38,10 +41,14 @@ func TestClaimSweepLoopsElectOne(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "calico-ipam"), []byte(delegateScript), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	kubeconfig, err := srv.User("calico-node", "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	conf := func(node string) string {
 		path := filepath.Join(dir, node+".conflist")
 		data := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","datastore_type":"kubernetes",
-			"kubernetes":{"kubeconfig":"` + srv.Kubeconfig + `"},"nodename":"` + node + `",
+			"kubernetes":{"kubeconfig":"` + kubeconfig + `"},"nodename":"` + node + `",
 			"ipam":{"type":"safe-ipam","delegate":{"type":"calico-ipam"},"logFile":"","cacheDir":"` + filepath.Join(dir, node) + `",
 			"store":{"type":"file","dir":"` + filepath.Join(dir, node, "records") + `"}}}]}`
 		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
@@ -73,6 +80,7 @@ func TestClaimSweepLoopsElectOne(t *testing.T) {
 	if err := srv.Apply("../../../deploy/safe-ipam-claims.yaml"); err != nil {
 		t.Fatal(err)
 	}
+	waitGranted(t, srv, "system:serviceaccount:kube-system:calico-node")
 	leases := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace)
 	lease, err := leases.Get(ctx, claims.LeaseName("k8s-pod-network"), metav1.GetOptions{})
 	if err != nil {
@@ -122,6 +130,33 @@ func TestClaimSweepLoopsElectOne(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after deleting deploy/safe-ipam-claims.yaml: %v; want the sweeps' Lease gone", err)
+		}
+	}
+}
+
+// waitGranted waits until the authorizer grants user what
+// deploy/safe-ipam-claims.yaml binds it to: its bindings reach the
+// authorizer's cache a moment after they are created.
+func waitGranted(t *testing.T, srv *kubetest.Server, user string) {
+	t.Helper()
+	attrs := []*authorizationv1.ResourceAttributes{
+		{Verb: "list", Group: claims.Group, Resource: claims.Resource},
+		{Verb: "list", Resource: "nodes"},
+		{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: claims.LeaseNamespace, Name: claims.LeaseName("k8s-pod-network")},
+	}
+	for _, a := range attrs {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			review, err := srv.Client().AuthorizationV1().SubjectAccessReviews().Create(context.Background(),
+				&authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: a}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if review.Status.Allowed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s not granted %+v", user, a)
+			}
 		}
 	}
 }

@@ -171,8 +171,14 @@ func (s *sweeper) claimsClient(conf *admin.NodeConf) *claims.Client {
 	cfg := conf.File.SafeIPAM
 	where := fmt.Sprint("claims ", cfg.Calico.Kubeconfig, " ", cfg.Network, " ", conf.Node)
 	if s.claims == nil || s.where != where {
+		changed := s.where != where
 		s.close()
-		s.claims, s.where, s.network, s.campaign = claims.ClientFor(cfg, nil), where, cfg.Network, claims.Campaign{}
+		if changed {
+			// Else kept across a resignation: a Lease it failed to give
+			// up is still its own.
+			s.campaign = claims.Campaign{}
+		}
+		s.claims, s.where, s.network = claims.ClientFor(cfg, nil), where, cfg.Network
 	}
 	return s.claims
 }

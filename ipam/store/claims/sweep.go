@@ -43,7 +43,8 @@ const goneAnnotation = Group + "/gone"
 // LeaseName is the name of network's sweep Lease.
 func LeaseName(network string) string { return "safe-ipam-sweep." + label(network) }
 
-func leasePath(network string) string {
+// LeasePath is the API path of network's sweep Lease.
+func LeasePath(network string) string {
 	return "/apis/coordination.k8s.io/v1/namespaces/" + LeaseNamespace + "/leases/" + LeaseName(network)
 }
 
@@ -162,9 +163,9 @@ func (c *Client) Lead(ctx context.Context, network string, cp *Campaign, ttl tim
 	obj.Spec.RenewTime = now.UTC().Format(microTime)
 	if err := c.writeLease(ctx, sw, obj); err != nil {
 		if errors.Is(err, kubeapi.ErrConflict) {
-			// Another campaign wrote first: the next round reads whose.
-			sw.Leader, sw.Leading = "", false
-			return sw, nil
+			// Another wrote first (a campaign, a run by hand's note):
+			// whose is the Lease now?
+			return c.Lead(ctx, network, cp, ttl, false)
 		}
 		return nil, err
 	}
@@ -189,19 +190,21 @@ func (c *Client) Resign(ctx context.Context, network string, cp *Campaign) error
 // the notes to forget (false). It reads the Lease again, so that a node
 // is noted gone at the API server's time after the listing that found it
 // so, and refuses (ErrLeadChanged) when the Lease names another holder
-// than sw: the sweep of a leader that lost the lead writes nothing. The
+// than sw: the sweep of a leader that lost the lead writes nothing, and
+// releases nothing (a sweep calls Note, notes or none, before it
+// releases). The
 // write names the resourceVersion it read. A note that does not read is
 // dropped (no sighting), never written back.
 func (c *Client) Note(ctx context.Context, sw *Sweep, notes map[string]bool, grace time.Duration) error {
-	if len(notes) == 0 {
-		return nil
-	}
 	fresh, err := c.readSweep(ctx, sw.Network)
 	if err != nil {
 		return err
 	}
 	if fresh.holder != sw.holder {
 		return fmt.Errorf("%w: %q holds it now, not %q", ErrLeadChanged, fresh.holder, sw.holder)
+	}
+	if len(notes) == 0 {
+		return nil // the lead checked, nothing to write
 	}
 	gone := map[string]goneNote{}
 	for node, s := range fresh.Gone {
@@ -210,9 +213,11 @@ func (c *Client) Note(ctx context.Context, sw *Sweep, notes map[string]bool, gra
 		}
 	}
 	for node, first := range notes {
-		if first {
+		_, noted := gone[node]
+		switch {
+		case first && !noted: // an earlier note of it (a run by hand's) stands
 			gone[node] = goneNote{Since: fresh.Now, Grace: grace.String()}
-		} else {
+		case !first:
 			delete(gone, node)
 		}
 	}
@@ -240,22 +245,28 @@ func (c *Client) Note(ctx context.Context, sw *Sweep, notes map[string]bool, gra
 // ErrClaimsOff where they are not.
 func (c *Client) readSweep(ctx context.Context, network string) (*Sweep, error) {
 	var obj lease
-	now, err := c.api.GetDated(ctx, leasePath(network), &obj)
-	if errors.Is(err, kubeapi.ErrNotFound) {
-		var page struct{}
-		if err := c.api.Get(ctx, collection+"?limit=1", &page); err != nil {
-			return nil, sweepError("listing AddressClaims", err)
-		}
-		return nil, fmt.Errorf("%w: %s/%s (deploy/safe-ipam-claims.yaml creates the one of k8s-pod-network)", ErrNoLease, LeaseNamespace, LeaseName(network))
-	}
+	now, err := c.api.GetDated(ctx, LeasePath(network), &obj)
 	if err != nil {
-		return nil, sweepError("reading the dead-node sweeps' Lease", err)
+		// Missing or refused: are the claims on at all for this
+		// identity? Without deploy/safe-ipam-claims.yaml it may read
+		// neither (the API server refuses before it looks).
+		var page struct{}
+		if perr := c.api.Get(ctx, collection+"?limit=1", &page); perr != nil {
+			return nil, sweepError("listing AddressClaims", perr)
+		}
+		if errors.Is(err, kubeapi.ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s/%s (deploy/safe-ipam-claims.yaml creates the one of k8s-pod-network)", ErrNoLease, LeaseNamespace, LeaseName(network))
+		}
+		return nil, fmt.Errorf("reading the dead-node sweeps' Lease %s/%s: %w", LeaseNamespace, LeaseName(network), err)
 	}
 	if now.IsZero() {
 		return nil, errors.New("reading the dead-node sweeps' Lease: the API server's answer has no Date")
 	}
 	sw := &Sweep{Network: network, Gone: map[string]store.Sighting{}, Now: now, obj: &obj, holder: obj.Spec.HolderIdentity}
-	sw.Leader, _, _ = strings.Cut(sw.holder, "_")
+	sw.Leader = sw.holder
+	if i := strings.LastIndexByte(sw.holder, '_'); i >= 0 {
+		sw.Leader = sw.holder[:i] // a node name may have one too
+	}
 	var notes map[string]goneNote
 	if raw, ok := obj.Metadata.Annotations[goneAnnotation]; ok {
 		if err := json.Unmarshal([]byte(raw), &notes); err != nil {
@@ -280,9 +291,10 @@ func sighting(n goneNote, now time.Time) store.Sighting {
 }
 
 // sweepError wraps err: ErrClaimsOff where the API server serves no
-// AddressClaims; anything else (a refusal among it) is a failure to say.
+// AddressClaims, or not to this identity (no node with it claims either);
+// anything else is a failure to say.
 func sweepError(what string, err error) error {
-	if errors.Is(err, kubeapi.ErrNoResource) {
+	if errors.Is(err, kubeapi.ErrNoResource) || errors.Is(err, kubeapi.ErrForbidden) {
 		return fmt.Errorf("%w: %s: %w", ErrClaimsOff, what, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -302,7 +314,7 @@ func (sw *Sweep) leaseObject() *lease {
 // and keeps what the server stored as sw's.
 func (c *Client) writeLease(ctx context.Context, sw *Sweep, obj *lease) error {
 	var out lease
-	if err := c.api.Update(ctx, leasePath(sw.Network), obj, &out); err != nil {
+	if err := c.api.Update(ctx, LeasePath(sw.Network), obj, &out); err != nil {
 		return fmt.Errorf("writing the dead-node sweeps' Lease: %w", err)
 	}
 	sw.obj = &out
