@@ -192,7 +192,7 @@ func TestDeadNodeClaimsAreSwept(t *testing.T) {
 				want := "node node1 is gone, found so first now"
 				switch {
 				case !tc.nodeGone:
-					want = "1 kept" // counted, not read: Calico knows node1
+					want = "gc: 1 AddressClaims of network k8s-pod-network on other nodes (swept by node node2); 0 to release, 1 kept" // counted, not read: Calico knows node1
 				case i > 0:
 					want = "released"
 				}

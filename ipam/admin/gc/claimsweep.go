@@ -66,7 +66,7 @@ func (n *Releaser) PlanClaimSweep(ctx context.Context, ds datastore.Datastore, c
 		return nil, nil, fmt.Errorf("%w: %s", ErrUntrustedNodes, why)
 	}
 	plan := &ClaimPlan{notes: map[string]bool{}, counts: map[string]int{}, kept: map[string]int{}, sweep: sw, grace: grace}
-	report := &Report{Network: n.Network, Node: n.Name, Sweep: true, Liveness: "Calico's Nodes (" + ds.Kind() + "), AddressClaims", Records: len(all)}
+	report := &Report{Network: n.Network, Node: n.Name, Sweep: true, Claims: true, Liveness: "Calico's Nodes (" + ds.Kind() + "), AddressClaims", Records: len(all)}
 	for _, name := range damaged {
 		report.Kept = append(report.Kept, Entry{Attachment: "AddressClaim " + name, State: "damaged", Why: "does not read: names no node whose death is evidence against it"})
 	}

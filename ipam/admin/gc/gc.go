@@ -37,8 +37,10 @@ type Report struct {
 	// the nodes Calico knows, which a sweep of dead nodes only counts.
 	KeptUnread int `json:"keptUnread,omitempty"`
 	// Sweep says that the records are other nodes' (a sweep of dead
-	// nodes, run by Node), not Node's own.
-	Sweep bool `json:"sweep,omitempty"`
+	// nodes, run by Node), not Node's own; Claims, that they are their
+	// AddressClaims (Calico's Kubernetes datastore), not records.
+	Sweep  bool `json:"sweep,omitempty"`
+	Claims bool `json:"claims,omitempty"`
 	// OtherHosts are hosts other than this one that wrote records under
 	// this node's Calico name (a stale nodename?); their records are kept.
 	OtherHosts []string `json:"otherHosts,omitempty"`
@@ -170,8 +172,12 @@ func (r *Report) WriteSummary(w io.Writer) error {
 	if r.Sweep {
 		where = "on other nodes (swept by node " + r.Node + ")"
 	}
-	_, err := fmt.Fprintf(w, "gc: %d records of network %s %s; %d to release, %d kept; %s; liveness: %s\n",
-		r.Records, r.Network, where, len(r.Release), len(r.Kept)+r.KeptUnread, r.outcome(), r.Liveness)
+	what := "records"
+	if r.Claims {
+		what = "AddressClaims"
+	}
+	_, err := fmt.Fprintf(w, "gc: %d %s of network %s %s; %d to release, %d kept; %s; liveness: %s\n",
+		r.Records, what, r.Network, where, len(r.Release), len(r.Kept)+r.KeptUnread, r.outcome(), r.Liveness)
 	if err == nil && len(r.OtherHosts) > 0 {
 		_, err = fmt.Fprintf(w, "gc: WARNING: host(s) %s wrote records under node %s's Calico name, as this host does: a stale Calico nodename? Their records are kept, never judged by this host's runtime; fix the node's Calico nodename, or, if a host named so is this machine before a host rename, run gc with --former-host\n",
 			strings.Join(r.OtherHosts, ", "), r.Node)
