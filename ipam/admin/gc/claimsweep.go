@@ -138,8 +138,12 @@ func (n *Releaser) ApplyClaimSweep(ctx context.Context, cl *claims.Client, p *Cl
 			forget[node] = false
 		}
 	}
-	if err := cl.Note(ctx, p.sweep, forget, p.grace); err != nil {
-		errs = append(errs, err)
+	// NoteClaimSweep checked the lead before these releases: a Note with
+	// nothing to forget would only read the Lease again.
+	if len(forget) > 0 {
+		if err := cl.Note(ctx, p.sweep, forget, p.grace); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return r.applied(joinErrors(errs))
 }
