@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
@@ -91,11 +91,8 @@ const notServedFile = "claims-not-served"
 // notServedLately says whether claims were found not served on this node
 // less than notServedFor ago (a note from the future is none).
 func notServedLately(cacheDir string, now time.Time) bool {
-	if cacheDir == "" {
-		return false
-	}
-	data, err := bounded.Read(filepath.Join(cacheDir, notServedFile), bounded.Small)
-	if err != nil {
+	data, err := cachedir.Get(cacheDir, notServedFile)
+	if err != nil || data == nil {
 		return false
 	}
 	at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
@@ -105,18 +102,7 @@ func notServedLately(cacheDir string, now time.Time) bool {
 // noteNotServed notes that claims were found not served now; a note that
 // cannot be written only costs the next call a refused request.
 func noteNotServed(cacheDir string, now time.Time) {
-	if cacheDir == "" || os.MkdirAll(cacheDir, 0o700) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(cacheDir, ".tmp-claims-")
-	if err != nil {
-		return
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	_, err = tmp.WriteString(now.UTC().Format(time.RFC3339Nano))
-	if cerr := tmp.Close(); err == nil && cerr == nil {
-		_ = os.Rename(tmp.Name(), filepath.Join(cacheDir, notServedFile))
-	}
+	cachedir.Put(cacheDir, notServedFile, []byte(now.UTC().Format(time.RFC3339Nano)))
 }
 
 // forgetNotServed removes the note: claims are served.
