@@ -222,8 +222,8 @@ func Mutants() []Mutant {
 		{
 			Name:     "uninstall-forgets-another-hosts-records",
 			Breaks:   "uninstall forgets every record under the node's Calico name, also those another machine sharing it (a stale nodename) wrote: that machine's running pods lose their fence",
-			Old:      "list := q.ownRecords(all, o.Store, append([]string{record.ThisHost()}, formerHosts...))",
-			New:      "list, _ := all, q.ownRecords",
+			Old:      "list, atWork := q.ownRecords(all, u)",
+			New:      "list, atWork := all, []*record.Record(nil)",
 			Catchers: func() []Job { return ScriptJobs(UninstallStaleNodenameScript) },
 		},
 		{

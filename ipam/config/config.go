@@ -46,7 +46,18 @@ const (
 	// is killed and reported by safe-ipam before the runtime gives up on
 	// the call and leaves the delegate running.
 	DefaultVerbTimeout = 60 * time.Second
+	// VerbGrace is how long a verb may run past ipam.verbTimeout before
+	// the call returns without it, and its process exits: its own steps
+	// stop at the deadline (the delegate is killed, lock and datastore
+	// waits end), so only a step the deadline cannot reach (a read or
+	// write in a hung filesystem) is left.
+	VerbGrace = 5 * time.Second
 )
+
+// CallLifetime is the longest a CNI call through c lives, from its start
+// to its process's exit: a record it wrote, last written longer ago, is
+// no call's at work.
+func (c *Config) CallLifetime() time.Duration { return c.VerbTimeout + VerbGrace }
 
 // ownedKeys are the ipam keys safe-ipam consumes; the delegate never sees them.
 var ownedKeys = []string{"type", "delegate", "delegateHandles", "store", "logFile", "logLevel", "cacheDir", "gcGracePeriod", "verbTimeout", outsideKey}

@@ -202,20 +202,37 @@ func TrustEmpty(l *Listing, node, what string, held int) string {
 		l.Source, where, what)
 }
 
+// Uninstall is what uninstall knows when it would forget a record: the
+// machine's host names (now first, then the ones it had before a host
+// rename, the operator's word), the store's kind, and the clock against
+// the longest a CNI call lives (config.Config.CallLifetime).
+type Uninstall struct {
+	Hosts        []string
+	Shared       bool
+	Now          time.Time
+	CallLifetime time.Duration
+}
+
 // UninstallForgets judges whether uninstall may forget rec, read under
-// its node's Calico name, on the machine whose host names are hosts (now
-// first, then the ones it had before a host rename, the operator's word):
-// in a store machines share, a record another machine wrote there (a
-// stale nodename) is that machine's, whose safe-ipam still fences its
-// addresses and releases it on its pod's DEL; forgotten (and re-keyed in
-// pod mode), its running pods would lose their fence and leak their
-// addresses. A record without a host (an older safe-ipam's) is
-// forgotten: kept, nothing would release it once this machine's pods are
-// deleted through Calico alone, and forgetting costs another machine's
-// pod its fence only.
-func UninstallForgets(rec *record.Record, hosts []string, shared bool) Verdict {
-	if shared && rec.Host != "" && len(hosts) > 0 && hosts[0] != "" && !slices.Contains(hosts, rec.Host) {
+// its node's Calico name. In a store machines share, a record another
+// machine wrote there (a stale nodename) is that machine's, whose
+// safe-ipam still fences its addresses and releases it on its pod's DEL;
+// forgotten (and re-keyed in pod mode), its running pods would lose their
+// fence and leak their addresses. A record without a host (an older
+// safe-ipam's) is forgotten: kept, nothing would release it once this
+// machine's pods are deleted through Calico alone, and forgetting costs
+// another machine's pod its fence only. A pending or releasing record
+// written within a call's lifetime may be an ADD or DEL begun before
+// Calico's files came back (R11): forgotten under it, that ADD's commit
+// fails and its pod start with it, so uninstall waits for the call to
+// end and judges what it left.
+func UninstallForgets(rec *record.Record, u Uninstall) Verdict {
+	hosts := u.Hosts
+	switch {
+	case u.Shared && rec.Host != "" && len(hosts) > 0 && hosts[0] != "" && !slices.Contains(hosts, rec.Host):
 		return keep("written by host %s under this node's Calico name: a stale nodename? That machine's safe-ipam releases it", rec.Host)
+	case rec.State != record.Committed && u.Now.Sub(LastWritten(rec)) < u.CallLifetime:
+		return Verdict{Wait: true, Why: fmt.Sprintf("a %s record written %s ago: its ADD or DEL may still run (a call lives up to %s); uninstall waits for it", rec.State, u.Now.Sub(LastWritten(rec)).Round(time.Millisecond), u.CallLifetime)}
 	}
 	return release("this machine's record: uninstall forgets it")
 }

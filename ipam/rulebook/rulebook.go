@@ -23,6 +23,9 @@ import (
 // Verdict is the rulebook's answer: Release, or keep for Why.
 type Verdict struct {
 	Release bool
+	// Wait, with Release false, says the evidence is about to change (a
+	// call at work will write again): ask again once it has.
+	Wait bool
 	// Why says why it is kept, or, when released, on what evidence.
 	Why string
 }

@@ -244,20 +244,29 @@ func TestPodHandleOwner(t *testing.T) {
 // record another host wrote under the node's Calico name (a stale
 // nodename) is that machine's to release.
 func TestUninstallForgets(t *testing.T) {
+	const lifetime = 65 * time.Second
 	tests := []struct {
-		name, recHost, host string
-		shared, forgets     bool
+		name, recHost, host   string
+		state                 record.State
+		age                   time.Duration
+		shared, forgets, wait bool
 	}{
-		{"this host's, shared store", "me", "me", true, true},
-		{"another host's, shared store", "them", "me", true, false},
-		{"another host's name, file store (a host rename)", "them", "me", false, true},
-		{"no host (an older safe-ipam's)", "", "me", true, true},
-		{"this host's name unknown", "them", "", true, true},
-		{"this host before a rename (--former-host)", "before", "me", true, true},
+		{"this host's, shared store", "me", "me", record.Committed, time.Second, true, true, false},
+		{"another host's, shared store", "them", "me", record.Committed, time.Hour, true, false, false},
+		{"another host's name, file store (a host rename)", "them", "me", record.Committed, time.Hour, false, true, false},
+		{"no host (an older safe-ipam's)", "", "me", record.Committed, time.Hour, true, true, false},
+		{"this host's name unknown", "them", "", record.Committed, time.Hour, true, true, false},
+		{"this host before a rename (--former-host)", "before", "me", record.Committed, time.Hour, true, true, false},
+		{"pending, its ADD may run", "me", "me", record.Pending, time.Second, false, false, true},
+		{"releasing, its DEL may run", "me", "me", record.Releasing, lifetime - time.Second, true, false, true},
+		{"pending longer than a call lives", "me", "me", record.Pending, lifetime, false, true, false},
+		{"another host's pending", "them", "me", record.Pending, time.Second, true, false, false},
 	}
 	for _, tt := range tests {
-		if got := rulebook.UninstallForgets(&record.Record{Host: tt.recHost}, []string{tt.host, "before"}, tt.shared); got.Release != tt.forgets {
-			t.Errorf("%s: %+v, want forget %v", tt.name, got, tt.forgets)
+		rec := &record.Record{Host: tt.recHost, State: tt.state, Created: now.Add(-tt.age)}
+		u := rulebook.Uninstall{Hosts: []string{tt.host, "before"}, Shared: tt.shared, Now: now, CallLifetime: lifetime}
+		if got := rulebook.UninstallForgets(rec, u); got.Release != tt.forgets || got.Wait != tt.wait {
+			t.Errorf("%s: %+v, want forget %v, wait %v", tt.name, got, tt.forgets, tt.wait)
 		}
 	}
 }

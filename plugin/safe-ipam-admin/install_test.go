@@ -187,6 +187,41 @@ func TestUninstallForgetsTheNodesRecords(t *testing.T) {
 	}
 }
 
+// An ADD through safe-ipam begun before uninstall put Calico's files
+// back is still at work when uninstall lists the records: forgetting its
+// pending record made its commit fail, and its pod start with it (seen
+// in the three-node rollout and uninstall on KDD). Uninstall waits for
+// the call, then forgets the record the ADD committed.
+func TestUninstallWaitsForAnADDAtWork(t *testing.T) {
+	safe, dirs, etcd, cfg, node := takenOver(t)
+	ctx := context.Background()
+	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
+	att := record.Attachment{Network: cfg.Network, ContainerID: "starting", IfName: "eth0"}
+	pending := &record.Record{Attachment: att, Node: node, Host: record.ThisHost(), Handle: cfg.Network + ".starting", State: record.Pending, Created: time.Now().UTC()}
+	pending, err := st.Swap(ctx, att, nil, pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uninstall := exec.Command(safe, append([]string{"uninstall"}, dirs...)...)
+	var out strings.Builder
+	uninstall.Stdout, uninstall.Stderr = &out, &out
+	if err := uninstall.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // the delegate's ADD, meanwhile
+	committed := *pending
+	committed.State, committed.IPs, committed.Updated = record.Committed, []string{"10.244.0.9/26"}, time.Now().UTC()
+	if _, err := st.Commit(ctx, pending, &committed); err != nil {
+		t.Errorf("the ADD's commit while uninstall runs: %v; want it to succeed (its pod starts)", err)
+	}
+	if err := uninstall.Wait(); err != nil || !strings.Contains(out.String(), "forgot 1 record(s)") {
+		t.Fatalf("uninstall: %v\n%s", err, out.String())
+	}
+	if left, err := etcd.Dump(cfg.Store.Prefix); err != nil || len(left) != 0 {
+		t.Errorf("safe-ipam's keys after uninstall: %v (%v); the committed record must be forgotten too", left, err)
+	}
+}
+
 // Records written before the address index existed do not fence their
 // addresses; install gives them their entries (each DaemonSet start runs
 // it), and says so (issue 19, item 7).

@@ -158,7 +158,9 @@ Example: safe-ipam install --mode=takeover --delegate-handles=pod --dry-run
 Takes safe-ipam off this node, restoring byte for byte what install
 replaced, unless it changed since, then forgets this node's records (with
 their address index entries and quarantines; Calico's allocations stay):
-no DEL or GC of safe-ipam comes for them any more. An allocation
+no DEL or GC of safe-ipam comes for them any more. A record an ADD or
+DEL begun before the files came back may still write is waited for (up
+to ipam.verbTimeout and 5 seconds). An allocation
 quarantined with a record whose pod runs holds that pod's address: it is
 re-claimed for the pod in Calico's datastore (the address goes back under
 the pod's own handle), or, where that cannot be written, kept and the pod

@@ -144,9 +144,13 @@ func (r *nodeRecords) forget(ctx context.Context, dryRun, release bool, formerHo
 
 // forgetNetwork forgets the node's records of cfg's network, settling
 // their quarantines; it returns how many records, and what became of the
-// quarantines.
+// quarantines. A record a call may still be writing (an ADD or DEL begun
+// before Calico's files came back) is waited for, up to a call's
+// lifetime, and the records are listed again until a listing leaves
+// nothing to forget or wait for: that catches what such a call wrote
+// after the first listing too.
 func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string, dryRun, release bool, formerHosts []string) (int, *quarantineFates, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, cfg.CallLifetime()+30*time.Second)
 	defer cancel()
 	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "uninstall")
 	defer closeLog()
@@ -157,37 +161,74 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 		return 0, q, err
 	}
 	defer o.Close()
-	all, err := o.Store.List(ctx, cfg.Network)
-	if err != nil {
-		return 0, q, err
-	}
-	// chaos:uninstall-forgets-another-hosts-records (a mutant breaks what follows)
-	list := q.ownRecords(all, o.Store, append([]string{record.ThisHost()}, formerHosts...))
-	for i, rec := range list {
+	_, shared := o.Store.(store.Cluster)
+	u := rulebook.Uninstall{Hosts: append([]string{record.ThisHost()}, formerHosts...), Shared: shared, CallLifetime: cfg.CallLifetime()}
+	forgotten := 0
+	for {
+		all, err := o.Store.List(ctx, cfg.Network)
+		if err != nil {
+			return forgotten, q, err
+		}
+		u.Now = time.Now()
+		// chaos:uninstall-forgets-another-hosts-records (a mutant breaks what follows)
+		list, atWork := q.ownRecords(all, u)
 		if dryRun {
-			q.count(rec, release)
-			continue
+			for _, rec := range append(list, atWork...) {
+				q.count(rec, release)
+			}
+			return len(list) + len(atWork), q, nil
 		}
-		// Before the record goes, so that a run cut short does it again.
-		if err := q.reclaimer.Rekey(ctx, rec); err != nil {
-			return i, q, err
+		for _, rec := range list {
+			// Before the record goes, so that a run cut short does it again.
+			if err := q.reclaimer.Rekey(ctx, rec); err != nil {
+				return forgotten, q, err
+			}
+			if err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release)); err != nil {
+				return forgotten, q, err
+			}
+			forgotten++
 		}
-		if err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release)); err != nil {
-			return i, q, err
+		if len(list) == 0 && len(atWork) == 0 {
+			return forgotten, q, nil
+		}
+		if len(atWork) > 0 {
+			if err := waitForCalls(ctx, atWork); err != nil {
+				return forgotten, q, err
+			}
 		}
 	}
-	return len(list), q, nil
 }
 
-// ownRecords are the records of all that this machine, known by hosts,
-// may forget (rulebook.UninstallForgets); those another host wrote are
-// counted.
-func (q *quarantineFates) ownRecords(all []*record.Record, st store.Store, hosts []string) []*record.Record {
-	_, shared := st.(store.Cluster)
-	var own []*record.Record
+// waitForCalls pauses while the calls that wrote atWork may still run,
+// before the records are listed again.
+func waitForCalls(ctx context.Context, atWork []*record.Record) error {
+	t := time.NewTimer(callPoll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the ADD or DEL of %s to end (a call begun before Calico's files came back): %w", atWork[0].Attachment, ctx.Err())
+	case <-t.C:
+		return nil
+	}
+}
+
+// callPoll is how often uninstall looks again at a record a call may
+// still be writing: a pod start waits on that call, not on this.
+const callPoll = 200 * time.Millisecond
+
+// ownRecords are the records of all that this machine may forget now,
+// and those a call may still be writing (rulebook.UninstallForgets);
+// those another host wrote are counted (the last listing's).
+func (q *quarantineFates) ownRecords(all []*record.Record, u rulebook.Uninstall) (own, atWork []*record.Record) {
+	q.keptOthers, q.otherHosts = 0, nil
 	for _, rec := range all {
-		if rulebook.UninstallForgets(rec, hosts, shared).Release {
+		v := rulebook.UninstallForgets(rec, u)
+		switch {
+		case v.Release:
 			own = append(own, rec)
+			continue
+		case v.Wait:
+			atWork = append(atWork, rec)
 			continue
 		}
 		q.keptOthers++
@@ -195,7 +236,7 @@ func (q *quarantineFates) ownRecords(all []*record.Record, st store.Store, hosts
 			q.otherHosts = append(q.otherHosts, rec.Host)
 		}
 	}
-	return own
+	return own, atWork
 }
 
 // quarantineFates counts what uninstall did with the quarantines of one

@@ -41,7 +41,7 @@ type Verbs struct {
 	// store is etcd is handed to when Backends do not open one.
 	HandOverTo string
 	// Grace is how long a verb may run past its deadline before the call
-	// returns without it (0: verbGrace).
+	// returns without it (0: config.VerbGrace).
 	Grace time.Duration
 }
 
@@ -114,7 +114,7 @@ func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *g
 	defer cancel()
 	grace := r.Grace
 	if grace <= 0 {
-		grace = verbGrace
+		grace = config.VerbGrace
 	}
 	err = stopAt(ctx, grace, func() error {
 		log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", verb, "container", env.ContainerID, "ifname", env.IfName)
@@ -162,14 +162,8 @@ func noteOutcome(verb string, cfg *config.Config, err error) {
 // noteWait bounds how long a call waits for its failure note.
 const noteWait = 200 * time.Millisecond
 
-// verbGrace is how long a verb may run past ipam.verbTimeout before the
-// call returns without it: its own steps stop at the deadline (the
-// delegate is killed, lock and datastore waits end), so only a step the
-// deadline cannot reach (a read or write in a hung filesystem) is left.
-const verbGrace = 5 * time.Second
-
 // errStillBlocked is the error of a verb that did not return within
-// verbGrace of its deadline.
+// config.VerbGrace of its deadline.
 var errStillBlocked = errors.New("a step still blocked (a hung filesystem?): the call ends here, and the process with it, as a crash ends it")
 
 // stopAt runs f, and returns errStillBlocked when f has not returned
