@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/invocation"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
@@ -109,6 +111,12 @@ func (c *cli) run(ctx context.Context, cfg *config.Config) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--conf %s: record store: %w", c.calico.Conf, err)
 	}
+	log, closeLog := logging.New(cfg.LogFile, cfg.LogLevel, "verb", "adopt")
+	defer closeLog()
+	// As ADD commits: on Calico's Kubernetes datastore the record claims
+	// its addresses cluster-wide, and another node's live claim is a
+	// holder (a duplicate) as a record of this node is.
+	st = invocation.Claimed(cfg, st, node, log, false)
 	defer st.Close()
 	p := &Planner{Cfg: cfg, Node: node, Store: st, Holders: holders, Now: time.Now}
 	plan, err := p.Plan(ctx, source, entries, skipped)

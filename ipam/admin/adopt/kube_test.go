@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 )
 
 // kube is one real kube-apiserver for the package, started on first use.
@@ -72,6 +75,32 @@ func TestKubeAdoptReadsTheKubernetesDatastore(t *testing.T) {
 	}
 	if code != 1 || len(plan.Actions) != 3 {
 		t.Errorf("exit %d, %d actions; want 1 (a dry run with records to write), 3", code, len(plan.Actions))
+	}
+	// With the claims served, the records adopt writes claim their
+	// addresses cluster-wide as an ADD's commit does (issue 45): another
+	// node's ADD given one of them is fenced.
+	if err := srv.Apply("../../../deploy/safe-ipam-claims.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	if code := Run([]string{"--conf", conf, "--cni-cache", cache, "--apply"}, &stdout, &stderr); code != 1 {
+		t.Fatalf("adopt --apply: exit %d, want 1 (an early release)\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	api, err := kubeapi.New(srv.Kubeconfig, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made, _, err := claims.NewClient(api).OfNode(context.Background(), network, node1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, cl := range made {
+		addrs = append(addrs, cl.Addr.String()+" "+cl.Holder.ContainerID)
+	}
+	slices.Sort(addrs)
+	if want := []string{"10.244.166.128 aaa111", "10.244.166.129 ccc333", "10.244.166.140 ddd444"}; !slices.Equal(addrs, want) {
+		t.Errorf("AddressClaims after adopt --apply: %v; want %v", addrs, want)
 	}
 }
 

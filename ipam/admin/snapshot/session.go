@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
+	"github.com/safe-ipam/safe-ipam/ipam/cni/invocation"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/logging"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
 	"github.com/safe-ipam/safe-ipam/ipam/store/opener"
 )
 
@@ -81,7 +85,7 @@ func (s *Session) openRecords(ctx context.Context, w Where, cli *clientv3.Client
 	}
 	switch {
 	case w.StoreDir != "":
-		return s.openFileRecords(ctx, w.StoreDir, w.Node, access)
+		return s.openFileRecords(ctx, w, access)
 	case cli != nil:
 		return &EtcdRecords{Client: cli, Prefix: w.RecordsPrefix}, nil
 	case w.NodeErr != nil:
@@ -91,14 +95,18 @@ func (s *Session) openRecords(ctx context.Context, w Where, cli *clientv3.Client
 	if err != nil {
 		return nil, fmt.Errorf("--conf %s: record store: %w", w.Conf, err)
 	}
+	st = s.claimed(w.SafeIPAM, st, w.Node, access)
 	s.closers = append(s.closers, func() { _ = st.Close() })
-	return &StoreRecords{Store: st, Of: w.Node, Where: "etcd store of --conf " + w.Conf}, nil
+	return &StoreRecords{Store: st, Of: w.Node, Where: fmt.Sprintf("%s store of --conf %s", w.SafeIPAM.Store.Type, w.Conf)}, nil
 }
 
 // openFileRecords opens the node's file store. A directory that does not
 // exist is an error, not "no records": a wrong path must not read as an
-// empty store.
-func (s *Session) openFileRecords(ctx context.Context, dir, node string, access opener.Access) (Records, error) {
+// empty store. Opened to write, under --conf's config of that store, it
+// keeps that config's cluster-wide claims as the plugin does (a record
+// repair forgets releases its claims).
+func (s *Session) openFileRecords(ctx context.Context, w Where, access opener.Access) (Records, error) {
+	dir, node := w.StoreDir, w.Node
 	if node == "" {
 		return nil, fmt.Errorf("--store-dir %s holds one node's records: --node must name that node", dir)
 	}
@@ -110,6 +118,21 @@ func (s *Session) openFileRecords(ctx context.Context, dir, node string, access 
 	if err != nil {
 		return nil, fmt.Errorf("safe-ipam's file store: %w", err)
 	}
+	if c := w.SafeIPAM; c != nil && c.Store.Type == config.StoreFile && filepath.Clean(c.Store.Dir) == filepath.Clean(dir) {
+		st = s.claimed(c, st, node, access)
+	}
 	s.closers = append(s.closers, func() { _ = st.Close() })
 	return &StoreRecords{Store: st, Of: node, Where: "file store " + dir}, nil
+}
+
+// claimed gives st, opened for c, the cluster-wide claims c keeps when it
+// is opened to write (invocation.Claimed), so that a record repair
+// forgets releases its claims as a DEL's does; the audit only reads.
+func (s *Session) claimed(c *config.Config, st store.Store, node string, access opener.Access) store.Store {
+	if access != opener.ReadWrite {
+		return st
+	}
+	log, closeLog := logging.New(c.LogFile, c.LogLevel, "verb", "repair")
+	s.closers = append(s.closers, closeLog)
+	return invocation.Claimed(c, st, node, log, false)
 }

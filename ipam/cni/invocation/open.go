@@ -142,11 +142,20 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 		}
 		return nil, types.NewError(code, fmt.Sprintf("record store: %v", err), "")
 	}
-	st = claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, c.Log), MayForget: mayForget(node), Hot: c.Verb == "ADD" || c.Verb == "DEL",
-		Exposed: func(why string) { warnExposure(cfg.CacheDir, c.Log, "the Kubernetes API", why) }})
+	st = Claimed(cfg, st, node, c.Log, c.Verb == "ADD" || c.Verb == "DEL")
 	calico := c.Backends.calico(cfg, func(transport, why string) { warnExposure(cfg.CacheDir, c.Log, transport, why) })
 	g := guard.New(guard.Parts{Config: cfg, Node: node, Version: version, Delegate: d, Store: st, Calico: calico, Log: c.Log})
 	return &Opened{Guard: g, Store: st, calico: calico}, nil
+}
+
+// Claimed gives st, node's record store opened for cfg, the cluster-wide
+// claims cfg keeps (claims.ForConfig), judged by the rulebook: the CNI
+// verbs open their store so, and so do the admin commands that write
+// records (adopt, repair), whose commits then claim and whose forgets
+// release as a verb's do. hot is a pod's ADD or DEL.
+func Claimed(cfg *config.Config, st store.Store, node string, log *slog.Logger, hot bool) store.Store {
+	return claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, log), MayForget: mayForget(node), Hot: hot,
+		Exposed: func(why string) { warnExposure(cfg.CacheDir, log, "the Kubernetes API", why) }})
 }
 
 // The file store is the node store claims.Wrap gives the claims to (it
