@@ -2,9 +2,11 @@ package audit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/snapshot"
 	"github.com/safe-ipam/safe-ipam/ipam/rulebook"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
@@ -27,7 +30,10 @@ const usage = `Usage: safe-ipam audit [flags]
 Reads Calico's IPAM blocks, handles and affinities (from Calico's etcd, or
 with --datastore kubernetes from the Kubernetes API) and safe-ipam's records
 (from etcd, or from the node's file store) and reports pod-name handles,
-early releases, duplicates, leaks, orphan records and inconsistencies.
+early releases, duplicates, leaks, orphan records and inconsistencies. On
+Calico's Kubernetes datastore, with --conf, it compares this node's records
+with the cluster-wide AddressClaims too (unclaimed records, orphan claims,
+an address another node's claim names).
 Exit 0: clean; 1: findings; 2: error.
 
 Example: safe-ipam audit --conf /etc/cni/net.d/10-calico.conflist \
@@ -128,8 +134,16 @@ func (c *CLI) examine(ctx context.Context, act func(context.Context, *Examined) 
 	if err != nil {
 		return ExitError, err
 	}
-	report := NewReport(snap, Analyze(snap, c.Options(live)), live)
+	findings := Analyze(snap, c.Options(live))
+	claimed, claimsNote, err := c.judgeClaims(ctx, snap)
+	if err != nil {
+		return ExitError, err
+	}
+	report := NewReport(snap, append(findings, claimed...), live)
 	report.Warnings = ModeWarnings(snap)
+	if claimsNote != "" {
+		report.Warnings = append(report.Warnings, claimsNote)
+	}
 	if live == nil {
 		report.Liveness = liveNote
 		if c.Live.Explicit() && liveNote != "" {
@@ -137,6 +151,28 @@ func (c *CLI) examine(ctx context.Context, act func(context.Context, *Examined) 
 		}
 	}
 	return act(ctx, &Examined{Session: session, Live: live, Report: report})
+}
+
+// judgeClaims compares this node's records with the cluster-wide claims
+// where --conf's config keeps them (Calico's Kubernetes datastore, the
+// file store: claims.Kept) and the records read are that store's; where
+// the claims are not served, it says so in a warning.
+func (c *CLI) judgeClaims(ctx context.Context, snap *snapshot.Snapshot) ([]Finding, string, error) {
+	g := c.Calico
+	if g.File == nil || g.File.SafeIPAM == nil || !claims.Kept(g.File.SafeIPAM) || (g.StoreDir != "" && filepath.Clean(g.StoreDir) != filepath.Clean(g.File.SafeIPAM.Store.Dir)) {
+		return nil, "", nil
+	}
+	cfg := g.File.SafeIPAM
+	client := claims.ClientFor(cfg, nil)
+	defer client.Close()
+	seen, err := ReadClaims(ctx, client, snap.Records, cfg.Network, g.Node, record.ThisHost())
+	switch {
+	case errors.Is(err, claims.ErrNotServed):
+		return nil, errNoClaims.Error(), nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the cluster-wide claims: %w", err)
+	}
+	return JudgeClaims(snap.Records, seen, c.MinAge, time.Now()), "", nil
 }
 
 // where is where the flags and --conf say Calico's data and the records

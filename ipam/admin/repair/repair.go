@@ -99,6 +99,8 @@ func planOne(f audit.Finding, recs map[string]*record.Record, live *liveness.Vie
 		return nil, "two owners: delete and recreate one of the pods (the address cannot be taken from either safely)"
 	case audit.OrphanRecord:
 		return planForget(f, recs, live)
+	case audit.Unclaimed, audit.OrphanClaim:
+		return nil, "this node's gc --apply settles the claims at its next round (the DaemonSet runs it), judged by the rulebook"
 	}
 	return nil, ""
 }
