@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,23 +22,36 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeapi"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // kubeCluster is Calico's Kubernetes datastore (KDD): a real
-// kube-apiserver holding Calico's IPAM CRDs and the Kubernetes Nodes.
-// safe-ipam's records live on each node (the file store, as the plugin
-// infers it there), so only the simulated nodes have any. The API
+// kube-apiserver holding Calico's IPAM CRDs, the Kubernetes Nodes and
+// deploy/safe-ipam-claims.yaml. safe-ipam's records live on each node
+// (the file store, as the plugin infers it there), so only the simulated
+// nodes have any; every node's pods have their AddressClaims. The API
 // server's own counters say what it served safe-ipam: the requests for
-// Nodes and Calico's resources, and their response sizes.
+// Nodes, Calico's resources, AddressClaims, Leases and access reviews,
+// and their response sizes.
 type kubeCluster struct {
 	o   Options
 	srv *kubetest.Server
 	dyn dynamic.Interface
 }
 
+// claimsGVR are safe-ipam's AddressClaims.
+var claimsGVR = schema.GroupVersionResource{Group: claims.Group, Version: claims.Version, Resource: claims.Resource}
+
 func newKubeCluster(ctx context.Context, o Options) (*kubeCluster, error) {
-	srv, err := kubetest.New(filepath.Join(o.Dir, "kube"))
+	if o.Nodes > 16384 || o.Pods > 256 {
+		return nil, fmt.Errorf("%d nodes x %d pods: the other nodes' claims are planted in 100.64.0.0/10, up to 16,384 nodes x 256 pods", o.Nodes, o.Pods)
+	}
+	// Without the server's own Lease, renewed every 10 s, the Leases it
+	// serves are the sweeps' alone.
+	srv, err := kubetest.New(filepath.Join(o.Dir, "kube"), "--feature-gates=APIServerIdentity=false")
 	if err != nil {
 		return nil, err
 	}
@@ -52,14 +66,44 @@ func newKubeCluster(ctx context.Context, o Options) (*kubeCluster, error) {
 		srv.Close()
 		return nil, err
 	}
+	if err := srv.Apply(filepath.Join(filepath.Dir(o.Manifest), "safe-ipam-claims.yaml")); err != nil {
+		srv.Close()
+		return nil, err
+	}
 	return c, nil
 }
 
 func (c *kubeCluster) describe() string {
-	return "a real kube-apiserver (Calico's Kubernetes datastore; safe-ipam's records in each node's file store); what it served: its apiserver_request_total and apiserver_response_sizes for Nodes and crd.projectcalico.org"
+	return "a real kube-apiserver (Calico's Kubernetes datastore; safe-ipam's records in each node's file store, their addresses claimed cluster-wide); what it served: its apiserver_request_total and apiserver_response_sizes for Nodes, crd.projectcalico.org, " + claims.Group + ", Leases and access reviews"
 }
 
+// sweeps: the elected gc lists every node's claims (there are no other
+// nodes' records to list: they live on their nodes).
+
 func (c *kubeCluster) sweeps() bool { return false }
+
+// countClaims lists every AddressClaim, a page at a time, and sums the
+// size of each as JSON, the form the API server keeps a custom
+// resource in in its etcd.
+func (c *kubeCluster) countClaims(ctx context.Context) (int, int64, error) {
+	n, size, cont := 0, int64(0), ""
+	for {
+		list, err := c.dyn.Resource(claimsGVR).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, item := range list.Items {
+			data, err := item.MarshalJSON()
+			if err != nil {
+				return 0, 0, err
+			}
+			n, size = n+1, size+int64(len(data))
+		}
+		if cont = list.GetContinue(); cont == "" {
+			return n, size, nil
+		}
+	}
+}
 
 func (c *kubeCluster) target() string { return strings.TrimPrefix(c.srv.URL, "https://") }
 
@@ -87,15 +131,41 @@ func (c *kubeCluster) plant(ctx context.Context) (int64, error) {
 	}
 	pools := []calico.IPPool{{Kind: calico.KindIPPool, Metadata: calico.ObjectMeta{Name: "default-ipv4-ippool"},
 		Spec: calico.IPPoolSpec{CIDR: "10.0.0.0/8", BlockSize: c.o.BlockSize, NodeSelector: "all()"}}}
+	api, err := kubeapi.New(c.srv.Kubeconfig, 30*time.Second)
+	if err != nil {
+		return 0, err
+	}
+	claimer := claims.NewClient(api)
+	defer claimer.Close()
 	for i := range c.o.Simulated {
-		if err := c.plantRecords(ctx, i, pools); err != nil {
+		if err := c.plantRecords(ctx, i, pools, claimer); err != nil {
 			return 0, err
 		}
 	}
-	return 0, nil
+	// The other nodes' pods, claimed as their nodes' commits claim them;
+	// their addresses are outside the pool, where no simulated node's is.
+	err = inParallel(c.o.Nodes-c.o.Simulated, func(j int) error {
+		i := c.o.Simulated + j
+		for p := range c.o.Pods {
+			addr := nthAddr(i, p)
+			rec := podRecord(i, p, netip.PrefixFrom(addr, 32), time.Now().Add(-time.Hour))
+			rec.Host = nodeName(i)
+			if _, err := claimer.Claim(ctx, rec, addr); err != nil {
+				return fmt.Errorf("claim of %s: %w", rec.Attachment, err)
+			}
+		}
+		return nil
+	})
+	return 0, err
 }
 
-func (c *kubeCluster) plantRecords(ctx context.Context, i int, pools []calico.IPPool) error {
+// nthAddr is the address of pod p of node i that is not simulated: one of
+// 100.64.0.0/10, 256 a node (16,384 nodes at most).
+func nthAddr(i, p int) netip.Addr {
+	return netip.AddrFrom4([4]byte{100, 64 + byte(i>>8&63), byte(i), byte(p)})
+}
+
+func (c *kubeCluster) plantRecords(ctx context.Context, i int, pools []calico.IPPool, claimer *claims.Client) error {
 	st, err := filestore.Open(stateDir(c.o, i))
 	if err != nil {
 		return err
@@ -109,8 +179,12 @@ func (c *kubeCluster) plantRecords(ctx context.Context, i int, pools []calico.IP
 			return err
 		}
 		rec := podRecord(i, p, asg.Prefix(), old.Add(time.Duration(p)*time.Second))
+		rec.Host = record.ThisHost() // the simulated nodes run on this machine
 		if _, err := st.Commit(ctx, nil, rec); err != nil {
 			return fmt.Errorf("record %s of %s: %w", rec.Attachment, nodeName(i), err)
+		}
+		if _, err := claimer.Claim(ctx, rec, asg.Prefix().Addr()); err != nil {
+			return fmt.Errorf("claim of %s: %w", rec.Attachment, err)
 		}
 	}
 	return nil
@@ -155,7 +229,7 @@ func (c *kubeCluster) served(ctx context.Context) (Served, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		name, labels, value, ok := sample(sc.Text())
-		if !ok || !(labels["group"] == calico.KDDGroup || (labels["group"] == "" && labels["resource"] == "nodes")) {
+		if !ok || !safeIPAMs(labels) {
 			continue
 		}
 		switch name {
@@ -166,6 +240,21 @@ func (c *kubeCluster) served(ctx context.Context) (Served, error) {
 		}
 	}
 	return s, sc.Err()
+}
+
+// safeIPAMs says whether a request counter's labels are of what
+// safe-ipam asks on this datastore: Nodes, Calico's resources, its
+// AddressClaims, the sweeps' Lease, doctor's access reviews.
+func safeIPAMs(labels map[string]string) bool {
+	switch labels["group"] {
+	case calico.KDDGroup, claims.Group, "authorization.k8s.io":
+		return true
+	case "coordination.k8s.io":
+		return labels["resource"] == "leases"
+	case "":
+		return labels["resource"] == "nodes"
+	}
+	return false
 }
 
 // sample parses one line of Prometheus' text format: name{k="v",...} value.

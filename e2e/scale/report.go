@@ -23,6 +23,10 @@ const (
 const (
 	recordKeysPage = 10000
 	nodeKeysPage   = 5000
+	// claimsPage is the claims sweep's page of AddressClaims, and
+	// kubeNodesPage the Kubernetes datastore's of Nodes.
+	claimsPage    = 500
+	kubeNodesPage = 2000
 )
 
 // Load is the steady state on Calico's datastore.
@@ -39,8 +43,9 @@ type Load struct {
 //
 // with T gc's period, W the watch's full-check period; f, fb a follower's
 // gc round (its own records, and who leads); l, lb the leader's round
-// (its own records, then, on etcd, the sweep: every record key, Calico's
-// Node keys, the notes), l growing by one request per page of keys; c, cb
+// (its own records, then the sweep: on etcd every record key, Calico's
+// Node keys, the notes; on the Kubernetes datastore every AddressClaim,
+// the Nodes, the Lease), l growing by one request per page; c, cb
 // one of the watch's later full checks (it remembers what cannot change).
 // The bytes of a round grow with the records it reads: scaling the whole
 // measured round with them is an upper bound. The readiness probe adds
@@ -60,6 +65,8 @@ func (r *Result) extrapolate(nodes, pods int, check Served) Load {
 	lead := r.Leader.Requests
 	if r.Opts.Datastore == datastore.Etcd {
 		lead += pages(n*p, recordKeysPage) - pages(n0p0, recordKeysPage) + pages(n, nodeKeysPage) - pages(float64(r.Opts.Nodes), nodeKeysPage)
+	} else {
+		lead += pages(n*p, claimsPage) - pages(n0p0, claimsPage) + pages(n, kubeNodesPage) - pages(float64(r.Opts.Nodes), kubeNodesPage)
 	}
 	t, w := GCPeriod.Seconds(), CheckPeriod.Seconds()
 	growth := p / float64(r.Opts.Pods)
@@ -100,7 +107,13 @@ func (r *Result) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  a forgotten node's records released after %s; after the leader stopped, %s (gc period %s)\n",
 			r.Released.Round(time.Millisecond), r.ReleasedAfterFailover.Round(time.Millisecond), o.Every)
 	} else {
-		fmt.Fprintf(w, "  (records live on each node: no gc reads another node's, and a gone node's went with it)\n")
+		fmt.Fprintf(w, "  (records live on each node: no gc reads another node's; the elected gc lists every AddressClaim, a dead node's go with the sweep)\n")
+		per := 0.0
+		if r.Claims > 0 {
+			per = float64(r.ClaimBytes) / float64(r.Claims)
+		}
+		fmt.Fprintf(w, "  AddressClaims in the API server's etcd: %d, %d bytes (%.0f each, as JSON); at 5,000 nodes x 100 pods: 500,000, %.0f MB\n",
+			r.Claims, r.ClaimBytes, per, per*500000/1e6)
 	}
 	fmt.Fprintf(w, "\nformula (N nodes, P pods each; T = %s, W = %s; c = a later full check, or the first for the bound):\n", GCPeriod, CheckPeriod)
 	fmt.Fprintf(w, "  requests/s = ((N-1)*%.1f + %.1f + pages) / T + N*c / W,  c = %.1f (bound %.1f)\n", r.Follower.Requests, r.Leader.Requests, r.Watch.Requests, r.Check.Requests)
@@ -109,7 +122,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	if o.Datastore == datastore.Etcd {
 		fmt.Fprintf(w, "  (pages: one more request per %d record keys and per %d Node keys in the sweep; the probe adds 0)\n\n", recordKeysPage, nodeKeysPage)
 	} else {
-		fmt.Fprintf(w, "  (pages: none, there is no sweep; the probe adds 0)\n\n")
+		fmt.Fprintf(w, "  (pages: one more request per %d AddressClaims and per %d Nodes in the claims sweep; the probe adds 0)\n\n", claimsPage, kubeNodesPage)
 	}
 	fmt.Fprintf(w, "  %-22s %14s %10s %16s %12s\n", "cluster", "requests/s", "MB/s", "bound req/s", "bound MB/s")
 	for i, c := range [][2]int{{o.Nodes, o.Pods}, {500, 30}, {1000, 50}, {5000, 100}} {

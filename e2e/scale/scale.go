@@ -79,6 +79,10 @@ type Result struct {
 	Listers []string
 	// OtherKeyBytes is the size of the other nodes' record keys (etcd).
 	OtherKeyBytes int64
+	// Claims are the AddressClaims planted (every node's pods'), and
+	// ClaimBytes their size as the API server stores them (JSON).
+	Claims     int
+	ClaimBytes int64
 	// Released is how long after Calico forgot a node its records were
 	// gone, with every gc running, and after the leader stopped (etcd:
 	// on the Kubernetes datastore a node's records live on the node).
@@ -99,6 +103,9 @@ type cluster interface {
 	served(ctx context.Context) (Served, error)
 	// sweeps says that one gc sweeps every node's records (etcd).
 	sweeps() bool
+	// countClaims counts the AddressClaims and their bytes as stored
+	// (the Kubernetes datastore's; none on etcd).
+	countClaims(ctx context.Context) (int, int64, error)
 	// forget deletes node i from Calico's datastore and waits until its
 	// records are gone.
 	forget(ctx context.Context, i int, limit time.Duration) (time.Duration, error)
@@ -182,7 +189,10 @@ func attachment(node, pod int) record.Attachment {
 
 func (s *sim) plant(ctx context.Context) error {
 	var err error
-	s.res.OtherKeyBytes, err = s.c.plant(ctx)
+	if s.res.OtherKeyBytes, err = s.c.plant(ctx); err != nil {
+		return err
+	}
+	s.res.Claims, s.res.ClaimBytes, err = s.c.countClaims(ctx)
 	return err
 }
 

@@ -54,6 +54,7 @@ type Server struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	etcd   *etcdtest.Server
+	flags  []string
 	log    *os.File
 	admin  *kubernetes.Clientset
 }
@@ -69,8 +70,9 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// New runs a server whose files (etcd data, keys, log) live in dir.
-func New(dir string) (*Server, error) {
+// New runs a server whose files (etcd data, keys, log) live in dir;
+// flags are given to kube-apiserver after its own.
+func New(dir string, flags ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -79,7 +81,7 @@ func New(dir string) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: etcd: %w", err)
 	}
-	s := &Server{dir: dir, etcd: etcd}
+	s := &Server{dir: dir, etcd: etcd, flags: flags}
 	if err := s.start(bin); err != nil {
 		s.Close()
 		return nil, err
@@ -126,7 +128,7 @@ func (s *Server) start(bin string) error {
 	if s.log, err = os.Create(filepath.Join(s.dir, "kube-apiserver.log")); err != nil {
 		return fmt.Errorf("kubetest: %w", err)
 	}
-	s.cmd = exec.Command(bin, serverArgs(port, s.etcd.Endpoint(), files)...)
+	s.cmd = exec.Command(bin, append(serverArgs(port, s.etcd.Endpoint(), files), s.flags...)...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// Dies with the test binary, even when it is killed on a timeout.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -57,7 +57,7 @@ func JudgeClaims(recs []*record.Record, seen ClaimsSeen, minAge time.Duration, n
 			case !cl.Names(rec):
 				out = append(out, Finding{Kind: Duplicate, Address: addr.String(), Handle: rec.Handle, Node: rec.Node,
 					Records: []string{rec.Attachment.String(), cl.Holder.String() + " on node " + cl.Node},
-					Why: fmt.Sprintf("the record holds the address while the AddressClaim on it names %s on node %s: two running pods may share it", cl.Holder, cl.Node)})
+					Why:     fmt.Sprintf("the record holds the address while the AddressClaim on it names %s on node %s: two running pods may share it", cl.Holder, cl.Node)})
 			}
 		}
 	}

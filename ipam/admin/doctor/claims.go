@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,7 +58,8 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 		out.Error = err.Error()
 		return out
 	}
-	out.Missing, err = missing(ctx, kube, claims.Verbs, map[string]string{"group": claims.Group, "resource": claims.Resource})
+	rv := &reviewer{kube: kube}
+	out.Missing, err = rv.missing(ctx, claims.Verbs, map[string]string{"group": claims.Group, "resource": claims.Resource})
 	for _, s := range []struct {
 		verbs []string
 		attrs map[string]string
@@ -67,7 +69,7 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 	} {
 		var verbs []string
 		if err == nil {
-			verbs, err = missing(ctx, kube, s.verbs, s.attrs)
+			verbs, err = rv.missing(ctx, s.verbs, s.attrs)
 		}
 		for _, v := range verbs {
 			out.MissingSweep = append(out.MissingSweep, v+" "+s.attrs["resource"])
@@ -83,6 +85,93 @@ func checkClaims(ctx context.Context, cfg *config.Config) *ClaimsReport {
 	}
 	out.On = !out.Unserved && len(out.Missing) == 0
 	return out
+}
+
+// fine says the claims are on and the sweep may run: nothing to warn of.
+func (c *ClaimsReport) fine() bool {
+	return c.On && c.Error == "" && len(c.MissingSweep) == 0 && c.NoLease == ""
+}
+
+// reviewer asks what Calico's CNI identity may do: one
+// SelfSubjectRulesReview per namespace (which every identity may create)
+// answers for every verb, where a SelfSubjectAccessReview answers for
+// one. The watch asks on every node, so requests count (docs/performance.md).
+type reviewer struct {
+	kube *kubeapi.Client
+	// rules are the rules found per namespace; clusterScope's are the
+	// cluster-wide bindings' alone (no RoleBinding lives there).
+	rules map[string]*rulesReview
+}
+
+// clusterScope is a namespace no object lives in: the rules reviewed in
+// it are the ClusterRoleBindings', which alone grant cluster-scoped
+// resources (AddressClaims, Nodes).
+const clusterScope = "safe-ipam-cluster-scope"
+
+type rulesReview struct {
+	Status struct {
+		ResourceRules []struct {
+			Verbs         []string `json:"verbs"`
+			APIGroups     []string `json:"apiGroups"`
+			Resources     []string `json:"resources"`
+			ResourceNames []string `json:"resourceNames"`
+		} `json:"resourceRules"`
+		Incomplete bool `json:"incomplete"`
+	} `json:"status"`
+}
+
+// allows says whether the rules grant verb on attrs' resource (one of
+// them, when attrs names one).
+func (r *rulesReview) allows(verb string, attrs map[string]string) bool {
+	has := func(list []string, v string) bool { return slices.Contains(list, v) || slices.Contains(list, "*") }
+	for _, rule := range r.Status.ResourceRules {
+		if has(rule.Verbs, verb) && has(rule.APIGroups, attrs["group"]) && has(rule.Resources, attrs["resource"]) &&
+			(len(rule.ResourceNames) == 0 || slices.Contains(rule.ResourceNames, attrs["name"]) && attrs["name"] != "") {
+			return true
+		}
+	}
+	return false
+}
+
+// missing are the verbs this identity may not do on the resource attrs
+// name: as the rules of its namespace (or of cluster scope) say, or,
+// where they are incomplete (an authorizer that cannot list them), as a
+// SelfSubjectAccessReview per verb answers.
+func (rv *reviewer) missing(ctx context.Context, verbs []string, attrs map[string]string) ([]string, error) {
+	ns := attrs["namespace"]
+	if ns == "" {
+		ns = clusterScope
+	}
+	r, err := rv.review(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	if r.Status.Incomplete {
+		return missing(ctx, rv.kube, verbs, attrs)
+	}
+	var out []string
+	for _, verb := range verbs {
+		if !r.allows(verb, attrs) {
+			out = append(out, verb)
+		}
+	}
+	return out, nil
+}
+
+func (rv *reviewer) review(ctx context.Context, ns string) (*rulesReview, error) {
+	if r, ok := rv.rules[ns]; ok {
+		return r, nil
+	}
+	review := map[string]any{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": map[string]any{"namespace": ns}}
+	r := &rulesReview{}
+	if err := rv.kube.Create(ctx, "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews", review, r); err != nil {
+		return nil, fmt.Errorf("asking what Calico's CNI identity may do: %w", err)
+	}
+	if rv.rules == nil {
+		rv.rules = map[string]*rulesReview{}
+	}
+	rv.rules[ns] = r
+	return r, nil
 }
 
 // missing are the verbs this identity may not do on the resource attrs

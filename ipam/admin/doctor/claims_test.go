@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubetest"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 )
@@ -73,11 +74,28 @@ func TestDoctorChecksTheClaims(t *testing.T) {
 		}
 		t.Logf("%s: %s", tt.user, text(r))
 	}
+	// The watch's later full checks take a report with nothing wrong as
+	// found (nine requests fewer on every node), until the node's CNI
+	// calls or gc note claims not served.
+	memo, watched := &Memo{}, cfgFor(srv.Kubeconfig)
+	watched.CacheDir = t.TempDir()
+	if r := memo.claimsOf(ctx, watched); r == nil || !r.fine() {
+		t.Fatalf("the watch's first check: %+v; want nothing wrong", r)
+	}
 	if err := srv.Client().CoordinationV1().Leases(claims.LeaseNamespace).Delete(ctx, claims.LeaseName("k8s-pod-network"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if r := checkClaims(ctx, cfgFor(srv.Kubeconfig)); r == nil || !r.On || !strings.Contains(text(r), "the Lease kube-system/safe-ipam-sweep.k8s-pod-network does not exist") {
 		t.Errorf("without the sweeps' Lease: %+v %q; want a warning naming it", r, text(r))
+	}
+	if r := memo.claimsOf(ctx, watched); r == nil || !r.fine() {
+		t.Errorf("a later check of the watch: %+v; want the first's report, asking nothing", r)
+	}
+	if !cachedir.Put(watched.CacheDir, "claims-not-served", []byte(time.Now().UTC().Format(time.RFC3339Nano))) {
+		t.Fatal("the note of claims not served was not written")
+	}
+	if r := memo.claimsOf(ctx, watched); r == nil || r.NoLease == "" {
+		t.Errorf("a later check after a note of claims not served: %+v; want the API server asked again (the Lease is gone)", r)
 	}
 	if r := checkClaims(ctx, &config.Config{Store: config.Store{Type: config.StoreEtcd}, Calico: cfgFor(srv.Kubeconfig).Calico}); r != nil {
 		t.Errorf("with the etcd store: %+v; want no claims report", r)

@@ -334,7 +334,7 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 		if net.Node != "" {
 			net.Calico = checkCalico(ctx, cfg, c.Path, net.Node, recs, j.memo)
 		}
-		net.Claims = checkClaims(ctx, cfg)
+		net.Claims = j.memo.claimsOf(ctx, cfg)
 	}
 	switch {
 	case net.Error != "":

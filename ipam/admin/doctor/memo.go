@@ -4,8 +4,11 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/config"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
@@ -17,7 +20,10 @@ import (
 // per check, on every node; with the memo, a check reads the Node and one
 // block, and a new record's block at the size found before. Whether the
 // node is known, and that Calico's IPAM data answers, are read every
-// time: they can change.
+// time: they can change. A network's claims found served and every
+// permission granted are taken as found until this node's CNI calls or
+// gc find them not served (their note in the cache dir): the check asks
+// nine requests of the API server on every node (issue 45's scale).
 type Memo struct {
 	mu sync.Mutex
 	// handles are the sampled records' handles by memoKey, from the last
@@ -26,6 +32,39 @@ type Memo struct {
 	// blockBits is the size blocks were last found at, by address family
 	// (true: IPv6).
 	blockBits map[bool]int
+	// claims are the networks' claims reports found with nothing wrong,
+	// and when.
+	claims map[string]foundClaims
+}
+
+type foundClaims struct {
+	report *ClaimsReport
+	at     time.Time
+}
+
+// claimsOf is checkClaims of cfg's network, or, in a watch, the report
+// of an earlier check that found nothing wrong, while the node has no
+// note of claims not served since.
+func (m *Memo) claimsOf(ctx context.Context, cfg *config.Config) *ClaimsReport {
+	if m == nil {
+		return checkClaims(ctx, cfg)
+	}
+	if f, ok := m.claims[cfg.Network]; ok {
+		if noted, ok := claims.NotServedAt(cfg.CacheDir); !ok || noted.Before(f.at) {
+			kept := *f.report
+			return &kept
+		}
+	}
+	at := time.Now()
+	r := checkClaims(ctx, cfg)
+	delete(m.claims, cfg.Network)
+	if r != nil && r.fine() {
+		if m.claims == nil {
+			m.claims = map[string]foundClaims{}
+		}
+		m.claims[cfg.Network] = foundClaims{report: r, at: at}
+	}
+	return r
 }
 
 // Check is the full Check, reading again only what can have changed

@@ -88,15 +88,24 @@ const notServedFor = 5 * time.Minute
 // served on this node.
 const notServedFile = "claims-not-served"
 
+// NotServedAt is when this node's CNI calls or gc last found claims not
+// served (their note in cacheDir); ok is false without a note that
+// reads. The watch's later full checks ask the API server again after
+// such a note.
+func NotServedAt(cacheDir string) (at time.Time, ok bool) {
+	data, err := cachedir.Get(cacheDir, notServedFile)
+	if err != nil || data == nil {
+		return time.Time{}, false
+	}
+	at, err = time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
+	return at, err == nil
+}
+
 // notServedLately says whether claims were found not served on this node
 // less than notServedFor ago (a note from the future is none).
 func notServedLately(cacheDir string, now time.Time) bool {
-	data, err := cachedir.Get(cacheDir, notServedFile)
-	if err != nil || data == nil {
-		return false
-	}
-	at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(string(data)))
-	return err == nil && !at.After(now) && now.Sub(at) < notServedFor
+	at, ok := NotServedAt(cacheDir)
+	return ok && !at.After(now) && now.Sub(at) < notServedFor
 }
 
 // noteNotServed notes that claims were found not served now; a note that
