@@ -6,10 +6,14 @@
 package cachedir
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
@@ -46,4 +50,56 @@ func Get(dir, name string) ([]byte, error) {
 		return nil, nil
 	}
 	return data, err
+}
+
+// HoldCall marks a CNI call of safe-ipam at work in dir, for as long as
+// the call lives (release ends it; the process's exit does too): a shared
+// flock on the dir itself, which uninstall takes exclusively
+// (WaitForCalls) once Calico's files are back, so that no call begun
+// before writes a record after uninstall looked. Best effort: a call is
+// never failed or held up long for it.
+func HoldCall(dir string) (release func()) {
+	if dir == "" || os.MkdirAll(dir, 0o700) != nil {
+		return func() {}
+	}
+	d, err := bounded.OpenDir(dir)
+	if err != nil {
+		return func() {}
+	}
+	// Uninstall holds the lock exclusively only for an instant.
+	for try := 0; try < 100; try++ {
+		if err = syscall.Flock(int(d.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return func() { d.Close() }
+}
+
+// WaitForCalls waits until no CNI call holds dir (HoldCall), taking its
+// lock exclusively and giving it back at once: every call that began
+// before is over. It gives up when ctx ends.
+func WaitForCalls(ctx context.Context, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	d, err := bounded.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for {
+		err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CNI calls of safe-ipam still at work (a shared lock on %s): %w", dir, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -222,17 +222,20 @@ type Uninstall struct {
 // safe-ipam's) is forgotten: kept, nothing would release it once this
 // machine's pods are deleted through Calico alone, and forgetting costs
 // another machine's pod its fence only. A pending or releasing record
-// written within a call's lifetime may be an ADD or DEL begun before
-// Calico's files came back (R11): forgotten under it, that ADD's commit
-// fails and its pod start with it, so uninstall waits for the call to
-// end and judges what it left.
+// last written within a call's lifetime may be an ADD or DEL begun before
+// Calico's files came back (a pending or releasing record is a call at
+// work, as for repair): forgotten under it, that ADD's commit fails and
+// its pod start with it, so uninstall waits for the call to end and
+// judges what it left. A record dated later than now (the clock stepped
+// back) is no call's: waiting would not end.
 func UninstallForgets(rec *record.Record, u Uninstall) Verdict {
 	hosts := u.Hosts
+	age := u.Now.Sub(LastWritten(rec))
 	switch {
 	case u.Shared && rec.Host != "" && len(hosts) > 0 && hosts[0] != "" && !slices.Contains(hosts, rec.Host):
 		return keep("written by host %s under this node's Calico name: a stale nodename? That machine's safe-ipam releases it", rec.Host)
-	case rec.State != record.Committed && u.Now.Sub(LastWritten(rec)) < u.CallLifetime:
-		return Verdict{Wait: true, Why: fmt.Sprintf("a %s record written %s ago: its ADD or DEL may still run (a call lives up to %s); uninstall waits for it", rec.State, u.Now.Sub(LastWritten(rec)).Round(time.Millisecond), u.CallLifetime)}
+	case rec.State != record.Committed && age >= 0 && age < u.CallLifetime:
+		return Verdict{Wait: true, Why: fmt.Sprintf("a %s record written %s ago: its ADD or DEL may still run (a call lives up to %s); uninstall waits for it", rec.State, age.Round(time.Millisecond), u.CallLifetime)}
 	}
 	return release("this machine's record: uninstall forgets it")
 }

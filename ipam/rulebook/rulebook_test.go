@@ -260,14 +260,22 @@ func TestUninstallForgets(t *testing.T) {
 		{"pending, its ADD may run", "me", "me", record.Pending, time.Second, false, false, true},
 		{"releasing, its DEL may run", "me", "me", record.Releasing, lifetime - time.Second, true, false, true},
 		{"pending longer than a call lives", "me", "me", record.Pending, lifetime, false, true, false},
+		{"dated after now (the clock stepped back)", "me", "me", record.Pending, -time.Minute, false, true, false},
 		{"another host's pending", "them", "me", record.Pending, time.Second, true, false, false},
 	}
+	u := rulebook.Uninstall{Hosts: []string{"me", "before"}, Now: now, CallLifetime: lifetime}
 	for _, tt := range tests {
 		rec := &record.Record{Host: tt.recHost, State: tt.state, Created: now.Add(-tt.age)}
-		u := rulebook.Uninstall{Hosts: []string{tt.host, "before"}, Shared: tt.shared, Now: now, CallLifetime: lifetime}
+		u.Hosts[0], u.Shared = tt.host, tt.shared
 		if got := rulebook.UninstallForgets(rec, u); got.Release != tt.forgets || got.Wait != tt.wait {
 			t.Errorf("%s: %+v, want forget %v, wait %v", tt.name, got, tt.forgets, tt.wait)
 		}
+	}
+	// A long-lived pod's record its DEL marked releasing a moment ago:
+	// judged by when it was last written, not created.
+	marked := &record.Record{Host: "me", State: record.Releasing, Created: now.Add(-time.Hour), Updated: now.Add(-time.Second)}
+	if got := rulebook.UninstallForgets(marked, u); !got.Wait {
+		t.Errorf("a record marked releasing a second ago: %+v, want wait", got)
 	}
 }
 

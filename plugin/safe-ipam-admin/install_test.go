@@ -15,6 +15,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/gobuild"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
@@ -191,10 +192,12 @@ func TestUninstallForgetsTheNodesRecords(t *testing.T) {
 // back is still at work when uninstall lists the records: forgetting its
 // pending record made its commit fail, and its pod start with it (seen
 // in the three-node rollout and uninstall on KDD). Uninstall waits for
-// the call, then forgets the record the ADD committed.
+// the call (its lock on the cache dir, which the test holds as the call
+// does, until its commit), then forgets the record the ADD committed.
 func TestUninstallWaitsForAnADDAtWork(t *testing.T) {
 	safe, dirs, etcd, cfg, node := takenOver(t)
 	ctx := context.Background()
+	callEnds := cachedir.HoldCall(cfg.CacheDir)
 	st := etcdstore.NewWithClient(etcd.Client(), cfg.Store.Prefix, node, 5*time.Second)
 	att := record.Attachment{Network: cfg.Network, ContainerID: "starting", IfName: "eth0"}
 	pending := &record.Record{Attachment: att, Node: node, Host: record.ThisHost(), Handle: cfg.Network + ".starting", State: record.Pending, Created: time.Now().UTC()}
@@ -214,6 +217,7 @@ func TestUninstallWaitsForAnADDAtWork(t *testing.T) {
 	if _, err := st.Commit(ctx, pending, &committed); err != nil {
 		t.Errorf("the ADD's commit while uninstall runs: %v; want it to succeed (its pod starts)", err)
 	}
+	callEnds()
 	if err := uninstall.Wait(); err != nil || !strings.Contains(out.String(), "forgot 1 record(s)") {
 		t.Fatalf("uninstall: %v\n%s", err, out.String())
 	}

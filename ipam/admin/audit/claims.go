@@ -33,14 +33,31 @@ type ClaimsSeen struct {
 	Damaged []string
 }
 
-// JudgeClaims compares this machine's committed records with the claims
-// seen: a record's address that no claim names is unclaimed (gc --apply
+// asClaimed are recs as this machine claims them (claims.Store): a record
+// an older safe-ipam wrote names no host, and a file store holds its own
+// machine's records, claimed under host.
+func asClaimed(recs []*record.Record, host string) []*record.Record {
+	out := make([]*record.Record, len(recs))
+	for i, rec := range recs {
+		out[i] = rec
+		if rec.Host == "" {
+			mine := *rec
+			mine.Host = host
+			out[i] = &mine
+		}
+	}
+	return out
+}
+
+// JudgeClaims compares this machine's committed records (host's, which
+// claimed them: asClaimed) with the claims seen: a record's address that no claim names is unclaimed (gc --apply
 // claims it at its next round), or held by another attachment's claim (a
 // duplicate across nodes: two running pods may share it); a claim of this
 // machine's that no record names is an orphan (gc --apply forgets it).
 // Records and claims younger than minAge are an ADD or DEL at work and
 // are not judged.
-func JudgeClaims(recs []*record.Record, seen ClaimsSeen, minAge time.Duration, now time.Time) []Finding {
+func JudgeClaims(recs []*record.Record, seen ClaimsSeen, host string, minAge time.Duration, now time.Time) []Finding {
+	recs = asClaimed(recs, host)
 	var out []Finding
 	for _, rec := range recs {
 		if rec.State != record.Committed || now.Sub(rec.Created) < minAge {
@@ -115,6 +132,7 @@ func ReadClaims(ctx context.Context, c *claims.Client, recs []*record.Record, ne
 	if err != nil {
 		return ClaimsSeen{}, err
 	}
+	recs = asClaimed(recs, host)
 	seen := ClaimsSeen{OnAddr: map[netip.Addr]*claims.Claim{}, Damaged: damaged}
 	for _, cl := range listed {
 		if cl.Host == host {

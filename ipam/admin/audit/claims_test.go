@@ -40,6 +40,10 @@ func TestJudgeClaims(t *testing.T) {
 		cl.Created = created
 		return cl
 	}
+	hostless := func(r *record.Record) *record.Record {
+		r.Host = ""
+		return r
+	}
 	other := rec("theirs", "10.0.0.3", record.Committed, old)
 	other.Node, other.Host = "node2", "them"
 	tests := []struct {
@@ -51,6 +55,10 @@ func TestJudgeClaims(t *testing.T) {
 		{"every record claimed", []*record.Record{rec("a", "10.0.0.1", record.Committed, old)},
 			func(r []*record.Record) audit.ClaimsSeen {
 				return audit.ClaimsSeen{Own: []*claims.Claim{claimOf(r[0], old)}}
+			}, nil},
+		{"an older safe-ipam's record, without a host, claimed as this machine's", []*record.Record{hostless(rec("a", "10.0.0.1", record.Committed, old))},
+			func(r []*record.Record) audit.ClaimsSeen {
+				return audit.ClaimsSeen{Own: []*claims.Claim{claimOf(rec("a", "10.0.0.1", record.Committed, old), old)}}
 			}, nil},
 		{"a record without a claim", []*record.Record{rec("a", "10.0.0.1", record.Committed, old)},
 			func([]*record.Record) audit.ClaimsSeen {
@@ -83,7 +91,7 @@ func TestJudgeClaims(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var got []string
-		for _, f := range audit.JudgeClaims(tt.recs, tt.seen(tt.recs), time.Minute, now) {
+		for _, f := range audit.JudgeClaims(tt.recs, tt.seen(tt.recs), "me", time.Minute, now) {
 			got = append(got, string(f.Kind)+" "+f.Address)
 		}
 		if !slices.Equal(got, tt.want) {

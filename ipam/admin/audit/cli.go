@@ -165,14 +165,15 @@ func (c *CLI) judgeClaims(ctx context.Context, snap *snapshot.Snapshot) ([]Findi
 	cfg := g.File.SafeIPAM
 	client := claims.ClientFor(cfg, nil)
 	defer client.Close()
-	seen, err := ReadClaims(ctx, client, snap.Records, cfg.Network, g.Node, record.ThisHost())
+	host := record.ThisHost()
+	seen, err := ReadClaims(ctx, client, snap.Records, cfg.Network, g.Node, host)
 	switch {
 	case errors.Is(err, claims.ErrNotServed):
 		return nil, errNoClaims.Error(), nil
 	case err != nil:
 		return nil, "", fmt.Errorf("reading the cluster-wide claims: %w", err)
 	}
-	return JudgeClaims(snap.Records, seen, c.MinAge, time.Now()), "", nil
+	return JudgeClaims(snap.Records, seen, host, c.MinAge, time.Now()), "", nil
 }
 
 // where is where the flags and --conf say Calico's data and the records

@@ -17,7 +17,8 @@ import (
 // ClaimsReport says whether a network's records get their cluster-wide
 // claims: the API server serves AddressClaims, and the identity of
 // Calico's CNI kubeconfig (which the CNI binary and gc use) may do each
-// of claims.Verbs, as SelfSubjectAccessReviews answer, and each of
+// of claims.Verbs, as its SelfSubjectRulesReviews answer (or, where they
+// cannot, SelfSubjectAccessReviews), and each of
 // claims.LeaseVerbs on the dead-node sweeps' Lease. Without them the
 // node fences its own records only: a warning, not a problem.
 // Without the Lease, or the verbs on it, no node sweeps the claims of
@@ -116,7 +117,8 @@ type rulesReview struct {
 			Resources     []string `json:"resources"`
 			ResourceNames []string `json:"resourceNames"`
 		} `json:"resourceRules"`
-		Incomplete bool `json:"incomplete"`
+		Incomplete      bool   `json:"incomplete"`
+		EvaluationError string `json:"evaluationError"`
 	} `json:"status"`
 }
 
@@ -146,7 +148,7 @@ func (rv *reviewer) missing(ctx context.Context, verbs []string, attrs map[strin
 	if err != nil {
 		return nil, err
 	}
-	if r.Status.Incomplete {
+	if r.Status.Incomplete || r.Status.EvaluationError != "" {
 		return missing(ctx, rv.kube, verbs, attrs)
 	}
 	var out []string

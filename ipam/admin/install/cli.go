@@ -174,7 +174,8 @@ it from the calico-config patch: revert that first, as the message says).
 A run that cannot forget every record (the store does not answer) leaves
 <cni-bin-dir>/.safe-ipam-uninstall.json, doctor reports the node half
 uninstalled, and the next run finishes the forget. Exit codes as
-install's; 2 when the record store does not answer (run it again).
+install's; 2 when the record store does not answer, or a CNI call of
+safe-ipam outlived the wait (run it again).
 
 Example: safe-ipam uninstall --dry-run
 

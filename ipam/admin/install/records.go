@@ -15,6 +15,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/backends"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -161,9 +162,16 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 		return 0, q, err
 	}
 	defer o.Close()
+	if !dryRun {
+		// Every call begun before Calico's files came back is over before
+		// the first listing: none writes its first record after it.
+		if err := cachedir.WaitForCalls(ctx, cfg.CacheDir); err != nil {
+			return 0, q, err
+		}
+	}
 	_, shared := o.Store.(store.Cluster)
 	u := rulebook.Uninstall{Hosts: append([]string{record.ThisHost()}, formerHosts...), Shared: shared, CallLifetime: cfg.CallLifetime()}
-	forgotten := 0
+	forgotten, said := 0, false
 	for {
 		all, err := o.Store.List(ctx, cfg.Network)
 		if err != nil {
@@ -178,20 +186,33 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 			}
 			return len(list) + len(atWork), q, nil
 		}
+		changed := false
 		for _, rec := range list {
 			// Before the record goes, so that a run cut short does it again.
 			if err := q.reclaimer.Rekey(ctx, rec); err != nil {
 				return forgotten, q, err
 			}
-			if err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release)); err != nil {
+			err := o.Guard.Forget(ctx, rec, binDir, q.fate(rec, release))
+			if errors.Is(err, store.ErrConflict) {
+				changed = true // a DEL or ADD wrote it since the listing: judge it again
+				continue
+			}
+			if err != nil {
 				return forgotten, q, err
 			}
 			forgotten++
+		}
+		if changed {
+			continue
 		}
 		if len(list) == 0 && len(atWork) == 0 {
 			return forgotten, q, nil
 		}
 		if len(atWork) > 0 {
+			if !said {
+				log.Info("waiting for a call at work", "attachment", atWork[0].Attachment.String(), "why", rulebook.UninstallForgets(atWork[0], u).Why)
+				said = true
+			}
 			if err := waitForCalls(ctx, atWork); err != nil {
 				return forgotten, q, err
 			}

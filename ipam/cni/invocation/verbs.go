@@ -15,6 +15,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/about"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
+	"github.com/safe-ipam/safe-ipam/ipam/cachedir"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/lookup"
@@ -103,6 +104,8 @@ func (r Verbs) run(verb string, args *skel.CmdArgs, run func(context.Context, *g
 	if err != nil {
 		return err
 	}
+	// Until the process exits: uninstall waits for the calls at work.
+	defer cachedir.HoldCall(cfg.CacheDir)()
 	if cfg.Store.Type == config.StoreEtcd && !r.Backends.EtcdStore && r.HandOverTo != "" {
 		err := builds.HandOver(r.HandOverTo, args.StdinData, started) // returns only on failure
 		noteOutcome(verb, cfg, err)
