@@ -159,6 +159,11 @@ func TestKubeAuditComparesTheClaims(t *testing.T) {
 	if _, err := claims.NewClient(api).Claim(ctx, rec("gone", "10.244.0.3"), netip.MustParseAddr("10.244.0.3")); err != nil {
 		t.Fatal(err)
 	}
+	stdout.Reset()
+	audit.Run(append(slices.Clone(args), "--store-dir", dir), &stdout, &stderr)
+	if !strings.Contains(stdout.String(), "were not compared with the cluster-wide claims") {
+		t.Errorf("audit of another --store-dir than --conf's says nothing of the claims it did not compare:\n%s", stdout.String())
+	}
 	for _, fix := range []bool{false, true} {
 		stdout.Reset()
 		stderr.Reset()

@@ -159,10 +159,15 @@ func (c *CLI) examine(ctx context.Context, act func(context.Context, *Examined) 
 // the claims are not served, it says so in a warning.
 func (c *CLI) judgeClaims(ctx context.Context, snap *snapshot.Snapshot) ([]Finding, string, error) {
 	g := c.Calico
-	if g.File == nil || g.File.SafeIPAM == nil || !claims.Kept(g.File.SafeIPAM) || (g.StoreDir != "" && filepath.Clean(g.StoreDir) != filepath.Clean(g.File.SafeIPAM.Store.Dir)) {
+	if g.File == nil || g.File.SafeIPAM == nil || !claims.Kept(g.File.SafeIPAM) {
 		return nil, "", nil
 	}
 	cfg := g.File.SafeIPAM
+	if g.StoreDir != "" && filepath.Clean(g.StoreDir) != filepath.Clean(cfg.Store.Dir) {
+		// repair, which forgets through the same session, then leaves a
+		// forgotten record's claims to this node's gc.
+		return nil, fmt.Sprintf("--store-dir %s is not --conf's file store %s: the records were not compared with the cluster-wide claims, and a record repair forgets keeps its claims until this node's gc forgets them", g.StoreDir, cfg.Store.Dir), nil
+	}
 	client := claims.ClientFor(cfg, nil)
 	defer client.Close()
 	host := record.ThisHost()
