@@ -112,12 +112,8 @@ func claimedBy(own []*claims.Claim, rec *record.Record, addr netip.Addr) bool {
 
 func heldByRecord(recs []*record.Record, cl *claims.Claim) bool {
 	for _, rec := range recs {
-		if rec.State == record.Committed && cl.Names(rec) {
-			for _, addr := range recordAddrs(rec) {
-				if addr == cl.Addr {
-					return true
-				}
-			}
+		if rec.State == record.Committed && cl.Names(rec) && rec.Holds(cl.Addr) {
+			return true
 		}
 	}
 	return false
