@@ -155,7 +155,17 @@ func Open(ctx context.Context, c Call) (*Opened, error) {
 // release as a verb's do. hot is a pod's ADD or DEL.
 func Claimed(cfg *config.Config, st store.Store, node string, log *slog.Logger, hot bool) store.Store {
 	return claims.ForConfig(cfg, st, node, claims.Options{Warn: claimWarning(cfg, log), MayForget: mayForget(node), Hot: hot,
-		Exposed: func(why string) { warnExposure(cfg.CacheDir, log, "the Kubernetes API", why) }})
+		Exposed: func(why string) { warnExposure(cfg.CacheDir, log, "the Kubernetes API", why) }, At: claimsAt()})
+}
+
+// claimsAt is the crash tests' hook at the claims' points, which are
+// guard.Steps of their own (nil outside builds with -tags crashpoints).
+func claimsAt() func(claims.Point) {
+	at := CrashPoint
+	if at == nil {
+		return nil
+	}
+	return func(p claims.Point) { at(guard.Step(p)) }
 }
 
 // The file store is the node store claims.Wrap gives the claims to (it

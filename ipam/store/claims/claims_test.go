@@ -434,3 +434,92 @@ func TestNotServedIsRememberedForAWhile(t *testing.T) {
 		t.Fatal("a note older than its while: the store should try the claims again")
 	}
 }
+
+// An ADD killed between its claims and its commit leaves its record
+// pending (naming no address) and its claims standing. Whatever settles
+// that record releases them, before the address goes back to Calico: the
+// DEL's mark, the retried ADD's takeover, the GC's mark. A pending record
+// whose ADD still runs keeps them (its own commit, or its failure,
+// settles them).
+func TestAnUnfinishedADDsClaimsAreReleased(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	n := newNode(t, api, "node1")
+	unfinished := func(container, addr string, owner *record.Owner) *record.Record {
+		t.Helper()
+		att := record.Attachment{Network: "k8s-pod-network", ContainerID: container, IfName: "eth0"}
+		now := time.Now().UTC()
+		pending, err := n.Swap(ctx, att, nil, &record.Record{Attachment: att, Node: n.Node, Handle: "k8s-pod-network." + container,
+			State: record.Pending, Owner: owner, Created: now, Updated: now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		committed := *pending
+		committed.State, committed.IPs = record.Committed, []string{addr + "/32"}
+		if _, err := n.Claims.Claim(ctx, &committed, netip.MustParseAddr(addr)); err != nil {
+			t.Fatal(err)
+		}
+		return pending
+	}
+	claimed := func(addr string) bool {
+		t.Helper()
+		cl, err := n.Claims.Get(ctx, "k8s-pod-network", netip.MustParseAddr(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl != nil
+	}
+	dead := &record.Owner{PID: 1 << 30, Start: 1, Boot: "gone"}
+	now := time.Now().UTC()
+
+	// The runtime's DEL marks it.
+	p := unfinished("del", "10.244.1.1", dead)
+	if _, err := n.MarkReleasing(ctx, &record.Record{Attachment: p.Attachment, Node: n.Node, Created: now, Updated: now}); err != nil {
+		t.Fatal(err)
+	}
+	if claimed("10.244.1.1") {
+		t.Error("the DEL of an ADD killed after its claim left the claim standing")
+	}
+	// The retried ADD takes it over.
+	p = unfinished("retry", "10.244.1.2", dead)
+	next := *p
+	next.Owner, next.Updated = record.Self(), now
+	if _, err := n.Swap(ctx, p.Attachment, p, &next); err != nil {
+		t.Fatal(err)
+	}
+	if claimed("10.244.1.2") {
+		t.Error("the ADD retried over one killed after its claim left the old claim standing")
+	}
+	// The GC marks it.
+	p = unfinished("gc", "10.244.1.3", dead)
+	if _, err := n.Swap(ctx, p.Attachment, p, store.Releasing(p, now)); err != nil {
+		t.Fatal(err)
+	}
+	if claimed("10.244.1.3") {
+		t.Error("the GC of an ADD killed after its claim left the claim standing")
+	}
+	// A DEL cut short between its mark and its claims' release: the GC's
+	// mark over the releasing record releases them.
+	rec, err := n.add(t, "cut", "10.244.1.4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked, err := n.Local.MarkReleasing(ctx, &record.Record{Attachment: rec.Attachment, Node: n.Node, Owner: dead, Created: now, Updated: now})
+	if err != nil || !claimed("10.244.1.4") {
+		t.Fatalf("a mark in the node's store alone: %v; the claim must still stand", err)
+	}
+	if _, err := n.Swap(ctx, marked.Attachment, marked, store.Releasing(marked, now)); err != nil {
+		t.Fatal(err)
+	}
+	if claimed("10.244.1.4") {
+		t.Error("the GC over a DEL cut short after its mark left the claim standing")
+	}
+	// An ADD that still runs keeps its claim.
+	p = unfinished("running", "10.244.1.5", record.Self())
+	if _, err := n.Swap(ctx, p.Attachment, p, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !claimed("10.244.1.5") {
+		t.Error("a pending record of a running ADD removed by its own call released the claim its commit may still need")
+	}
+}

@@ -34,6 +34,8 @@ type Options struct {
 	// this node found none served (gc's rounds always try, and a round
 	// that finds them served ends the while).
 	Hot bool
+	// At is Store.At (crash-test builds only).
+	At func(Point)
 	// cacheDir is the config's, where that is noted.
 	cacheDir string
 }

@@ -58,6 +58,26 @@ type Store struct {
 	// CacheDir holds the node's note that claims were found not served
 	// (see ForConfig); "" for none.
 	CacheDir string
+	// At, when set, is called at each Point (crash tests stop there).
+	At func(Point)
+}
+
+// Point names a moment between the node's record and its claims, where a
+// crash leaves one without the other. Crash tests stop the process there.
+type Point string
+
+// The points.
+const (
+	// Claimed: a commit's claims are made, its record is still pending.
+	Claimed Point = "add-claimed"
+	// MarkedClaimed: a record is marked releasing, its claims still stand.
+	MarkedClaimed Point = "del-marked-claimed"
+)
+
+func (s *Store) at(p Point) {
+	if s.At != nil {
+		s.At(p)
+	}
 }
 
 // Commit claims committed's addresses, then commits it in the node's
@@ -70,6 +90,7 @@ func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (
 	if err != nil {
 		return nil, err
 	}
+	s.at(Claimed)
 	out, err := s.Local.Commit(ctx, pending, committed)
 	var held *store.HeldError
 	if errors.Is(err, store.ErrConflict) || errors.As(err, &held) {
@@ -219,26 +240,68 @@ func (s *Store) local(ctx context.Context, holder *record.Record) bool {
 // claims, before the caller releases its addresses in Calico: a claim
 // left behind would fence an address Calico hands out again.
 func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*record.Record, error) {
+	prior, _ := s.Local.Get(ctx, marker.Attachment) // a local read; nil on error: no listing
 	out, err := s.Local.MarkReleasing(ctx, marker)
 	if err == nil && out != nil {
+		s.at(MarkedClaimed)
 		s.releaseOf(ctx, out)
+		if prior != nil && unfinished(prior) && prior.State == record.Pending {
+			s.releaseUnfinished(ctx, prior.Attachment)
+		}
 	}
 	return out, err
 }
 
-// Swap swaps in the node's store; a committed record that stops being
-// committed releases its claims.
+// Swap swaps in the node's store, and releases the claims of prev when it
+// stops being a record whose claims stand: a committed record that stops
+// being committed, or one a call left unfinished (its process is gone)
+// that is taken over or marked.
 func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
 	out, err := s.Local.Swap(ctx, att, prev, next)
-	if err == nil && prev != nil && prev.State == record.Committed && (next == nil || next.State != record.Committed) {
+	if err != nil || prev == nil || next != nil && next.State == record.Committed {
+		return out, err
+	}
+	switch {
+	case prev.State == record.Committed:
 		s.releaseOf(ctx, prev)
+	case next != nil && unfinished(prev) && prev.State == record.Pending:
+		s.releaseUnfinished(ctx, att)
+	case next != nil && unfinished(prev):
+		s.releaseOf(ctx, prev) // a mark whose claims' release was cut short
 	}
 	return out, err
+}
+
+// unfinished says whether rec is a pending or releasing record whose call
+// is gone (a crash, or a power loss): a file store is one machine's, so
+// its calls' processes are this machine's.
+func unfinished(rec *record.Record) bool {
+	return rec.State != record.Committed && !rec.Owner.Alive()
 }
 
 func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
 	if err := s.Claims.ReleaseOf(ctx, s.mine(rec)); err != nil {
 		s.Warn("a claim of a released record stays for this node's gc", err)
+	}
+}
+
+// releaseUnfinished releases this machine's claims of att that an ADD
+// killed between its claims and its commit left: its pending record names
+// no address, so they are found under this node's label, with a listing
+// on the paths that settle a dead call's record only.
+func (s *Store) releaseUnfinished(ctx context.Context, att record.Attachment) {
+	own, _, err := s.Claims.OfNode(ctx, att.Network, s.Node)
+	if err != nil {
+		s.Warn("the claims of an unfinished ADD stay for this node's gc", err)
+		return
+	}
+	for _, cl := range own {
+		if cl.Holder != att || !s.own(cl) {
+			continue
+		}
+		if err := s.Claims.Release(ctx, cl); err != nil {
+			s.Warn("a claim of an unfinished ADD stays for this node's gc", err)
+		}
 	}
 }
 
@@ -296,7 +359,7 @@ func Wrap(st store.Store, client *Client, node string, o Options) store.Store {
 	if !ok {
 		return st
 	}
-	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget, CacheDir: o.cacheDir}
+	return &Store{Local: local, Claims: client, Node: node, Host: record.ThisHost(), Warn: o.Warn, MayForget: o.MayForget, CacheDir: o.cacheDir, At: o.At}
 }
 
 // ipOf is rec's address addr as its record writes it (with its prefix),
