@@ -105,7 +105,7 @@ lint:
 # The long chaos run: many random histories (seed printed for replay),
 # the whole crash matrix, outages and every mutant. Its last line is
 # "chaos: <n> histories, <n> crash points, <n> outages, <n> lost, <n> duplicated".
-chaos:
+chaos: kube-binaries
 	$(GO) run ./e2e/chaos/cmd/chaos
 
 # The first run fetches the Go modules (through the module proxy) and

@@ -39,11 +39,11 @@ import (
 func (c *Cluster) releaseInCalico(ctx context.Context, att *Attachment) error {
 	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
 	defer cancel()
-	snap, err := calicosim.State(ctx, c.cli)
+	snap, err := c.calicoState(ctx)
 	if err != nil {
 		return err
 	}
-	alloc := &calicosim.Allocator{Client: c.cli, Node: att.Node}
+	alloc := c.allocator(att.Node)
 	for _, ip := range att.IPs {
 		held, ok := snap.Lookup(ip)
 		if !ok {
@@ -61,6 +61,9 @@ func (c *Cluster) releaseInCalico(ctx context.Context, att *Attachment) error {
 // node's affinities, and deletes its Calico Node; a file store dies with
 // the node's disk.
 func (c *Cluster) kill(ctx context.Context, machine string) error {
+	if c.setup.Kube() {
+		return errors.New("node death is played on etcd only (kube-controllers' model writes Calico's etcd)")
+	}
 	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
 	defer cancel()
 	snap, err := calicosim.State(ctx, c.cli)
@@ -92,7 +95,7 @@ func (c *Cluster) kill(ctx context.Context, machine string) error {
 	if _, err := c.cli.Delete(ctx, calico.NodeKey(node)); err != nil {
 		return fmt.Errorf("kube-controllers deleting Node %s: %w", node, err)
 	}
-	if c.setup.Store == FileStore {
+	if c.setup.fileRecords() {
 		return os.RemoveAll(c.storeDir(machine))
 	}
 	return nil
@@ -308,7 +311,7 @@ func (c *Cluster) upgrade(ctx context.Context) error {
 // closeFileStores closes the file stores stores opened (the etcd ones
 // share the cluster's client and stay open).
 func closeFileStores(s Setup, stores map[string]store.Store) {
-	if s.Store != FileStore {
+	if !s.fileRecords() {
 		return
 	}
 	for _, st := range stores {
@@ -337,9 +340,13 @@ func (c *Cluster) deadNodesGC(ctx context.Context, call Call) (Outcome, error) {
 	if call.Verb == DeadNodesSighting {
 		sweeps = 1
 	}
+	// On Calico's Kubernetes datastore its rounds also claim the node's
+	// unclaimed records, forget its stale claims and release what it
+	// quarantined for another node's holder whose claim is gone (two
+	// rounds, no grace).
 	var out Outcome
 	for range sweeps {
-		out, err = c.runAdmin(ctx, call, "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--apply")
+		out, err = c.runAdmin(ctx, call, "gc", "--conf", path, "--cni-bin-dir", c.binaries().Dir, "--dead-nodes", "--dead-node-grace=0s", "--quarantine-grace=0s", "--apply")
 		if err != nil || !out.OK() {
 			break
 		}

@@ -171,3 +171,22 @@ func TestMachines(t *testing.T) {
 	requireOK(t, reports)
 	t.Log(Summarize(reports))
 }
+
+// TestClaims plays histories on Calico's Kubernetes datastore, where each
+// node's records are claimed cluster-wide in the API server: the crash
+// points (those between a claim and its record too), the API server's
+// outages, and an address freed behind a running pod's back and handed
+// to another node.
+func TestClaims(t *testing.T) {
+	bin := binaries(t)
+	var jobs []Job
+	if os.Getenv("CHAOS_SCRIPT") == "" {
+		jobs = ClaimsJobs(seedsFromEnv(t, seedRange(1, 4)))
+	}
+	if os.Getenv("CHAOS_SEED") == "" {
+		jobs = append(jobs, ScriptJobs(filterScripts(ClaimsScripts(os.Getenv("CHAOS_SCRIPT") != ""))...)...)
+	}
+	reports := play(t, bin, jobs)
+	requireOK(t, reports)
+	t.Log(Summarize(reports))
+}

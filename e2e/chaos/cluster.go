@@ -14,6 +14,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/etcdtest"
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
@@ -49,6 +50,9 @@ type Cluster struct {
 	former []string
 	// hostRenames counts each node's HostRenames.
 	hostRenames map[string]int
+	// kube is the API server of the histories on Calico's Kubernetes
+	// datastore, started at the first (kube.go).
+	kube *kubeAPI
 }
 
 // NewCluster starts etcd under dir and seeds every pool and node.
@@ -124,6 +128,9 @@ func (c *Cluster) Close() {
 	if c.proxy != nil {
 		c.proxy.Close()
 	}
+	if c.kube != nil {
+		c.kube.close()
+	}
 	if c.cli != nil {
 		c.cli.Close()
 	}
@@ -144,8 +151,18 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 	if err := c.etcd.Resume(); err != nil { // a failed history may have left it paused
 		return err
 	}
+	if s.Kube() {
+		if err := c.startKube(ctx); err != nil {
+			return err
+		}
+	}
 	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
 	defer cancel()
+	if c.kube != nil {
+		if err := c.kube.reset(ctx); err != nil {
+			return err
+		}
+	}
 	for _, prefix := range []string{calico.IPAMPrefix, etcdPrefixRoot} {
 		if _, err := c.cli.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
 			return fmt.Errorf("clearing %s: %w", prefix, err)
@@ -176,12 +193,23 @@ func (c *Cluster) Reset(ctx context.Context, s Setup) error {
 // Setup is the setup of the current history.
 func (c *Cluster) Setup() Setup { return c.setup }
 
-// Pause stops etcd, keeping its data: both safe-ipam's etcd store and
-// calico-ipam's datastore become unreachable.
-func (c *Cluster) Pause() { c.etcd.Pause() }
+// Pause stops Calico's datastore, keeping its data: etcd, and with it
+// safe-ipam's etcd store, or the API server, and with it the claims.
+func (c *Cluster) Pause() {
+	if c.setup.Kube() {
+		_ = c.kube.pause() // a failure shows as calls that succeed
+		return
+	}
+	c.etcd.Pause()
+}
 
-// Resume starts etcd again.
-func (c *Cluster) Resume() error { return c.etcd.Resume() }
+// Resume starts it again.
+func (c *Cluster) Resume() error {
+	if c.setup.Kube() {
+		return c.kube.resume()
+	}
+	return c.etcd.Resume()
+}
 
 // LogFile is safe-ipam's log of the current history on node.
 func (c *Cluster) LogFile(node string) string { return filepath.Join(c.work, node+".log") }
@@ -202,11 +230,15 @@ func (c *Cluster) storeDir(node string) string { return filepath.Join(c.work, no
 // calicoNetConf is the config of a node where calico-ipam runs without
 // safe-ipam.
 func (c *Cluster) calicoNetConf(node string) map[string]any {
-	return map[string]any{
+	conf := map[string]any{
 		"cniVersion": "1.0.0", "name": Network, "type": "calico", "datastore_type": "etcdv3",
 		"etcd_endpoints": c.etcd.Endpoint(), "nodename": c.calicoName(node),
 		"ipam": map[string]any{"type": CalicoIPAM, "ipv4_pools": []string{c.setup.Pool.Name}},
 	}
+	if c.setup.Kube() {
+		c.kube.netConf(conf)
+	}
+	return conf
 }
 
 func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {
@@ -232,6 +264,13 @@ func (c *Cluster) netConf(node string, timeout time.Duration) map[string]any {
 		ipam["cacheDir"] = filepath.Join(c.work, node, "cache")
 		ipam["logFile"] = c.LogFile(node)
 		ipam["gcGracePeriod"] = "0s"
+		if c.setup.Kube() && timeout == outageTimeout {
+			// The claims' requests hang while the API server is stopped.
+			ipam["verbTimeout"] = time.Second.String()
+		}
+	}
+	if c.setup.Kube() {
+		c.kube.netConf(conf)
 	}
 	conf["ipam"] = ipam
 	return conf
@@ -254,12 +293,19 @@ func (c *Cluster) stores() (map[string]store.Store, error) {
 	out := map[string]store.Store{}
 	for _, n := range c.setup.nodes() {
 		switch c.setup.Store {
-		case FileStore:
+		case FileStore, ClaimsStore:
 			s, err := filestore.Open(c.storeDir(n))
 			if err != nil {
 				return nil, err
 			}
 			out[n] = s
+			if c.setup.Kube() {
+				// What the harness writes as an admin command would (adopt,
+				// install's reindex) claims as it does; the client is the
+				// cluster's (Close only drops its idle connections).
+				out[n] = &claims.Store{Local: s, Claims: c.kube.claims, Node: c.calicoName(n), Host: record.ThisHost(),
+					Warn: func(string, error) {}}
+			}
 		case EtcdStore:
 			// The shared client stays open; Close of this store would
 			// close it, so the store is never closed.

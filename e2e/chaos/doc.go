@@ -52,6 +52,18 @@
 // violations, and deliberately broken safe-ipams (Mutants) must be
 // caught, or the checker's silence would mean nothing.
 //
+// TestClaims plays histories on Calico's Kubernetes datastore (the
+// ClaimsStore kind, kube.go, claims.go): Calico's data in a real
+// kube-apiserver, which also holds the AddressClaims that fence each
+// node's records cluster-wide, and each node's records in its file store.
+// The API server is stopped (SIGSTOP) for outages; the crash matrix adds
+// the claims' own points (claims.Claimed, claims.MarkedClaimed); a
+// block's affinity moves to another node (AffinityMove), so that an
+// address freed behind a running pod's back is handed across nodes, where
+// only the claims fence it. The checker also holds the claims to the
+// records: a live attachment's committed addresses are claimed in its
+// name, and no claim outlives its attachment's DEL.
+//
 // TestElection runs the DaemonSet's gc --dead-nodes --every loops of two
 // nodes as processes while a third node is dead and a fault plays out in
 // their election of the one that sweeps (election.go): a dry-run loop, a
@@ -70,6 +82,8 @@
 //	make chaos                            # the long mode: cmd/chaos
 //	CHAOS_SEED=17 go test ./e2e/chaos -run 'TestHistories$' -v
 //	CHAOS_SCRIPT=crash/del-marked/gc go test ./e2e/chaos -run TestCrashPoints -v
+//	CHAOS_SEED=3 go test ./e2e/chaos -run 'TestClaims$' -v  # history claims-seed-3
+//	go run ./e2e/chaos/cmd/chaos -parts Kubernetes          # the long mode's KDD parts
 //	go test ./e2e/chaos -run TestRegressions -v
 //	CHAOS_SCRIPT=election/failing-leader go test ./e2e/chaos -run TestElection -v
 //	go test ./e2e/chaos -run '^$' -fuzz FuzzRecordNaming

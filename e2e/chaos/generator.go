@@ -437,6 +437,9 @@ func (g *Generator) delCall(b *batch, a *Attachment) {
 func (g *Generator) arm(b *batch, call Call) Call {
 	if b.crashes && g.rng.Float64() < g.crashRate && !g.uninstalled[call.Node] {
 		steps := StepsOf(call.Verb)
+		if g.setup.Kube() {
+			steps = append(steps, claimsStepsOf(call.Verb)...)
+		}
 		call.CrashAt = steps[g.rng.IntN(len(steps))]
 	}
 	return call

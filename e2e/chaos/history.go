@@ -175,6 +175,29 @@ func (r *Report) Summary(limit int) string {
 	return b.String()
 }
 
+// Replay is the command that plays a failed history again.
+func (r *Report) Replay() string {
+	if strings.HasPrefix(r.Name, "regression-seed-") {
+		return "replay: go test ./e2e/chaos -run 'TestHistories$' -v"
+	}
+	if strings.HasPrefix(r.Name, "claims-seed-") {
+		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestClaims$' -v", r.Seed)
+	}
+	if strings.HasPrefix(r.Name, "seed-") {
+		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", r.Seed)
+	}
+	if strings.HasPrefix(r.Name, "control-") {
+		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestControl' -v", r.Seed)
+	}
+	if strings.HasPrefix(r.Name, "election/") {
+		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", r.Name)
+	}
+	if r.Setup.Kube() {
+		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestClaims' -v", r.Name)
+	}
+	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages|TestRegressions|TestOutsideActor|TestLifecycle|TestMachines' -v", r.Name)
+}
+
 // Explain is a failed history's account for a log. It ends with what a
 // reader needs first: the history's name (its seed) and setup, the
 // expectations and invariants it broke, and the command that replays it.
@@ -424,7 +447,7 @@ func (h *history) unchangedByOutage(n int, step Step, obs *Observation, named ma
 	}
 	// A file store answers without etcd: uninstall forgets there every
 	// record it can, and stops at the first quarantine it cannot re-claim.
-	forgets := h.m.Setup.Store == FileStore && slices.ContainsFunc(step.Calls, func(c Call) bool { return c.Verb == Uninstall })
+	forgets := h.m.Setup.fileRecords() && slices.ContainsFunc(step.Calls, func(c Call) bool { return c.Verb == Uninstall })
 	for att := range h.prev.Records {
 		if _, ok := obs.Records[att]; !ok && !forgets {
 			h.fail("step %d: calls during an etcd outage deleted the record of %s", n, att)

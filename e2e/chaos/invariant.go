@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
@@ -100,6 +101,9 @@ func CheckStep(m *Model, prev, obs *Observation, named map[*Attachment]bool) []V
 	if m.Setup.Safe() {
 		c.recordsAgree()
 	}
+	if m.Setup.Kube() {
+		c.claimsAgree()
+	}
 	if prev != nil {
 		c.onlyNamedReleased(prev, named)
 	}
@@ -126,7 +130,47 @@ func CheckDrained(m *Model, obs *Observation) []Violation {
 		}
 		c.report(InvReleased, Lost, att.String(), netip.Addr{}, "%s record left after every attachment was deleted", r.State)
 	}
+	for _, cl := range obs.Claims {
+		c.report(InvNotBlocked, Blocked, cl.Holder.String(), cl.Addr, "claim left after every attachment was deleted: it fences an address Calico hands out")
+	}
 	return c.found
+}
+
+// claimsAgree checks the claims on Calico's Kubernetes datastore: a live
+// attachment's committed record has its addresses claimed in its name
+// (else another node's ADD given one starts with it), and no claim names
+// an attachment the runtime deleted (it would fence an address Calico
+// hands out) or never made.
+func (c *checker) claimsAgree() {
+	byAddr := map[netip.Addr]*claims.Claim{}
+	for _, cl := range c.obs.Claims {
+		byAddr[cl.Addr] = cl
+		a := c.m.find(cl.Holder.Network, cl.Holder.ContainerID, cl.Holder.IfName)
+		switch {
+		case a == nil:
+			c.report(InvNotBlocked, Blocked, cl.Holder.String(), cl.Addr, "claim of an attachment the runtime never made: it fences an address Calico hands out")
+		case a.State == Deleted:
+			c.report(InvNotBlocked, Blocked, a.String(), cl.Addr, "claim kept after the runtime's DEL or GC succeeded: it fences an address Calico hands out")
+		}
+	}
+	for _, a := range c.m.Atts {
+		r := c.obs.Records[record.Attachment{Network: Network, ContainerID: a.ContainerID, IfName: a.IfName}]
+		if !a.live() || r == nil || r.State != record.Committed {
+			continue // a victim's claim stands too: it is what fences its address
+		}
+		for _, ip := range recordAddrs(r) {
+			if cl := byAddr[ip]; cl == nil || cl.Holder != r.Attachment || cl.Node != r.Node {
+				c.report(InvOneHolder, Duplicated, a.String(), ip, "no claim names the live attachment's address (%s): another node's ADD given it would start with it", describeClaim(cl))
+			}
+		}
+	}
+}
+
+func describeClaim(cl *claims.Claim) string {
+	if cl == nil {
+		return "none"
+	}
+	return fmt.Sprintf("claimed by %s on %s", cl.Holder, cl.Node)
 }
 
 // calicoConsistent: Calico's own writes never leave handles and blocks

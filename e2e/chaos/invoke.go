@@ -67,6 +67,10 @@ const (
 	// wrote without address index entries: every entry is removed, then
 	// install indexes the records again, as the new DaemonSet's start does.
 	Upgrade Verb = "UPGRADE"
+	// AffinityMove is not the runtime's: the blocks affine to Lender become
+	// Node's (Calico hands a block to another node; Kubernetes datastore
+	// only), so Node's ADDs are given the addresses Lender's pods held.
+	AffinityMove Verb = "AFFINITY-MOVE"
 	// GCLoops is the DaemonSet's `gc --dead-nodes --every` loops on node2
 	// and node3 while Fault plays out in their election; Node's loop must
 	// release the dead node's records (election.go).
@@ -192,6 +196,8 @@ func (c *Cluster) Invoke(ctx context.Context, call Call) (Outcome, error) {
 		return c.deadNodesGC(ctx, call)
 	case call.Verb == GCLoops:
 		return c.gcLoops(ctx, call)
+	case call.Verb == AffinityMove:
+		return Outcome{}, c.moveAffinity(ctx, call.Lender, call.Node)
 	case call.Verb == UninstallRead:
 		return Outcome{}, c.readForUninstall(ctx, call.Node)
 	case call.Verb == Uninstall:

@@ -2,11 +2,9 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -71,25 +69,8 @@ func requireOK(t *testing.T, reports []*Report) {
 		if r.OK() {
 			continue
 		}
-		t.Errorf("%s", r.Explain(replay(r)))
+		t.Errorf("%s", r.Explain(r.Replay()))
 	}
-}
-
-// replay is the command that plays a failed history again.
-func replay(r *Report) string {
-	if strings.HasPrefix(r.Name, "regression-seed-") {
-		return "replay: go test ./e2e/chaos -run 'TestHistories$' -v"
-	}
-	if strings.HasPrefix(r.Name, "seed-") {
-		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", r.Seed)
-	}
-	if strings.HasPrefix(r.Name, "control-") {
-		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestControl' -v", r.Seed)
-	}
-	if strings.HasPrefix(r.Name, "election/") {
-		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", r.Name)
-	}
-	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages|TestRegressions' -v", r.Name)
 }
 
 // seedsFromEnv reads CHAOS_SEED (one seed, for replay) or returns def.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 )
 
 // Mutant is a deliberately broken safe-ipam: one textual change to its
@@ -111,6 +112,42 @@ func Mutants() []Mutant {
 				return ScriptJobs(
 					func() *Script { return OutsideReleaseScript(Modern, FileStore, OutsideCalicoDel) },
 					func() *Script { return OutsideReleaseScript(Legacy, EtcdStore, OutsideIPAMRelease) })
+			},
+		},
+		{
+			Name:   "claims-not-made",
+			Breaks: "on Calico's Kubernetes datastore a commit claims no address, so another node's ADD given a running pod's address starts with it",
+			Old:    "made, err := s.claim(ctx, s.mine(committed))",
+			New:    "made, err := []*Claim(nil), error(nil)",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return ClaimsOutsideScript(Modern, OutsideCalicoDel) })
+			},
+		},
+		{
+			Name:   "claims-another-holder-taken",
+			Breaks: "a commit that meets another node's claim on its address takes it for its own: the API server's AlreadyExists is no longer a fence",
+			Old:    "case cl.Names(committed):",
+			New:    "case cl != nil:",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return ClaimsOutsideScript(Legacy, OutsideIPAMRelease) })
+			},
+		},
+		{
+			Name:   "claims-kept-on-release",
+			Breaks: "a DEL releases a record's addresses in Calico and leaves its claims, which fence them for ever after",
+			Old:    "s.releaseOf(ctx, out)",
+			New:    "_ = out",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return CrashScript(guard.DelReleased, FollowRetry, Modern, ClaimsStore) })
+			},
+		},
+		{
+			Name:   "claims-of-unfinished-kept",
+			Breaks: "the DEL of an ADD killed between its claims and its commit leaves the claims, which fence an address Calico hands out",
+			Old:    "if prior != nil && unfinished(prior) && len(prior.IPs) == 0 {",
+			New:    "if false && prior != nil && unfinished(prior) && len(prior.IPs) == 0 {",
+			Catchers: func() []Job {
+				return ScriptJobs(func() *Script { return CrashScript(guard.Step(claims.Claimed), FollowDel, Modern, ClaimsStore) })
 			},
 		},
 		{

@@ -7,27 +7,36 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Observation is what the checker reads after a step: Calico's data in
-// etcd and safe-ipam's records on every node.
+// etcd and safe-ipam's records on every node; on Calico's Kubernetes
+// datastore, also the claims.
 type Observation struct {
 	Calico  *calicosim.Snapshot
 	Records map[record.Attachment]*record.Record
+	Claims  []*claims.Claim
 }
 
-// Observe reads Calico's IPAM data in one consistent read, then every
+// Observe reads Calico's IPAM data in one consistent read (on the
+// Kubernetes datastore, one list per kind, while no call runs), then every
 // record.
 func (c *Cluster) Observe(ctx context.Context) (*Observation, error) {
 	ctx, cancel := context.WithTimeout(ctx, normalTimeout)
 	defer cancel()
-	snap, err := calicosim.State(ctx, c.cli)
+	obs := &Observation{Records: map[record.Attachment]*record.Record{}}
+	var err error
+	if c.setup.Kube() {
+		obs.Calico, obs.Claims, err = c.kube.state(ctx)
+	} else {
+		obs.Calico, err = calicosim.State(ctx, c.cli)
+	}
 	if err != nil {
 		return nil, err
 	}
-	obs := &Observation{Calico: snap, Records: map[record.Attachment]*record.Record{}}
 	stores, err := c.stores()
 	if err != nil {
 		return nil, err

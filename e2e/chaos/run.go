@@ -35,6 +35,20 @@ func RandomJobs(seeds []uint64, control bool) []Job {
 	return jobs
 }
 
+// ClaimsJobs are random histories on Calico's Kubernetes datastore: each
+// seed's setup (SetupFor) with the claims store, on one node or two, with
+// Calico 2.x or 3.x handles.
+func ClaimsJobs(seeds []uint64) []Job {
+	jobs := make([]Job, 0, len(seeds))
+	for _, seed := range seeds {
+		setup := SetupFor(seed)
+		setup.Store, setup.SharedPrefix, setup.Nodes = ClaimsStore, false, 1+int(seed/2%2)
+		jobs = append(jobs, Job{Name: fmt.Sprintf("claims-seed-%d", seed), Seed: seed, Setup: setup,
+			Schedule: func() Schedule { return NewGenerator(seed, setup) }})
+	}
+	return jobs
+}
+
 // RegressionJobs replay seeds whose histories once failed, as the
 // generator made them then: without the outside actor, which came later
 // and changes a history from its first act on.

@@ -206,8 +206,12 @@ func (s *Script) crashGC(step guard.Step, followUp string) *Script {
 // CrashMatrix is every crash point with every follow-up, for each
 // generation and store given.
 func CrashMatrix(gens []Generation, stores []StoreKind) []func() *Script {
+	return crashMatrix(guard.Steps, gens, stores)
+}
+
+func crashMatrix(steps []guard.Step, gens []Generation, stores []StoreKind) []func() *Script {
 	var out []func() *Script
-	for _, step := range guard.Steps {
+	for _, step := range steps {
 		for _, f := range FollowUps {
 			for _, g := range gens {
 				for _, st := range stores {

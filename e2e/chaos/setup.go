@@ -32,13 +32,17 @@ const (
 
 // StoreKind says where safe-ipam keeps its records. NoSafeIPAM runs
 // calico-ipam alone: the control, which must show the failure.
+// ClaimsStore is Calico's Kubernetes datastore: Calico's data in a real
+// kube-apiserver, each node's records in its file store, and their
+// addresses claimed cluster-wide as AddressClaims in that API server.
 type StoreKind string
 
 // Store kinds.
 const (
-	FileStore  StoreKind = "file"
-	EtcdStore  StoreKind = "etcd"
-	NoSafeIPAM StoreKind = "none"
+	FileStore   StoreKind = "file"
+	EtcdStore   StoreKind = "etcd"
+	ClaimsStore StoreKind = "claims"
+	NoSafeIPAM  StoreKind = "none"
 )
 
 // Pool is a Calico IP pool the histories allocate from.
@@ -120,6 +124,14 @@ func (s Setup) String() string {
 
 // Safe says whether safe-ipam fronts calico-ipam.
 func (s Setup) Safe() bool { return s.Store != NoSafeIPAM }
+
+// Kube says whether Calico's data is in the Kubernetes API (ClaimsStore);
+// else it is in etcd.
+func (s Setup) Kube() bool { return s.Store == ClaimsStore }
+
+// fileRecords says whether each node keeps its records in a file store of
+// its own (answered without the datastore, gone with the node's disk).
+func (s Setup) fileRecords() bool { return s.Store == FileStore || s.Store == ClaimsStore }
 
 // nodes lists the nodes in use.
 func (s Setup) nodes() []string { return Nodes[:max(1, min(s.Nodes, len(Nodes)))] }

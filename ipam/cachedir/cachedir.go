@@ -59,10 +59,13 @@ func Get(dir, name string) ([]byte, error) {
 // before writes a record after uninstall looked. Best effort: a call is
 // never failed or held up long for it.
 func HoldCall(dir string) (release func()) {
-	if dir == "" || os.MkdirAll(dir, 0o700) != nil {
+	if dir == "" {
 		return func() {}
 	}
 	d, err := bounded.OpenDir(dir)
+	if errors.Is(err, fs.ErrNotExist) && os.MkdirAll(dir, 0o700) == nil {
+		d, err = bounded.OpenDir(dir) // the node's first call
+	}
 	if err != nil {
 		return func() {}
 	}

@@ -181,8 +181,11 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 		// chaos:uninstall-forgets-another-hosts-records (a mutant breaks what follows)
 		list, atWork := q.ownRecords(all, u)
 		if dryRun {
-			for _, rec := range append(list, atWork...) {
+			for _, rec := range list {
 				q.count(rec, release)
+			}
+			for _, w := range atWork {
+				q.count(w.rec, release)
 			}
 			return len(list) + len(atWork), q, nil
 		}
@@ -210,24 +213,24 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 		}
 		if len(atWork) > 0 {
 			if !said {
-				log.Info("waiting for a call at work", "attachment", atWork[0].Attachment.String(), "why", rulebook.UninstallForgets(atWork[0], u).Why)
+				log.Info("waiting for a call at work", "attachment", atWork[0].rec.Attachment.String(), "why", atWork[0].why)
 				said = true
 			}
-			if err := waitForCalls(ctx, atWork); err != nil {
+			if err := pauseForCalls(ctx, atWork[0].rec); err != nil {
 				return forgotten, q, err
 			}
 		}
 	}
 }
 
-// waitForCalls pauses while the calls that wrote atWork may still run,
-// before the records are listed again.
-func waitForCalls(ctx context.Context, atWork []*record.Record) error {
+// pauseForCalls pauses while the call that wrote rec (the first record
+// at work) may still run, before the records are listed again.
+func pauseForCalls(ctx context.Context, rec *record.Record) error {
 	t := time.NewTimer(callPoll)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the ADD or DEL of %s to end (a call begun before Calico's files came back): %w", atWork[0].Attachment, ctx.Err())
+		return fmt.Errorf("waiting for the ADD or DEL of %s to end (a call begun before Calico's files came back): %w", rec.Attachment, ctx.Err())
 	case <-t.C:
 		return nil
 	}
@@ -237,10 +240,17 @@ func waitForCalls(ctx context.Context, atWork []*record.Record) error {
 // still be writing: a pod start waits on that call, not on this.
 const callPoll = 200 * time.Millisecond
 
+// callAtWork is a record a call may still be writing, and why the
+// rulebook waits for it.
+type callAtWork struct {
+	rec *record.Record
+	why string
+}
+
 // ownRecords are the records of all that this machine may forget now,
 // and those a call may still be writing (rulebook.UninstallForgets);
 // those another host wrote are counted (the last listing's).
-func (q *quarantineFates) ownRecords(all []*record.Record, u rulebook.Uninstall) (own, atWork []*record.Record) {
+func (q *quarantineFates) ownRecords(all []*record.Record, u rulebook.Uninstall) (own []*record.Record, atWork []callAtWork) {
 	q.keptOthers, q.otherHosts = 0, nil
 	for _, rec := range all {
 		v := rulebook.UninstallForgets(rec, u)
@@ -249,7 +259,7 @@ func (q *quarantineFates) ownRecords(all []*record.Record, u rulebook.Uninstall)
 			own = append(own, rec)
 			continue
 		case v.Wait:
-			atWork = append(atWork, rec)
+			atWork = append(atWork, callAtWork{rec: rec, why: v.Why})
 			continue
 		}
 		q.keptOthers++

@@ -76,6 +76,10 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env delegate
 // new attempt takes the record over.
 func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env delegate.Env, args cniargs.Args) (*record.Record, error) {
 	g.log.Warn("ADD found an unfinished record; releasing before retrying", "attachment", stale.Attachment.String(), "state", stale.State, "since", stale.Updated)
+	if c, ok := g.store.(unfinishedClaims); ok {
+		// Its cluster-wide claims go before its addresses go back to Calico.
+		c.ReleaseClaimsOf(ctx, stale)
+	}
 	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
 		return nil, err
 	}
@@ -87,6 +91,13 @@ func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env 
 	}
 	g.at(AddRecovered)
 	return g.store.Swap(ctx, stale.Attachment, stale, pending)
+}
+
+// unfinishedClaims is a store whose records claim their addresses
+// cluster-wide (claims.Store): an unfinished record's claims are released
+// before its addresses.
+type unfinishedClaims interface {
+	ReleaseClaimsOf(ctx context.Context, rec *record.Record)
 }
 
 func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Record {

@@ -1,10 +1,13 @@
 package guard_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/safe-ipam/safe-ipam/ipam/cni/delegate"
 	"github.com/safe-ipam/safe-ipam/ipam/cni/guard"
+	"github.com/safe-ipam/safe-ipam/ipam/store"
+	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // A process killed at any step of ADD, DEL or GC leaves a state from which
@@ -75,5 +78,40 @@ func TestCrashAtEveryStep(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// claimsProbe is a store whose records claim their addresses cluster-wide
+// (as claims.Store): it notes how many delegate DELs had run each time
+// the guard asked it to release an unfinished record's claims.
+type claimsProbe struct {
+	store.Store
+	dels func() int
+	at   []int
+}
+
+func (p *claimsProbe) ReleaseClaimsOf(context.Context, *record.Record) { p.at = append(p.at, p.dels()) }
+
+// The ADD retried over the record of one killed after its delegate ADD
+// releases that record's cluster-wide claims before the delegate frees
+// its addresses: an address Calico frees is never left fenced by a claim
+// of the killed call (another pod given it would be refused).
+func TestRetriedAddReleasesClaimsBeforeAddresses(t *testing.T) {
+	r := newRig(t, "file")
+	r.crashAt = guard.AddDelegated
+	if _, err := r.run("ADD", env("c1"), r.conf()); err == nil {
+		t.Fatal("the first ADD was not killed")
+	}
+	r.crashAt = ""
+	before := len(r.calls("DEL"))
+	p := &claimsProbe{Store: r.store(), dels: func() int { return len(r.calls("DEL")) }}
+	if _, err := r.guardOver(p, r.conf()).Add(context.Background(), env("c1")); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.calls("DEL")) == before {
+		t.Fatal("the retried ADD released nothing of the killed one in the delegate")
+	}
+	if len(p.at) == 0 || p.at[0] != before {
+		t.Fatalf("the killed ADD's claims were released after %v delegate DELs; want first, after %d", p.at, before)
 	}
 }

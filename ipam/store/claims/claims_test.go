@@ -514,12 +514,29 @@ func TestAnUnfinishedADDsClaimsAreReleased(t *testing.T) {
 	if claimed("10.244.1.4") {
 		t.Error("the GC over a DEL cut short after its mark left the claim standing")
 	}
-	// An ADD that still runs keeps its claim.
+	// The DEL's mark of a killed ADD's record whose claims' release failed
+	// (the API server was away): the retried DEL finds a releasing record
+	// that names no address, and releases them.
+	p = unfinished("marked", "10.244.1.6", dead)
+	marked, err = n.Local.MarkReleasing(ctx, &record.Record{Attachment: p.Attachment, Node: n.Node, Owner: dead, Created: now, Updated: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.MarkReleasing(ctx, &record.Record{Attachment: marked.Attachment, Node: n.Node, Created: now, Updated: now}); err != nil {
+		t.Fatal(err)
+	}
+	if claimed("10.244.1.6") {
+		t.Error("the DEL retried over the mark of an ADD killed after its claim left the claim standing")
+	}
+	// An ADD that still runs keeps its claim when its own call replaces
+	// its pending record (as it does when its delegate's release failed).
 	p = unfinished("running", "10.244.1.5", record.Self())
-	if _, err := n.Swap(ctx, p.Attachment, p, nil); err != nil {
+	kept := *p
+	kept.Owner = nil
+	if _, err := n.Swap(ctx, p.Attachment, p, &kept); err != nil {
 		t.Fatal(err)
 	}
 	if !claimed("10.244.1.5") {
-		t.Error("a pending record of a running ADD removed by its own call released the claim its commit may still need")
+		t.Error("a pending record of a running ADD replaced by its own call released the claim its commit may still need")
 	}
 }

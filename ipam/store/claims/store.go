@@ -86,6 +86,7 @@ func (s *Store) at(p Point) {
 // read from its store, another's as its claim tells. A commit known not
 // to have happened releases the claims it made.
 func (s *Store) Commit(ctx context.Context, pending, committed *record.Record) (*record.Record, error) {
+	// chaos:claims-not-made (a mutant breaks what follows)
 	made, err := s.claim(ctx, s.mine(committed))
 	if err != nil {
 		return nil, err
@@ -146,6 +147,7 @@ func (s *Store) claimOne(ctx context.Context, committed *record.Record, addr net
 			return nil, fmt.Errorf("%w: %v", errHeldUnknown, err)
 		case !errors.Is(err, ErrHeld):
 			return cl, err
+		// chaos:claims-another-holder-taken (a mutant breaks what follows)
 		case cl.Names(committed):
 			return nil, nil
 		}
@@ -244,8 +246,10 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 	out, err := s.Local.MarkReleasing(ctx, marker)
 	if err == nil && out != nil {
 		s.at(MarkedClaimed)
+		// chaos:claims-kept-on-release (a mutant breaks what follows)
 		s.releaseOf(ctx, out)
-		if prior != nil && unfinished(prior) && prior.State == record.Pending {
+		// chaos:claims-of-unfinished-kept (a mutant breaks what follows)
+		if prior != nil && unfinished(prior) && len(prior.IPs) == 0 {
 			s.releaseUnfinished(ctx, prior.Attachment)
 		}
 	}
@@ -264,19 +268,36 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	switch {
 	case prev.State == record.Committed:
 		s.releaseOf(ctx, prev)
-	case next != nil && unfinished(prev) && prev.State == record.Pending:
-		s.releaseUnfinished(ctx, att)
 	case next != nil && unfinished(prev):
-		s.releaseOf(ctx, prev) // a mark whose claims' release was cut short
+		s.ReleaseClaimsOf(ctx, prev)
 	}
 	return out, err
 }
 
 // unfinished says whether rec is a pending or releasing record whose call
-// is gone (a crash, or a power loss): a file store is one machine's, so
-// its calls' processes are this machine's.
+// is gone (a crash, or a power loss; a file store is one machine's, so its
+// calls' processes are this machine's). Only such a record can have left
+// claims that its own call will not settle, so only its replacement pays
+// for looking. Releasing them is safe whatever the owner: once rec is
+// replaced, a commit over it conflicts, and a commit known not to have
+// happened releases the claims it made.
 func unfinished(rec *record.Record) bool {
 	return rec.State != record.Committed && !rec.Owner.Alive()
+}
+
+// ReleaseClaimsOf releases this machine's claims of rec, a pending or
+// releasing record a killed call left: those on its addresses that name
+// it, or, when it names none (an ADD killed between its claims and its
+// commit, or a DEL that marked such a record), those that name its
+// attachment under this node's label (a listing, on this rare path only).
+// The ADD retried over rec calls it before the delegate releases rec's
+// addresses, so none of them is fenced by a claim once Calico frees it.
+func (s *Store) ReleaseClaimsOf(ctx context.Context, rec *record.Record) {
+	if len(rec.IPs) > 0 {
+		s.releaseOf(ctx, rec)
+		return
+	}
+	s.releaseUnfinished(ctx, rec.Attachment)
 }
 
 func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {

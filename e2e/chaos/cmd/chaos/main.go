@@ -1,6 +1,7 @@
 // Command chaos is the long mode of the chaos suite (`make chaos`): many
 // random histories with safe-ipam in front, the whole crash matrix, every
-// outage script, and every mutant, which must be caught. Progress goes to
+// outage script, the same on Calico's Kubernetes datastore with its
+// claims, and every mutant, which must be caught. Progress goes to
 // stderr; stdout ends with one line:
 //
 //	chaos: <n> histories, <n> crash points, <n> outages, <n> lost, <n> duplicated
@@ -15,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
@@ -32,6 +34,7 @@ type options struct {
 	parallel  int
 	mutants   bool
 	verbose   bool
+	parts     *regexp.Regexp
 }
 
 func parseFlags() options {
@@ -41,7 +44,12 @@ func parseFlags() options {
 	flag.IntVar(&o.parallel, "parallel", 2*runtime.NumCPU(), "clusters playing at once (outages leave cores idle)")
 	flag.BoolVar(&o.mutants, "mutants", true, "also build and play every mutant, which must be caught")
 	flag.BoolVar(&o.verbose, "v", false, "print every history's transcript")
+	parts := flag.String("parts", "", "play only the parts whose name matches this regexp (\"Kubernetes\": the Kubernetes datastore's); the control and mutants run when it is empty")
 	flag.Parse()
+	o.parts = regexp.MustCompile(*parts)
+	if *parts != "" {
+		o.mutants = false
+	}
 	if o.seed == 0 {
 		o.seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
 	}
@@ -103,24 +111,32 @@ func (r *runner) all(bin chaos.Binaries, root string) (chaos.Summary, bool) {
 	outside := r.play("outside actor scripts", bin, chaos.ScriptJobs(chaos.OutsideScripts()...))
 	lifecycle := r.play("lifecycle scripts", bin, chaos.ScriptJobs(append(chaos.LifecycleScripts(), chaos.ElectionScripts()...)...))
 	machines := r.play("machine scripts", bin, chaos.ScriptJobs(chaos.MachineScripts()...))
-	r.control(bin, seeds[:min(len(seeds), 8)])
+	kdd := r.play("Kubernetes datastore histories", bin, chaos.ClaimsJobs(seeds[:max(1, len(seeds)/5)]))
+	kddScripts := r.play("Kubernetes datastore scripts", bin, chaos.ScriptJobs(chaos.ClaimsScripts(true)...))
+	if r.o.parts.String() == "" {
+		r.control(bin, seeds[:min(len(seeds), 8)])
+	}
 	if r.o.mutants {
 		r.mutants(root)
 	}
-	sum := chaos.Summarize(histories, crashes, outages, outside, lifecycle, machines)
+	sum := chaos.Summarize(histories, crashes, outages, outside, lifecycle, machines, kdd, kddScripts)
 	return sum, !r.failed && sum.Failed == 0
 }
 
-// play plays jobs and prints every failed history with its replay.
+// play plays jobs and prints every failed history with its replay; a
+// part -parts leaves out plays nothing.
 func (r *runner) play(what string, bin chaos.Binaries, jobs []chaos.Job) []*chaos.Report {
+	if !r.o.parts.MatchString(what) {
+		return nil
+	}
 	r.parts++
 	start := time.Now()
 	opt := chaos.Options{Bin: bin, Dir: fmt.Sprintf("%s/part-%d", r.work, r.parts), Parallel: r.o.parallel,
 		Done: func(rep *chaos.Report) {
 			switch {
 			case !rep.OK():
-				fmt.Fprintln(os.Stderr, rep.Explain(replay(rep)))
-				r.failures = append(r.failures, rep.Summary(3)+replay(rep))
+				fmt.Fprintln(os.Stderr, rep.Explain(rep.Replay()))
+				r.failures = append(r.failures, rep.Summary(3)+rep.Replay())
 			case r.o.verbose:
 				fmt.Fprintf(os.Stderr, "%s%s\n", rep.Summary(0), strings.Join(rep.Transcript, "\n"))
 			}
@@ -205,14 +221,4 @@ func outageScripts(gens []chaos.Generation, stores []chaos.StoreKind) []func() *
 		}
 	}
 	return out
-}
-
-func replay(rep *chaos.Report) string {
-	if strings.HasPrefix(rep.Name, "seed-") {
-		return fmt.Sprintf("replay: CHAOS_SEED=%d go test ./e2e/chaos -run 'TestHistories$' -v", rep.Seed)
-	}
-	if strings.HasPrefix(rep.Name, "election/") {
-		return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run TestElection -v", rep.Name)
-	}
-	return fmt.Sprintf("replay: CHAOS_SCRIPT=%s go test ./e2e/chaos -run 'TestCrashPoints|TestOutages' -v", rep.Name)
 }
