@@ -82,6 +82,9 @@ func (r *rig) measureClaims(ctx context.Context, res *Results) error {
 		}
 		if ph.apply {
 			res.ClaimRequestsPerPod = (after - before) / float64(r.kddRuns())
+			if res.ClaimRequestsPerPod < 1 {
+				return fmt.Errorf("the phase with claims served made %.1f requests on AddressClaims per pod: it measured no claims", res.ClaimRequestsPerPod)
+			}
 		}
 		for _, c := range []string{ph.alone, ph.safe} {
 			for _, op := range []string{"ADD", "DEL"} {
@@ -165,6 +168,9 @@ func (r *rig) kddConflist(config, kubeconfig string) (*libcni.NetworkConfigList,
 		KDDFile: "bench-kdd-file", KDDClaims: "bench-kdd-claims"}[config]
 	if ipam, ok := p["ipam"].(map[string]any); ok && base == File {
 		ipam["store"] = map[string]any{"type": "file", "dir": filepath.Join(r.dir, "records-kdd")}
+		// A cache of its own: the phase without claims notes them not
+		// served there, and the node's calls then try none for a while.
+		ipam["cacheDir"] = filepath.Join(r.dir, "cache-"+name)
 	}
 	return r.writeList(name, p)
 }
