@@ -260,7 +260,7 @@ func Mutants() []Mutant {
 			Name:     "uninstall-forgets-another-hosts-records",
 			Breaks:   "uninstall forgets every record under the node's Calico name, also those another machine sharing it (a stale nodename) wrote: that machine's running pods lose their fence",
 			Old:      "list, atWork := q.ownRecords(all, u)",
-			New:      "list, atWork := all, []*record.Record(nil)",
+			New:      "list, atWork := all, []callAtWork(nil)",
 			Catchers: func() []Job { return ScriptJobs(UninstallStaleNodenameScript) },
 		},
 		{

@@ -73,31 +73,29 @@ func (g *Guard) reserve(ctx context.Context, att record.Attachment, env delegate
 // restart recovers from an ADD that stopped between its pending record and
 // its commit, or a DEL that stopped after its mark (its process is gone):
 // whatever the delegate holds for the attachment is released before the
-// new attempt takes the record over.
+// new attempt takes the record over. It marks the record releasing under
+// this process first, so that an ADD racing it finds the record at work
+// and retries later, and a store whose records claim their addresses
+// cluster-wide releases the stale record's claims with that write, before
+// its addresses go back to Calico.
 func (g *Guard) restart(ctx context.Context, stale, pending *record.Record, env delegate.Env, args cniargs.Args) (*record.Record, error) {
 	g.log.Warn("ADD found an unfinished record; releasing before retrying", "attachment", stale.Attachment.String(), "state", stale.State, "since", stale.Updated)
-	if c, ok := g.store.(unfinishedClaims); ok {
-		// Its cluster-wide claims go before its addresses go back to Calico.
-		c.ReleaseClaimsOf(ctx, stale)
+	marker := store.Releasing(stale, g.now().UTC())
+	marker.Owner = g.Owner
+	marked, err := g.store.Swap(ctx, stale.Attachment, stale, marker)
+	if err != nil {
+		return marked, err
 	}
-	if err := g.release(ctx, stale.Attachment, env, args, nil); err != nil {
+	if err := g.release(ctx, marked.Attachment, env, args, nil); err != nil {
 		return nil, err
 	}
 	// A DEL that stopped after its mark had not released the quarantines
 	// tied to the record yet; taking the record over drops them.
-	stale, err := g.releaseQuarantines(ctx, stale, env)
-	if err != nil {
+	if marked, err = g.releaseQuarantines(ctx, marked, env); err != nil {
 		return nil, err
 	}
 	g.at(AddRecovered)
-	return g.store.Swap(ctx, stale.Attachment, stale, pending)
-}
-
-// unfinishedClaims is a store whose records claim their addresses
-// cluster-wide (claims.Store): an unfinished record's claims are released
-// before its addresses.
-type unfinishedClaims interface {
-	ReleaseClaimsOf(ctx context.Context, rec *record.Record)
+	return g.store.Swap(ctx, marked.Attachment, marked, pending)
 }
 
 func (g *Guard) newRecord(att record.Attachment, args cniargs.Args) *record.Record {

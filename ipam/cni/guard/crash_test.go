@@ -81,22 +81,30 @@ func TestCrashAtEveryStep(t *testing.T) {
 	}
 }
 
-// claimsProbe is a store whose records claim their addresses cluster-wide
-// (as claims.Store): it notes how many delegate DELs had run each time
-// the guard asked it to release an unfinished record's claims.
-type claimsProbe struct {
+// takeoverProbe notes how many delegate DELs had run each time a record
+// of the store was replaced.
+type takeoverProbe struct {
 	store.Store
 	dels func() int
 	at   []int
 }
 
-func (p *claimsProbe) ReleaseClaimsOf(context.Context, *record.Record) { p.at = append(p.at, p.dels()) }
+func (p *takeoverProbe) Swap(ctx context.Context, att record.Attachment, prev, next *record.Record) (*record.Record, error) {
+	if prev != nil {
+		p.at = append(p.at, p.dels())
+	}
+	return p.Store.Swap(ctx, att, prev, next)
+}
 
 // The ADD retried over the record of one killed after its delegate ADD
-// releases that record's cluster-wide claims before the delegate frees
-// its addresses: an address Calico frees is never left fenced by a claim
-// of the killed call (another pod given it would be refused).
-func TestRetriedAddReleasesClaimsBeforeAddresses(t *testing.T) {
+// takes the record over (marked releasing, under its own process) before
+// the delegate frees its addresses: an ADD racing it finds the record at
+// work, and a store whose records claim their addresses cluster-wide
+// releases the killed call's claims with that write, so an address Calico
+// frees is never left fenced by them (another pod given it would be
+// refused), and a racing ADD can never release a claim of the one that
+// took the record over.
+func TestRetriedAddTakesTheRecordOverBeforeReleasing(t *testing.T) {
 	r := newRig(t, "file")
 	r.crashAt = guard.AddDelegated
 	if _, err := r.run("ADD", env("c1"), r.conf()); err == nil {
@@ -104,7 +112,7 @@ func TestRetriedAddReleasesClaimsBeforeAddresses(t *testing.T) {
 	}
 	r.crashAt = ""
 	before := len(r.calls("DEL"))
-	p := &claimsProbe{Store: r.store(), dels: func() int { return len(r.calls("DEL")) }}
+	p := &takeoverProbe{Store: r.store(), dels: func() int { return len(r.calls("DEL")) }}
 	if _, err := r.guardOver(p, r.conf()).Add(context.Background(), env("c1")); err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +120,6 @@ func TestRetriedAddReleasesClaimsBeforeAddresses(t *testing.T) {
 		t.Fatal("the retried ADD released nothing of the killed one in the delegate")
 	}
 	if len(p.at) == 0 || p.at[0] != before {
-		t.Fatalf("the killed ADD's claims were released after %v delegate DELs; want first, after %d", p.at, before)
+		t.Fatalf("the killed ADD's record was first replaced after %v delegate DELs; want before any, after %d", p.at, before)
 	}
 }

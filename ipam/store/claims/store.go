@@ -250,7 +250,7 @@ func (s *Store) MarkReleasing(ctx context.Context, marker *record.Record) (*reco
 		s.releaseOf(ctx, out)
 		// chaos:claims-of-unfinished-kept (a mutant breaks what follows)
 		if prior != nil && unfinished(prior) && len(prior.IPs) == 0 {
-			s.releaseUnfinished(ctx, prior.Attachment)
+			s.releaseUnfinished(ctx, prior)
 		}
 	}
 	return out, err
@@ -269,7 +269,7 @@ func (s *Store) Swap(ctx context.Context, att record.Attachment, prev, next *rec
 	case prev.State == record.Committed:
 		s.releaseOf(ctx, prev)
 	case next != nil && unfinished(prev):
-		s.ReleaseClaimsOf(ctx, prev)
+		s.releaseClaimsOf(ctx, prev)
 	}
 	return out, err
 }
@@ -285,19 +285,20 @@ func unfinished(rec *record.Record) bool {
 	return rec.State != record.Committed && !rec.Owner.Alive()
 }
 
-// ReleaseClaimsOf releases this machine's claims of rec, a pending or
-// releasing record a killed call left: those on its addresses that name
-// it, or, when it names none (an ADD killed between its claims and its
-// commit, or a DEL that marked such a record), those that name its
-// attachment under this node's label (a listing, on this rare path only).
-// The ADD retried over rec calls it before the delegate releases rec's
-// addresses, so none of them is fenced by a claim once Calico frees it.
-func (s *Store) ReleaseClaimsOf(ctx context.Context, rec *record.Record) {
+// releaseClaimsOf releases this machine's claims of rec, a pending or
+// releasing record a killed call left, once it is replaced: those on its
+// addresses that name it, or, when it names none (an ADD killed between
+// its claims and its commit, or a DEL that marked such a record), those
+// that name it under its node's label (a listing, on this rare path
+// only). The ADD retried over rec replaces it (marked releasing) before
+// its delegate releases rec's addresses, so none of them is left fenced
+// by a claim once Calico frees it.
+func (s *Store) releaseClaimsOf(ctx context.Context, rec *record.Record) {
 	if len(rec.IPs) > 0 {
 		s.releaseOf(ctx, rec)
 		return
 	}
-	s.releaseUnfinished(ctx, rec.Attachment)
+	s.releaseUnfinished(ctx, rec)
 }
 
 func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
@@ -306,18 +307,22 @@ func (s *Store) releaseOf(ctx context.Context, rec *record.Record) {
 	}
 }
 
-// releaseUnfinished releases this machine's claims of att that an ADD
-// killed between its claims and its commit left: its pending record names
-// no address, so they are found under this node's label, with a listing
+// releaseUnfinished releases the claims of rec that an ADD killed between
+// its claims and its commit left: its record names no address, so they
+// are found under its node's label (a former name's too), with a listing
 // on the paths that settle a dead call's record only.
-func (s *Store) releaseUnfinished(ctx context.Context, att record.Attachment) {
-	own, _, err := s.Claims.OfNode(ctx, att.Network, s.Node)
+func (s *Store) releaseUnfinished(ctx context.Context, rec *record.Record) {
+	mine := *s.mine(rec)
+	if mine.Node == "" {
+		mine.Node = s.Node
+	}
+	own, _, err := s.Claims.OfNode(ctx, mine.Network, mine.Node)
 	if err != nil {
 		s.Warn("the claims of an unfinished ADD stay for this node's gc", err)
 		return
 	}
 	for _, cl := range own {
-		if cl.Holder != att || !s.own(cl) {
+		if !cl.Names(&mine) {
 			continue
 		}
 		if err := s.Claims.Release(ctx, cl); err != nil {
