@@ -19,7 +19,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries lint demo bench scale scale-audit chaos clean
+.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries helm lint demo bench scale scale-audit chaos clean
 
 all: build
 
@@ -50,11 +50,11 @@ tools:
 # one of the packages, and the longest (about 20 minutes on 2 cores: the one-node
 # scenarios one at a time, then the ten three-node ones, on etcd and on
 # Calico's Kubernetes datastore, two at a time).
-test: lint kube-binaries
+test: lint kube-binaries helm
 	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 # Everything but what needs root: the e2e suites and the chaos suite.
-unit: kube-binaries
+unit: kube-binaries helm
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v -e '/e2e$$' -e '/e2e/chaos' -e '/e2e/runtime$$' -e '/e2e/cluster$$' -e '/e2e/harness/kubenode$$')
 
 e2e:
@@ -94,6 +94,11 @@ e2e-cluster: kube-binaries
 # calico-ipam.
 e2e-kubernetes: kube-binaries
 	$(GO) test -count=1 -timeout 20m -v -run '^Test(Kube|KDD|PodsSource|RekeyToPodHandle)' ./e2e/harness/kubetest/... ./ipam/admin/liveness/... ./ipam/admin/audit/... ./ipam/calico/datastore/... ./ipam/admin/adopt/... ./e2e/harness/calicosim/... ./e2e/harness/testbed/... ./e2e/
+
+# The helm the chart's tests run (deploy/helm_test.go), built once per
+# version from the tools module e2e/tools/helm. See scripts/helm.sh.
+helm:
+	@bash scripts/helm.sh >/dev/null
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
