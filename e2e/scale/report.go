@@ -104,8 +104,8 @@ func (r *Result) WriteTable(w io.Writer) {
 	row(fmt.Sprintf("readiness probe, all %d runs", r.Probes), r.Probe)
 	if o.Datastore == datastore.Etcd {
 		fmt.Fprintf(w, "  nodes that listed other nodes' records while all gc ran: %v (of %d)\n", r.Listers, o.Simulated)
-		fmt.Fprintf(w, "  a forgotten node's records released after %s; after the leader stopped, %s (gc period %s)\n",
-			r.Released.Round(time.Millisecond), r.ReleasedAfterFailover.Round(time.Millisecond), o.Every)
+		fmt.Fprintf(w, "  a forgotten node's records released after %s (%d gc rounds); after the leader stopped, %s (%d rounds) (gc period %s)\n",
+			r.Released.Round(time.Millisecond), r.ReleasedRounds, r.ReleasedAfterFailover.Round(time.Millisecond), r.ReleasedRoundsAfterFailover, o.Every)
 	} else {
 		fmt.Fprintf(w, "  (records live on each node: no gc reads another node's; the elected gc lists every AddressClaim, a dead node's go with the sweep)\n")
 		per := 0.0

@@ -87,6 +87,11 @@ type Result struct {
 	// gone, with every gc running, and after the leader stopped (etcd:
 	// on the Kubernetes datastore a node's records live on the node).
 	Released, ReleasedAfterFailover time.Duration
+	// ReleasedRounds, and ReleasedRoundsAfterFailover, are the rounds
+	// the gc that released the records finished meanwhile, the releasing
+	// one included (its metrics): how many periods the release took,
+	// however slow a busy machine made each round.
+	ReleasedRounds, ReleasedRoundsAfterFailover int
 }
 
 // cluster is Calico's datastore of the simulation.
@@ -409,7 +414,7 @@ func (s *sim) settledChecks(ctx context.Context) (int, Served, error) {
 func (s *sim) fullChecks(least int) int {
 	total := 0
 	for _, n := range s.nodes {
-		got, err := scrapeCounter("http://"+n.watchAt+"/metrics", "safe_ipam_full_checks_total")
+		got, err := scrapeSum("http://"+n.watchAt+"/metrics", "safe_ipam_full_checks_total")
 		if err != nil || got < least {
 			return -1
 		}
@@ -418,8 +423,9 @@ func (s *sim) fullChecks(least int) int {
 	return total
 }
 
-// scrapeCounter is the value of counter name at url.
-func scrapeCounter(url, name string) (int, error) {
+// scrapeSum is the sum of counter name's series at url, whatever their
+// labels.
+func scrapeSum(url, name string) (int, error) {
 	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err
@@ -429,14 +435,22 @@ func scrapeCounter(url, name string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	sum, found := 0.0, false
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			var n float64
-			_, err := fmt.Sscan(v, &n)
-			return int(n), err
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
 		}
+		var n float64
+		if _, err := fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &n); err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", url, line, err)
+		}
+		sum, found = sum+n, true
 	}
-	return 0, fmt.Errorf("%s: no %s", url, name)
+	if !found {
+		return 0, fmt.Errorf("%s: no %s", url, name)
+	}
+	return int(sum), nil
 }
 
 // probe runs node n's readiness probe as the manifest writes it.
@@ -540,23 +554,69 @@ func (s *sim) forget(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if s.res.Released, err = s.forgetNode(ctx, s.o.Nodes-1); err != nil {
+	if s.res.Released, s.res.ReleasedRounds, err = s.forgetNode(ctx, s.o.Nodes-1); err != nil {
 		return err
 	}
 	s.nodes[0].gc.stop()
 	if len(s.nodes) < 2 || s.o.Nodes-2 < s.o.Simulated {
 		return nil
 	}
-	s.res.ReleasedAfterFailover, err = s.forgetNode(ctx, s.o.Nodes-2)
+	s.res.ReleasedAfterFailover, s.res.ReleasedRoundsAfterFailover, err = s.forgetNode(ctx, s.o.Nodes-2)
 	return err
 }
 
-func (s *sim) forgetNode(ctx context.Context, i int) (time.Duration, error) {
+// forgetNode has Calico forget node i and returns how long its records
+// took to go, and how many rounds the gc that released them finished
+// meanwhile, once it finished the releasing one.
+func (s *sim) forgetNode(ctx context.Context, i int) (time.Duration, int, error) {
+	before, err := s.gcCounts()
+	if err != nil {
+		return 0, 0, err
+	}
 	took, err := s.c.forget(ctx, i, 5*s.o.Every+30*time.Second)
 	if err != nil {
-		return 0, fmt.Errorf("the records of %s, which Calico forgot, were not released: %v\n%s", nodeName(i), err, s.nodes[len(s.nodes)-1].gc.output())
+		return 0, 0, fmt.Errorf("the records of %s, which Calico forgot, were not released: %v\n%s", nodeName(i), err, s.nodes[len(s.nodes)-1].gc.output())
 	}
-	return took, nil
+	rounds := -1
+	err = waitFor(2*s.o.Every+30*time.Second, func() bool {
+		after, err := s.gcCounts()
+		for n, c := range after {
+			if err == nil && c.swept > before[n].swept {
+				rounds = c.rounds - before[n].rounds
+			}
+		}
+		return rounds >= 0
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("no gc counted the release of %s's records in its metrics: %v", nodeName(i), err)
+	}
+	return took, rounds, nil
+}
+
+// gcCount is what a gc's metrics count: rounds finished, and records
+// its sweeps released.
+type gcCount struct{ rounds, swept int }
+
+// gcCounts reads each running gc's metrics (it serves them at the
+// address the watch, stopped by now, had).
+func (s *sim) gcCounts() (map[*node]gcCount, error) {
+	counts := map[*node]gcCount{}
+	for _, n := range s.nodes {
+		if n.gc == nil || n.gc.stopped() {
+			continue
+		}
+		var c gcCount
+		var err error
+		url := "http://" + n.watchAt + "/metrics"
+		if c.rounds, err = scrapeSum(url, "safe_ipam_gc_rounds_total"); err == nil {
+			c.swept, err = scrapeSum(url, "safe_ipam_gc_dead_node_sweep_released_total")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("the gc metrics of %s: %w", n.name, err)
+		}
+		counts[n] = c
+	}
+	return counts, nil
 }
 
 func (s *sim) stop() {
@@ -607,6 +667,15 @@ func (p *process) stop() {
 		case <-time.After(10 * time.Second):
 		}
 	})
+}
+
+func (p *process) stopped() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *process) output() string {
