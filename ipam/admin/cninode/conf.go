@@ -24,6 +24,12 @@ const (
 	CalicoBinary = "calico"
 )
 
+// OwnConflist is the network config install --mode=own-conflist writes:
+// Calico's rendered with its IPAM through safe-ipam, under a name that
+// sorts before Calico's (runtimes read the first config of the conf dir)
+// and that Calico's installer never writes or removes.
+const OwnConflist = "00-safe-ipam.conflist"
+
 // Conf is one network config file of the conf dir.
 type Conf struct {
 	Path       string

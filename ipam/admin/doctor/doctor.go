@@ -90,8 +90,11 @@ type Network struct {
 	Datastore string        `json:"datastore,omitempty"`
 	Node      string        `json:"node,omitempty"`
 	// Installed says that the IPAM goes through safe-ipam.
-	Installed bool   `json:"installed"`
-	Error     string `json:"error,omitempty"`
+	Installed bool `json:"installed"`
+	// ShadowedBy is safe-ipam's own config (install --mode=own-conflist)
+	// when it sorts first: the runtime reads it, not this one.
+	ShadowedBy string `json:"shadowedBy,omitempty"`
+	Error      string `json:"error,omitempty"`
 	// Failing is the CNI path's note of its last ADD or DEL that failed
 	// for a reason of the node's, which the next that succeeds removes.
 	Failing *failnote.Note `json:"failing,omitempty"`
@@ -193,8 +196,17 @@ func check(ctx context.Context, n cninode.Dirs, live liveness.Source, j judge) (
 			j.err = j.view.NeedContainers("doctor")
 		}
 	}
+	shadow := ""
 	for _, c := range confs {
+		if shadow != "" && c.Err == nil && c.IsCalico() {
+			// The runtime reads safe-ipam's own config, the first.
+			r.Networks = append(r.Networks, Network{File: c.Path, Network: c.Network, IPAM: "not read: " + filepath.Base(shadow) + " sorts first", Protected: true, ShadowedBy: shadow})
+			continue
+		}
 		r.addConf(ctx, n, c, j)
+		if shadow == "" && filepath.Base(c.Path) == cninode.OwnConflist && len(r.Networks) > 0 && r.Networks[len(r.Networks)-1].Installed && c == confs[0] {
+			shadow = c.Path
+		}
 	}
 	if len(r.Networks) == 0 {
 		r.problem("no network config in %s uses calico-ipam", n.ConfDir)

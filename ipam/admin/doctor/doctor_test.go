@@ -194,6 +194,53 @@ func TestDoctor(t *testing.T) {
 	}
 }
 
+// Issue 46: with safe-ipam's own config sorting first, the runtime reads
+// it and not Calico's, which doctor lists as not read; without safe-ipam's
+// binary every pod start fails (broken); with a Calico config sorting
+// before safe-ipam's, that one runs, unprotected (broken: installed, and
+// not in front).
+func TestDoctorOwnConflist(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		after    func(t *testing.T, n *node)
+		wantExit int
+		want     string
+	}{
+		{"installed", func(*testing.T, *node) {}, ExitProtected, "doctor: protected"},
+		{"safe-ipam's binary gone", func(t *testing.T, n *node) {
+			must(t, os.Remove(filepath.Join(n.BinDir, builds.CNIBinary)))
+		}, ExitBroken, "every pod start fails"},
+		{"a Calico config sorting first", func(t *testing.T, n *node) {
+			b, err := os.ReadFile(filepath.Join(n.ConfDir, "10-calico.conflist"))
+			must(t, err)
+			must(t, os.WriteFile(filepath.Join(n.ConfDir, "00-calico.conflist"), b, 0o600))
+		}, ExitBroken, "00-calico.conflist (plugin 0): its IPAM does not go through safe-ipam"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			n := newNode(t)
+			n.install(t, install.OwnConflistMode{})
+			tt.after(t, n)
+			var out, errOut bytes.Buffer
+			code := Run([]string{"--json", "--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}, &out, &errOut)
+			var r Report
+			must(t, json.Unmarshal(out.Bytes(), &r))
+			var text bytes.Buffer
+			Run([]string{"--cni-bin-dir", n.BinDir, "--cni-conf-dir", n.ConfDir}, &text, &errOut)
+			t.Logf("doctor:\n%s%s", text.String(), errOut.String())
+			if code != tt.wantExit || !strings.Contains(text.String(), tt.want) {
+				t.Errorf("exit %d, want %d with %q in the output", code, tt.wantExit, tt.want)
+			}
+			if tt.wantExit != ExitProtected {
+				return
+			}
+			own, calico := filepath.Join(n.ConfDir, cninode.OwnConflist), filepath.Join(n.ConfDir, "10-calico.conflist")
+			if len(r.Networks) != 2 || r.Networks[0].File != own || !r.Networks[0].Installed || r.Networks[1].File != calico || r.Networks[1].ShadowedBy != own {
+				t.Errorf("networks %+v; want %s through safe-ipam, then %s not read", r.Networks, own, calico)
+			}
+		})
+	}
+}
+
 // Protected, doctor names the delegate it reached, the CNI version it
 // speaks, the records of this node and Calico's datastore and node.
 func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {

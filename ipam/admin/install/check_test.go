@@ -30,7 +30,7 @@ func TestInstallStoreEtcdTakesCalicosKeys(t *testing.T) {
 			if _, err := InstallWith(f.node, mc.mode, f.self, etcdRequested, false); err != nil {
 				t.Fatal(err)
 			}
-			file, err := cninode.ReadFile(f.node.conf("10-calico.conflist"), f.node.BinDir)
+			file, err := cninode.ReadFile(installedConf(mc, f), f.node.BinDir)
 			if err != nil || file.SafeIPAM == nil {
 				t.Fatalf("the installed config as the plugin reads it: %+v, %v", file, err)
 			}
@@ -72,7 +72,7 @@ func TestInstallUnpinsAnEarlierStoreEtcd(t *testing.T) {
 			if _, err := Install(f.node, mc.mode, f.self, false); err != nil {
 				t.Fatal(err)
 			}
-			file, err := cninode.ReadFile(f.node.conf("10-calico.conflist"), f.node.BinDir)
+			file, err := cninode.ReadFile(installedConf(mc, f), f.node.BinDir)
 			if err != nil || file.SafeIPAM == nil {
 				t.Fatalf("the installed config as the plugin reads it: %+v, %v", file, err)
 			}
@@ -164,10 +164,11 @@ func TestInstallCallsNothingOverTheNetwork(t *testing.T) {
 // docs/security.md, "What the DaemonSet can do on a node": install (and
 // the watch's re-install) write only the names the table lists. In the
 // bin dir: the CNI binary (as calico-ipam in takeover mode, as safe-ipam
-// in conflist mode), safe-ipam-etcd, a kept original with its SHA-256 or
-// an absence record, and the node settings; in the conf dir, only in
-// conflist mode, Calico's network config and the same kept original and
-// sum. Staged files are gone once it returns.
+// in the conflist modes), safe-ipam-etcd, a kept original with its
+// SHA-256 or an absence record, and the node settings; in the conf dir,
+// in conflist mode, Calico's network config and the same kept original
+// and sum, in own-conflist mode its own config and its absence record.
+// Staged files are gone once it returns.
 func TestInstallWritesOnlyWhatTheSecurityTableLists(t *testing.T) {
 	kept := func(name string) bool {
 		return strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".safe-ipam-orig") || strings.HasSuffix(name, ".safe-ipam-sum") || strings.HasSuffix(name, ".safe-ipam-none"))
@@ -194,9 +195,10 @@ func TestInstallWritesOnlyWhatTheSecurityTableLists(t *testing.T) {
 				switch {
 				case dir == f.node.BinDir:
 					listed = kept(name) || name == config.NodeSettingsFile || name == builds.EtcdBinary ||
-						name == CalicoIPAM && mc.mode.Name() == ModeTakeover || name == builds.CNIBinary && mc.mode.Name() == ModeConflist
+						name == CalicoIPAM && mc.mode.Name() == ModeTakeover || name == builds.CNIBinary && mc.mode.Name() != ModeTakeover
 				case dir == f.node.ConfDir:
-					listed = mc.mode.Name() == ModeConflist && (kept(name) || name == "10-calico.conflist")
+					listed = mc.mode.Name() == ModeConflist && (kept(name) || name == "10-calico.conflist") ||
+						mc.mode.Name() == ModeOwnConflist && (name == cninode.OwnConflist || name == "."+cninode.OwnConflist+".safe-ipam-none")
 				}
 				if !listed {
 					t.Errorf("install wrote %s, which docs/security.md does not list", path)

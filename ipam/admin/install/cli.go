@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 )
@@ -93,7 +94,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 	fs := cmd.Flags()
 	fs.BoolVar(&f.dryRun, "dry-run", false, "print what would change and change nothing")
 	if name == "install" {
-		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM`)
+		fs.StringVar(&f.mode, "mode", ModeTakeover, `"takeover": safe-ipam becomes calico-ipam, network configs untouched; "conflist": Calico's network configs name safe-ipam as their IPAM; "own-conflist": safe-ipam writes `+cninode.OwnConflist+`, Calico's config with its IPAM through safe-ipam, which the runtime reads first (Calico's files untouched: a calico-node restart undoes nothing)`)
 		fs.BoolVar(&f.watch, "watch", false, "stay running and re-install whenever calico-node's installer (or anything) undoes it")
 		fs.DurationVar(&f.settle, "settle", DefaultSettle, "with --watch: quiet time after a change before re-installing")
 		fs.DurationVar(&f.fullCheckEvery, "full-check-every", RemoteCheckEvery, "with --watch and --metrics-addr: the mean period (jittered ±20%) of the full check, which reads the record store and Calico's datastore; the node's own files are checked every "+CheckEvery.String())
@@ -106,7 +107,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 			return err
 		})
 	} else {
-		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("takeover" or "conflist"; default: both)`)
+		fs.StringVar(&f.mode, "mode", "", `undo only this mode ("own-conflist", "conflist" or "takeover"; default: each, in that order)`)
 		fs.Func("former-host", "also forget the records host `NAME` wrote under this node's Calico name, a host name this machine had before (a host rename; the etcd store); repeatable", func(v string) error {
 			if v == "" {
 				return errors.New("a host name, not empty")
@@ -149,6 +150,11 @@ The node settings (--delegate-handles, --store, --log-file,
 <cni-bin-dir>/.safe-ipam.json, which calico-node never rewrites; the
 plugin takes each one its network config leaves out. Uninstall removes
 the file.
+
+On a node where Calico's config is the first the runtime reads,
+--mode=own-conflist leaves every file of Calico's as it is: safe-ipam's
+own config sorts first. With --watch it renders it again when Calico's
+changes, and removes it when Calico's goes.
 
 Example: safe-ipam install --mode=takeover --delegate-handles=pod --dry-run
 
@@ -208,10 +214,13 @@ func RunInstall(args []string, stdout, stderr io.Writer, check NodeCheck) int {
 	if f.watch {
 		return runWatch(f, mode, self, settings, stderr, check)
 	}
-	if _, ok := mode.(ConflistMode); ok {
-		// An install run once may switch a takeover node; a watch never
-		// does (it would fight a switch made by hand).
+	// An install run once may switch a takeover node; a watch never does
+	// (it would fight a switch made by hand).
+	switch mode.(type) {
+	case ConflistMode:
 		mode = ConflistMode{SwitchFromTakeover: true}
+	case OwnConflistMode:
+		mode = OwnConflistMode{SwitchFromTakeover: true}
 	}
 	r, err := InstallWith(f.node, mode, self, settings, f.dryRun)
 	code = report("install", f, r, err, stdout, stderr)
@@ -231,7 +240,7 @@ func RunUninstall(args []string, stdout, stderr io.Writer) int {
 	if stop {
 		return code
 	}
-	names := []string{ModeConflist, ModeTakeover}
+	names := ModeNames
 	if f.mode != "" {
 		names = []string{f.mode}
 	}

@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
@@ -28,6 +29,9 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 	}
 	confs, err := calicoConfs(n, true)
 	if err != nil {
+		return nil, err
+	}
+	if err := n.ownConflistInstalled(ModeConflist); err != nil {
 		return nil, err
 	}
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
@@ -115,6 +119,9 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	p := &Plan{}
 	var notes []string
 	for _, f := range files {
+		if filepath.Base(f) == cninode.OwnConflist {
+			continue // own-conflist mode's, which undoes it first
+		}
 		more, err := uninstallFile(p, f, func() (bool, error) { return stillRouted(f) })
 		if err != nil {
 			return nil, nil, refuse("%v", err)
@@ -146,12 +153,15 @@ func keepsSafeIPAMNamed(n Node, p *Plan, files []string) error {
 		return nil
 	}
 	for _, f := range files {
-		if p.restores(f) {
+		if p.restores(f) || p.removes(f) {
 			continue
 		}
 		c := cninode.ReadConf(f)
 		if c.Err != nil || !namesSafeIPAM(c) {
 			continue
+		}
+		if filepath.Base(f) == cninode.OwnConflist {
+			return refuse("%s, safe-ipam's own network config, names %s: run safe-ipam uninstall without --mode (own-conflist mode's goes first)", f, n.bin(builds.CNIBinary))
 		}
 		return refuse("%s names safe-ipam as its IPAM, and uninstall has no original of it to restore "+
 			"(calico-node renders it from calico-config patched with deploy/calico-config-conflist.patch.yaml): "+

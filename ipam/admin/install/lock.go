@@ -144,6 +144,9 @@ func (n Node) planChecked(m Mode, self string, s Settings) (p *Plan, etcd bool, 
 	if p, err = m.Install(n, self); err != nil {
 		return nil, false, err
 	}
+	if p.onlyRemoves() {
+		return p, false, nil // it puts nothing in front of calico-ipam
+	}
 	confs, err := calicoConfs(n, true)
 	if err != nil {
 		return nil, false, err
@@ -155,8 +158,25 @@ func (n Node) planChecked(m Mode, self string, s Settings) (p *Plan, etcd bool, 
 	if err != nil {
 		return nil, false, err
 	}
-	etcd, err = n.checkConfigs(p, m, confs, settings)
+	etcd, err = n.checkConfigs(p, m, append(confs, n.ownConflistAfter(p)...), settings)
 	return p, etcd, err
+}
+
+// ownConflistAfter is safe-ipam's own config once p lands, if any: the
+// runtime reads it first, so the plugin must take it too.
+func (n Node) ownConflistAfter(p *Plan) []*cninode.Conf {
+	own := n.conf(cninode.OwnConflist)
+	if p.removes(own) {
+		return nil
+	}
+	c := cninode.ReadConf(own)
+	if data := p.content(own, nil); data != nil {
+		c = &cninode.Conf{Path: own, Raw: data}
+	}
+	if c.Raw == nil {
+		return nil
+	}
+	return []*cninode.Conf{c}
 }
 
 // Uninstall takes safe-ipam off the node in mode m. It refuses while a

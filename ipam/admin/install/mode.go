@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
@@ -13,8 +14,8 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
-// Mode is one way of putting safe-ipam in front of calico-ipam. Both
-// modes pass one contract (mode_test.go): installing twice changes
+// Mode is one way of putting safe-ipam in front of calico-ipam. Every
+// mode passes one contract (mode_test.go): installing twice changes
 // nothing the second time, uninstall restores every byte, and a refusal
 // changes nothing.
 type Mode interface {
@@ -29,19 +30,26 @@ type Mode interface {
 
 // Mode names.
 const (
-	ModeConflist = "conflist"
-	ModeTakeover = "takeover"
+	ModeOwnConflist = "own-conflist"
+	ModeConflist    = "conflist"
+	ModeTakeover    = "takeover"
 )
+
+// ModeNames are the modes, in the order uninstall undoes them: safe-ipam's
+// own config goes before anything it names.
+var ModeNames = []string{ModeOwnConflist, ModeConflist, ModeTakeover}
 
 // ModeNamed returns the mode called name.
 func ModeNamed(name string) (Mode, error) {
 	switch name {
+	case ModeOwnConflist:
+		return OwnConflistMode{}, nil
 	case ModeConflist:
 		return ConflistMode{}, nil
 	case ModeTakeover:
 		return TakeoverMode{}, nil
 	}
-	return nil, fmt.Errorf("--mode %q: want %q or %q", name, ModeConflist, ModeTakeover)
+	return nil, fmt.Errorf("--mode %q: want %q, %q or %q", name, ModeOwnConflist, ModeConflist, ModeTakeover)
 }
 
 // ErrRefused wraps every reason a mode gives for changing nothing.
@@ -51,8 +59,10 @@ func refuse(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
 }
 
-// calicoConfs reads the conf dir. strict refuses a file that does not
-// parse: it may be the Calico network left unprotected.
+// calicoConfs reads the conf dir, but for safe-ipam's own config
+// (own-conflist mode's, which names Calico's network). strict refuses a
+// file that does not parse: it may be the Calico network left
+// unprotected.
 func calicoConfs(n Node, strict bool) ([]*cninode.Conf, error) {
 	confs, err := cninode.ReadConfs(n.ConfDir)
 	if err != nil {
@@ -60,6 +70,9 @@ func calicoConfs(n Node, strict bool) ([]*cninode.Conf, error) {
 	}
 	var calico []*cninode.Conf
 	for _, c := range confs {
+		if filepath.Base(c.Path) == cninode.OwnConflist {
+			continue
+		}
 		if c.Err != nil {
 			if strict {
 				return nil, refuse("%v; it is left untouched, fix or remove it", c.Err)

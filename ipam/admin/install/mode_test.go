@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,11 +19,55 @@ import (
 type modeCase struct {
 	mode      Mode
 	protected func(t *testing.T, f *fixture) error
+	// replaces says the mode replaces a file of Calico's, which it keeps
+	// for uninstall, and which calico-node's installer undoes.
+	replaces bool
 }
 
 var modes = []modeCase{
-	{ConflistMode{}, conflistProtected},
-	{TakeoverMode{}, takeoverProtected},
+	{ConflistMode{}, conflistProtected, true},
+	{TakeoverMode{}, takeoverProtected, true},
+	{OwnConflistMode{}, ownConflistProtected, false},
+}
+
+// replacing are the modes that replace a file of Calico's.
+func replacing() []modeCase {
+	return slices.DeleteFunc(slices.Clone(modes), func(mc modeCase) bool { return !mc.replaces })
+}
+
+// ownConflistProtected: safe-ipam's own config is Calico's current one
+// with its IPAM routed through safe-ipam, with Calico's file mode, and
+// the first the runtime reads; Calico's files are as Calico wrote them.
+func ownConflistProtected(t *testing.T, f *fixture) error {
+	own := f.node.conf(cninode.OwnConflist)
+	got, err := os.ReadFile(own)
+	if err != nil {
+		return err
+	}
+	want := bytes.Replace(f.installer.Network, []byte(`"type": "calico-ipam"`), []byte(`"type": "safe-ipam", "delegate": {"type": "calico-ipam"}`), 1)
+	if !bytes.Equal(got, want) {
+		return errors.New(cninode.OwnConflist + " is not Calico's current config with its ipam routed through safe-ipam:\n" + string(got))
+	}
+	if st, _ := os.Stat(own); st.Mode().Perm() != 0o600 {
+		return errors.New(cninode.OwnConflist + " has not Calico's mode 0600: " + st.Mode().String())
+	}
+	confs, err := cninode.ReadConfs(f.node.ConfDir)
+	must(t, err)
+	if confs[0].Path != own {
+		return fmt.Errorf("the runtime reads %s first", confs[0].Path)
+	}
+	calico, err := os.ReadFile(f.node.conf("10-calico.conflist"))
+	must(t, err)
+	if !bytes.Equal(calico, f.installer.Network) {
+		return errors.New("own-conflist mode changed Calico's network config")
+	}
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(CalicoIPAM)); ok {
+		return errors.New("bin/calico-ipam is safe-ipam")
+	}
+	if ok, _ := cninode.IsSafeIPAM(f.node.bin(builds.CNIBinary)); !ok {
+		return errors.New("bin/safe-ipam is not safe-ipam")
+	}
+	return etcdBuildInstalled(f)
 }
 
 // conflistProtected: Calico's config routes its IPAM through safe-ipam,
@@ -49,6 +94,14 @@ func conflistProtected(t *testing.T, f *fixture) error {
 		return errors.New("bin/safe-ipam is not safe-ipam")
 	}
 	return etcdBuildInstalled(f)
+}
+
+// installedConf is the config the runtime reads once mc is installed.
+func installedConf(mc modeCase, f *fixture) string {
+	if mc.mode.Name() == ModeOwnConflist {
+		return f.node.conf(cninode.OwnConflist)
+	}
+	return f.node.conf("10-calico.conflist")
 }
 
 // etcdBuildInstalled: safe-ipam-etcd, which the CNI binary hands the calls
@@ -278,7 +331,7 @@ func installedThenCalicoRestarts(t *testing.T, mc modeCase) *fixture {
 
 // Uninstall keeps a file someone changed after install, and says so.
 func TestUninstallKeepsLaterChanges(t *testing.T) {
-	for _, mc := range modes {
+	for _, mc := range replacing() {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
 			f := installedThenCalicoRestarts(t, mc)
 			latest := f.snapshot(t)
@@ -295,13 +348,13 @@ func TestUninstallKeepsLaterChanges(t *testing.T) {
 }
 
 // withoutInstalled is a snapshot less what install added: its backups
-// and records, bin/safe-ipam and bin/safe-ipam-etcd (the fixture has
-// none of its own).
+// and records, bin/safe-ipam, bin/safe-ipam-etcd and safe-ipam's own
+// config (the fixture has none of its own).
 func withoutInstalled(snap map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range snap {
 		base := k[strings.LastIndexByte(k, '/')+1:]
-		if !isBackupName(base) && base != builds.CNIBinary && base != builds.EtcdBinary {
+		if !isBackupName(base) && base != builds.CNIBinary && base != builds.EtcdBinary && base != cninode.OwnConflist {
 			out[k] = v
 		}
 	}
@@ -365,17 +418,21 @@ func TestModeRefusalsChangeNothing(t *testing.T) {
 	}
 }
 
-// With the conf dir read-only, conflist mode can stage safe-ipam's binary
-// but not the rewritten config: the binary must not land either.
+// With the conf dir read-only, the conflist modes can stage safe-ipam's
+// binary but not the config: the binary must not land either.
 func TestConflistModeReadOnlyConfDirChangesNothing(t *testing.T) {
-	f := newFixture(t)
-	defer readOnlyMount(t, f.node.ConfDir)()
-	before := f.snapshot(t)
-	_, err := Install(f.node, ConflistMode{}, f.self, false)
-	if err == nil || !strings.Contains(err.Error(), "read-only file system") {
-		t.Fatalf("install: %v; want a refusal naming the read-only file system", err)
+	for _, mode := range []Mode{ConflistMode{}, OwnConflistMode{}} {
+		t.Run(mode.Name(), func(t *testing.T) {
+			f := newFixture(t)
+			defer readOnlyMount(t, f.node.ConfDir)()
+			before := f.snapshot(t)
+			_, err := Install(f.node, mode, f.self, false)
+			if err == nil || !strings.Contains(err.Error(), "read-only file system") {
+				t.Fatalf("install: %v; want a refusal naming the read-only file system", err)
+			}
+			assertSame(t, "after a refused install", f.snapshot(t), before)
+		})
 	}
-	assertSame(t, "after a refused install", f.snapshot(t), before)
 }
 
 func snapshotOf(t *testing.T, n Node) map[string]string {
@@ -435,7 +492,7 @@ func TestUninstallRestoresOnlyWhatInstallKept(t *testing.T) {
 			must(t, os.Remove(sum))
 		}, true, "no SHA-256"},
 	}
-	for _, mc := range modes {
+	for _, mc := range replacing() {
 		for _, tt := range tests {
 			t.Run(mc.mode.Name()+"/"+tt.name, func(t *testing.T) {
 				f := newFixture(t)
@@ -511,7 +568,7 @@ func TestInstallWritesNodeSettingsUninstallRemovesThem(t *testing.T) {
 // install), laundering a swapped backup. The operator checks the file and
 // records its sum, as the refusal says; then install and uninstall go on.
 func TestInstallRefusesABackupNothingVouchesFor(t *testing.T) {
-	for _, mc := range modes {
+	for _, mc := range replacing() {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
 			f := newFixture(t)
 			before := f.snapshot(t)

@@ -53,6 +53,12 @@ func (p *Plan) restores(path string) bool {
 	return slices.ContainsFunc(p.Steps, func(s Step) bool { return s.Path == path && s.rename != "" })
 }
 
+// onlyRemoves says whether every step of a plan that has some removes a
+// file.
+func (p *Plan) onlyRemoves() bool {
+	return !p.Empty() && !slices.ContainsFunc(p.Steps, func(s Step) bool { return !s.remove })
+}
+
 // Empty says whether the node is already as the plan wants it.
 func (p *Plan) Empty() bool { return len(p.Steps) == 0 }
 

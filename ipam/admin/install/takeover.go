@@ -19,6 +19,9 @@ func (TakeoverMode) Install(n Node, self string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := n.ownConflistInstalled(ModeTakeover); err != nil {
+		return nil, err
+	}
 	for _, c := range confs {
 		if !needsRoute(c) {
 			return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): to switch to takeover mode, run safe-ipam uninstall, then install --mode=takeover (docs/install.md, \"Switching modes\")", c.Path)

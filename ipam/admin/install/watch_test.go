@@ -18,7 +18,7 @@ import (
 // reported, not asserted: it depends on the machine's load.
 func TestWatchReassertsAfterCalicoRestarts(t *testing.T) {
 	const restarts = 5
-	for _, mc := range modes {
+	for _, mc := range replacing() {
 		t.Run(mc.mode.Name(), func(t *testing.T) {
 			f := newFixture(t)
 			got := startWatch(t, f, mc.mode, 0)

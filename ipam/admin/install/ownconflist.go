@@ -1,0 +1,204 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/bounded"
+	"github.com/safe-ipam/safe-ipam/ipam/builds"
+)
+
+// OwnConflistMode writes a network config of safe-ipam's own,
+// <conf>/00-safe-ipam.conflist: Calico's config as the runtime would read
+// it, every byte kept but its IPAM through safe-ipam with calico-ipam as
+// the delegate. It sorts first, so the runtime reads it and not Calico's,
+// which stays as Calico's installer wrote it; safe-ipam is
+// <bin>/safe-ipam. Calico's installer writes only its own names, so a
+// calico-node restart undoes nothing: there is no window in which calls
+// reach calico-ipam alone. The watch renders the file again when Calico's
+// changes, and removes it when Calico's goes (it would name a network
+// Calico no longer runs).
+//
+// It applies where Calico's config is the one the runtime reads first; it
+// refuses where another config sorts before Calico's (Multus, Cilium's
+// chaining: use --mode=conflist or takeover there).
+type OwnConflistMode struct {
+	// SwitchFromTakeover: as ConflistMode's.
+	SwitchFromTakeover bool
+}
+
+func (OwnConflistMode) Name() string { return ModeOwnConflist }
+
+// errCalicoGone is a node without Calico's network config.
+var errCalicoGone = errors.New("Calico's network config is gone")
+
+func (m OwnConflistMode) Install(n Node, self string) (*Plan, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, refuse("%v", err)
+	}
+	own := n.conf(cninode.OwnConflist)
+	src, err := n.firstCalicoConf()
+	if errors.Is(err, errCalicoGone) {
+		return n.removeOwnConflist(err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
+		return nil, err
+	}
+	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	p := &Plan{}
+	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
+		return nil, err
+	}
+	if taken {
+		if err := n.leaveTakeover(p, m.SwitchFromTakeover); err != nil {
+			return nil, err
+		}
+	}
+	rendered, err := routeThroughSafeIPAM(src)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	cur := cninode.ReadConf(own)
+	switch {
+	case !exists(own):
+		if !exists(absentPath(own)) {
+			p.add(absentStep(own))
+		}
+		p.add(writeStep("write safe-ipam's network config, "+filepath.Base(src.Path)+" with its IPAM through safe-ipam, sorted first", own, rendered, src.Perm))
+	case bytes.Equal(cur.Raw, rendered) && cur.Perm == src.Perm:
+	case cur.Err == nil && namesSafeIPAM(cur):
+		p.add(writeStep("render safe-ipam's network config again from "+filepath.Base(src.Path)+", which changed", own, rendered, src.Perm))
+	default:
+		return nil, refuse("%s is not a network config safe-ipam wrote (it names no safe-ipam IPAM): move it away, or use --mode=conflist or takeover", own)
+	}
+	return p, nil
+}
+
+// firstCalicoConf is the config the runtime reads first, but for
+// safe-ipam's own: Calico's, with calico-ipam as its IPAM, sorting after
+// safe-ipam's. Anything else refuses, but a conf dir with no Calico config
+// at all (errCalicoGone).
+func (n Node) firstCalicoConf() (*cninode.Conf, error) {
+	confs, err := cninode.ReadConfs(n.ConfDir)
+	if err != nil {
+		return nil, refuse("--cni-conf-dir %s: %v", n.ConfDir, err)
+	}
+	var first *cninode.Conf
+	calico := false
+	for _, c := range confs {
+		if filepath.Base(c.Path) == cninode.OwnConflist {
+			continue
+		}
+		if c.Err != nil {
+			return nil, refuse("%v; it is left untouched, fix or remove it", c.Err)
+		}
+		if first == nil {
+			first = c
+		}
+		calico = calico || c.IsCalico()
+	}
+	switch {
+	case !calico:
+		return nil, errCalicoGone
+	case !first.IsCalico():
+		return nil, refuse("the runtime reads %s first, not Calico's network config: --mode=own-conflist applies where Calico's is the first (use --mode=conflist or takeover)", first.Path)
+	case !needsRoute(first):
+		return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): to switch, run safe-ipam uninstall, then install --mode=own-conflist (docs/install.md, \"Switching modes\")", first.Path)
+	case filepath.Base(first.Path) < cninode.OwnConflist:
+		return nil, refuse("%s sorts before %s, so the runtime would still read Calico's: use --mode=conflist or takeover", first.Path, cninode.OwnConflist)
+	case !first.IsList():
+		return nil, refuse("%s is a single-plugin .conf: --mode=own-conflist renders a conflist from a conflist (use --mode=conflist or takeover)", first.Path)
+	}
+	return first, nil
+}
+
+// removeOwnConflist plans taking safe-ipam's config off once Calico's is
+// gone: it would keep a network Calico no longer runs. Without one to
+// take off, the node is refused as any node without Calico.
+func (n Node) removeOwnConflist(gone error) (*Plan, error) {
+	own := n.conf(cninode.OwnConflist)
+	ours, err := ownConflistOurs(own)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	if !ours {
+		return nil, refuse("no network config in %s uses calico-ipam: is Calico installed on this node?", n.ConfDir)
+	}
+	p := &Plan{}
+	p.add(removeStep(gone.Error()+": remove safe-ipam's, rendered from it", own))
+	if exists(absentPath(own)) {
+		p.add(removeStep("drop the record", absentPath(own)))
+	}
+	return p, nil
+}
+
+// ownConflistOurs says whether path holds a config naming safe-ipam:
+// what own-conflist mode wrote there (a config someone else put under
+// the name is left alone).
+func ownConflistOurs(path string) (bool, error) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if _, err := bounded.Read(path, bounded.Small); err != nil {
+		return false, err
+	}
+	c := cninode.ReadConf(path)
+	return c.Err == nil && namesSafeIPAM(c), nil
+}
+
+// Uninstall takes safe-ipam's config off first, so that no runtime reads
+// a config naming a binary that is gone, then the binaries.
+func (OwnConflistMode) Uninstall(n Node) (*Plan, []string, error) {
+	if err := n.checkDirs(); err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	own := n.conf(cninode.OwnConflist)
+	p := &Plan{}
+	notes, err := uninstallFile(p, own, func() (bool, error) { return ownConflistOurs(own) })
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	if !p.removes(own) && !exists(absentPath(own)) {
+		// Not installed in this mode: the binary is conflist mode's, if any.
+		return p, notes, nil
+	}
+	files, err := cninode.ConfFiles(n.ConfDir)
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(builds.CNIBinary)) })
+	if err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	notes = append(notes, more...)
+	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
+		return nil, nil, err
+	}
+	if more, err = uninstallEtcdBuild(p, n); err != nil {
+		return nil, nil, refuse("%v", err)
+	}
+	return p, append(notes, more...), nil
+}
+
+// ownConflistInstalled refuses the other modes' install on a node where
+// safe-ipam's own config is in place.
+func (n Node) ownConflistInstalled(mode string) error {
+	own := n.conf(cninode.OwnConflist)
+	ours, err := ownConflistOurs(own)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	if ours {
+		return refuse("%s is safe-ipam's own network config (own-conflist mode): to switch, run safe-ipam uninstall, then install --mode=%s (docs/install.md, \"Switching modes\")", own, mode)
+	}
+	return nil
+}
