@@ -34,21 +34,9 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := n.ownConflistInstalled(ModeConflist); err != nil {
 		return nil, err
 	}
-	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
-		return nil, err
-	}
-	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
+	p, err := n.planSafeIPAMBinary(self, m.SwitchFromTakeover)
 	if err != nil {
-		return nil, refuse("%v", err)
-	}
-	p := &Plan{}
-	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
 		return nil, err
-	}
-	if taken {
-		if err := n.leaveTakeover(p, m.SwitchFromTakeover); err != nil {
-			return nil, err
-		}
 	}
 	for _, c := range confs {
 		if !needsRoute(c) {
@@ -67,6 +55,29 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 			return nil, err
 		}
 		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.Perm))
+	}
+	return p, nil
+}
+
+// planSafeIPAMBinary plans what the conflist modes put in the bin dir:
+// safe-ipam as <bin>/safe-ipam with calico-ipam, Calico's, as its
+// delegate; from a takeover node, calico-ipam back first (leaveTakeover).
+func (n Node) planSafeIPAMBinary(self string, switchFromTakeover bool) (*Plan, error) {
+	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
+		return nil, err
+	}
+	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	p := &Plan{}
+	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
+		return nil, err
+	}
+	if taken {
+		if err := n.leaveTakeover(p, switchFromTakeover); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

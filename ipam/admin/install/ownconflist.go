@@ -47,21 +47,9 @@ func (m OwnConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
-		return nil, err
-	}
-	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
+	p, err := n.planSafeIPAMBinary(self, m.SwitchFromTakeover)
 	if err != nil {
-		return nil, refuse("%v", err)
-	}
-	p := &Plan{}
-	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
 		return nil, err
-	}
-	if taken {
-		if err := n.leaveTakeover(p, m.SwitchFromTakeover); err != nil {
-			return nil, err
-		}
 	}
 	rendered, err := routeThroughSafeIPAM(src)
 	if err != nil {
