@@ -15,6 +15,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/deploy/render"
 	"github.com/safe-ipam/safe-ipam/ipam/about"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 )
 
 // chart is safe-ipam's Helm chart.
@@ -128,7 +129,11 @@ func TestChartRendersDeploysObjects(t *testing.T) {
 			return []string{strings.ReplaceAll(m, "/run/containerd", "/var/run/crio"), claims}, nil
 		}},
 		{"conflist mode", []string{"mode=conflist"}, func() ([]string, error) {
-			m, err := render.Conflist(ds)
+			m, err := render.ForMode(ds, install.ModeConflist)
+			return []string{m, claims}, err
+		}},
+		{"own-conflist mode", []string{"mode=own-conflist"}, func() ([]string, error) {
+			m, err := render.ForMode(ds, install.ModeOwnConflist)
 			return []string{m, claims}, err
 		}},
 		{"uninstall", []string{"uninstall=true"}, func() ([]string, error) { return []string{uninstall, claims}, nil }},
@@ -137,7 +142,7 @@ func TestChartRendersDeploysObjects(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			m, err = render.Conflist(m)
+			m, err = render.ForMode(m, install.ModeConflist)
 			return []string{m, claims}, err
 		}},
 	} {
@@ -213,7 +218,7 @@ func TestChartValues(t *testing.T) {
 		t.Errorf("the watch's metrics port is %d; want 9300, its address's", port)
 	}
 	_, err = template(t, "mode=bogus")
-	if err == nil || !strings.Contains(err.Error(), `mode "bogus": takeover or conflist`) {
+	if err == nil || !strings.Contains(err.Error(), `mode "bogus": takeover, conflist or own-conflist`) {
 		t.Errorf("helm template with mode=bogus: %v; want a failure naming the mode", err)
 	}
 	var meta struct{ Version, AppVersion string }

@@ -82,37 +82,48 @@ func TestRenderForOtherCNIDirs(t *testing.T) {
 // Calico's configs, uninstall puts them back); gc's mount stays
 // read-only, and nothing else changes.
 func TestRenderForTheConflistMode(t *testing.T) {
-	for _, f := range []string{"safe-ipam.yaml", "safe-ipam-uninstall.yaml"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := render.Conflist(string(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ds appsv1.DaemonSet
-		if err := yaml.UnmarshalStrict([]byte(out), &ds); err != nil {
-			t.Fatalf("%s rendered does not decode: %v", f, err)
-		}
-		spec := ds.Spec.Template.Spec
-		for _, c := range append(spec.InitContainers, spec.Containers...) {
-			writes := c.Name == "install" || c.Name == "watch" || c.Name == "uninstall"
-			for _, m := range c.VolumeMounts {
-				if m.MountPath == install.DefaultConfDir && m.ReadOnly == writes {
-					t.Errorf("%s: %s mounts %s read-only %v", f, c.Name, m.MountPath, m.ReadOnly)
-				}
-			}
-			if mode := flagValue(c.Command, "mode"); (c.Name == "install" || c.Name == "watch") && mode != install.ModeConflist {
-				t.Errorf("%s: %s runs --mode=%s", f, c.Name, mode)
-			}
-		}
-		if changed := diffLines(string(b), out); changed > 4 {
-			t.Errorf("%s: %d lines changed; want only the modes and the conf dir mounts", f, changed)
+	for _, mode := range []string{install.ModeConflist, install.ModeOwnConflist} {
+		for _, f := range []string{"safe-ipam.yaml", "safe-ipam-uninstall.yaml"} {
+			renderedFor(t, f, mode)
 		}
 	}
-	if _, err := render.Conflist("kind: ConfigMap\n"); err == nil {
+	if _, err := render.ForMode("kind: ConfigMap\n", install.ModeConflist); err == nil {
 		t.Error("a manifest with nothing to change was accepted")
+	}
+	if _, err := render.ForMode("- --mode=takeover\n", "bogus"); err == nil {
+		t.Error("an unknown mode was accepted")
+	}
+}
+
+// renderedFor checks deploy/f rendered for mode.
+func renderedFor(t *testing.T, f, mode string) {
+	t.Helper()
+	b, err := os.ReadFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := render.ForMode(string(b), mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.UnmarshalStrict([]byte(out), &ds); err != nil {
+		t.Fatalf("%s rendered does not decode: %v", f, err)
+	}
+	spec := ds.Spec.Template.Spec
+	for _, c := range append(spec.InitContainers, spec.Containers...) {
+		writes := c.Name == "install" || c.Name == "watch" || c.Name == "uninstall"
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == install.DefaultConfDir && m.ReadOnly == writes {
+				t.Errorf("%s: %s mounts %s read-only %v", f, c.Name, m.MountPath, m.ReadOnly)
+			}
+		}
+		if got := flagValue(c.Command, "mode"); (c.Name == "install" || c.Name == "watch") && got != mode {
+			t.Errorf("%s: %s runs --mode=%s, want %s", f, c.Name, got, mode)
+		}
+	}
+	if changed := diffLines(string(b), out); changed > 4 {
+		t.Errorf("%s: %d lines changed; want only the modes and the conf dir mounts", f, changed)
 	}
 }
 

@@ -42,8 +42,12 @@ const calicoNetwork = "k8s-pod-network"
 // delegates to its IPAM); calico-node's installer runs again, as on a
 // calico-node restart, and `install --watch` restores protection; the
 // story runs again; uninstall, twice, leaves the dirs as they were.
+//
+// In own-conflist mode calico-node's installer undoes nothing: no call
+// is unguarded during its writes (sampled every millisecond), and the
+// watch has nothing to re-install.
 func TestInstallModesEndToEnd(t *testing.T) {
-	for _, mode := range []string{install.ModeTakeover, install.ModeConflist} {
+	for _, mode := range install.ModeNames {
 		t.Run(mode, func(t *testing.T) {
 			ctx := testContext(t)
 			c := newCluster(t, "in"+mode[:1])
@@ -68,7 +72,11 @@ func TestInstallModesEndToEnd(t *testing.T) {
 				}
 			}
 			n.story(t, ctx, c, "b")
-			watch.assertMetrics(t, len(windows))
+			reinstalls := len(windows)
+			if mode == install.ModeOwnConflist {
+				reinstalls = 0
+			}
+			watch.assertMetrics(t, reinstalls)
 			slices.Sort(windows)
 			t.Logf("%s: unprotected after each of %d calico-node restarts, from the start of Calico's writes until safe-ipam was back: %v; the watch's own log: %v",
 				mode, len(windows), windows, watch.windows())
@@ -236,7 +244,52 @@ func (n *calicoNode) protectedNow(mode string) bool {
 		return ok
 	}
 	c := cninode.ReadConf(filepath.Join(n.ConfDir, "10-calico.conflist"))
+	if mode == install.ModeOwnConflist {
+		confs, err := cninode.ReadConfs(n.ConfDir)
+		if err != nil || len(confs) == 0 {
+			return false
+		}
+		c = confs[0] // the one the runtime reads
+	}
 	return c.Err == nil && len(c.Plugins) > 0 && c.Plugins[0].RoutedThroughSafeIPAM()
+}
+
+// ownConflistRestarts is calicoRestarts in own-conflist mode, where
+// calico-node's installer undoes nothing: the node is sampled every
+// millisecond while it writes, and every sample must find it protected;
+// it returns how long it found it not (0).
+func (n *calicoNode) ownConflistRestarts(t *testing.T) time.Duration {
+	t.Helper()
+	done := make(chan struct{})
+	var unguarded time.Duration
+	sampled := make(chan int)
+	go func() {
+		samples := 0
+		last := time.Now()
+		for {
+			now := time.Now()
+			if !n.protectedNow(install.ModeOwnConflist) {
+				unguarded += now.Sub(last)
+			}
+			last, samples = now, samples+1
+			select {
+			case <-done:
+				sampled <- samples
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	err := n.installer.Run()
+	close(done)
+	samples := <-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unguarded > 0 || samples == 0 || !n.protectedNow(install.ModeOwnConflist) {
+		t.Errorf("own-conflist mode: unguarded for %v of %d samples while calico-node's installer ran; want never", unguarded, samples)
+	}
+	return unguarded
 }
 
 // calicoRestarts runs calico-node's installer and measures how long the
@@ -247,6 +300,9 @@ func (n *calicoNode) protectedNow(mode string) bool {
 // when the watch says it restored protection.
 func (n *calicoNode) calicoRestarts(t *testing.T, mode string, watch *watchProcess) time.Duration {
 	t.Helper()
+	if mode == install.ModeOwnConflist {
+		return n.ownConflistRestarts(t)
+	}
 	restored := len(watch.windows())
 	start := time.Now()
 	if err := n.installer.Run(); err != nil {

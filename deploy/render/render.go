@@ -48,12 +48,16 @@ func Manifest(manifest string, d Dirs) (string, error) {
 
 var dirs = regexp.MustCompile(`(` + regexp.QuoteMeta(DefaultBinDir) + `|` + regexp.QuoteMeta(DefaultConfDir) + `)(/|\b|$)`)
 
-// Conflist is manifest for the conflist mode (docs/install.md, "The two
-// modes"): the install and watch containers run --mode=conflist, and
+// ForMode is manifest for mode, conflist or own-conflist (docs/install.md,
+// "The modes"): the install and watch containers run --mode=<mode>, and
 // they and uninstall's container mount the CNI conf dir writable, since
-// that mode rewrites Calico's network configs and uninstall puts them
-// back. Every other mount of it (gc's) stays read-only.
-func Conflist(manifest string) (string, error) {
+// those modes write network configs (Calico's, or safe-ipam's own) and
+// uninstall puts them back or removes them. Every other mount of it
+// (gc's) stays read-only.
+func ForMode(manifest, mode string) (string, error) {
+	if mode != "conflist" && mode != "own-conflist" {
+		return "", fmt.Errorf("mode %q: conflist or own-conflist (takeover is the manifests' own)", mode)
+	}
 	lines := strings.Split(manifest, "\n")
 	changed, container := 0, ""
 	for i, l := range lines {
@@ -66,16 +70,16 @@ func Conflist(manifest string) (string, error) {
 			lines[i+2] = strings.Replace(lines[i+2], "true", "false", 1)
 			changed++
 		case strings.TrimSpace(l) == "- --mode=takeover":
-			lines[i] = strings.Replace(l, "takeover", "conflist", 1)
+			lines[i] = strings.Replace(l, "takeover", mode, 1)
 			changed++
 		}
 	}
 	if changed == 0 {
-		return "", fmt.Errorf("not a manifest of deploy/ that installs or uninstalls: nothing to change for the conflist mode")
+		return "", fmt.Errorf("not a manifest of deploy/ that installs or uninstalls: nothing to change for the %s mode", mode)
 	}
 	return strings.Join(lines, "\n"), nil
 }
 
 // writesConfDir are the containers that write the conf dir in the
-// conflist mode.
+// conflist modes.
 var writesConfDir = map[string]bool{"install": true, "watch": true, "uninstall": true}

@@ -25,6 +25,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
+	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -103,6 +104,9 @@ func newClusterOn(t *testing.T, legacy bool, names []string, grace time.Duration
 	var env []string
 	if legacy && !prepared.realCalico {
 		env = append(env, "CALICO_SIM_HANDLES=legacy")
+	}
+	if !prepared.realCalico {
+		env = append(env, calicosim.EnvCallLog+"="+callLog)
 	}
 	kc := kubenode.StartCluster(t, kubenode.ClusterOptions{Names: names, NodeMonitorGracePeriod: grace,
 		Node: kubenode.Options{Pause: prepared.pause, SandboxImage: kubenode.PauseImage, Images: prepared.images, Env: env}})

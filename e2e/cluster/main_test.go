@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +38,8 @@ type suite struct {
 	plugins []string
 	pause   string
 	images  []string
+	// helm is the helm scripts/helm.sh builds, which installs the chart.
+	helm string
 }
 
 var prepared suite
@@ -74,6 +78,11 @@ func build(ctx context.Context, dir string) error {
 	}
 	prepared = suite{dir: dir, admin: filepath.Join(static, "safe-ipam-admin"), safeIPAM: filepath.Join(static, "safe-ipam"),
 		pause: filepath.Join(static, "pause"), plugins: []string{filepath.Join(cni, "loopback"), filepath.Join(cni, "portmap")}}
+	helm, err := exec.CommandContext(ctx, "bash", "../../scripts/helm.sh").Output()
+	if err != nil {
+		return fmt.Errorf("scripts/helm.sh: %w", err)
+	}
+	prepared.helm = strings.TrimSpace(string(helm))
 	if path := os.Getenv("CALICO_CNI"); path != "" {
 		prepared.calico, prepared.realCalico = path, true
 	} else {

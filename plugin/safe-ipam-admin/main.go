@@ -16,7 +16,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/audit"
-	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
@@ -114,9 +113,9 @@ func (c *nodeCheck) check(ctx context.Context, n install.Node, remote bool) (ins
 	var r *doctor.Report
 	var err error
 	if remote {
-		r, err = c.memo.Check(ctx, cninode.Dirs(n))
+		r, err = c.memo.Check(ctx, n.Dirs())
 	} else {
-		r, err = doctor.CheckLocal(ctx, cninode.Dirs(n))
+		r, err = doctor.CheckLocal(ctx, n.Dirs())
 	}
 	if err != nil {
 		return install.Verdict{}, err

@@ -18,9 +18,9 @@ func main() {
 	var d render.Dirs
 	flag.StringVar(&d.BinDir, "cni-bin-dir", render.DefaultBinDir, "the nodes' CNI bin dir")
 	flag.StringVar(&d.ConfDir, "cni-conf-dir", render.DefaultConfDir, "the nodes' CNI config dir")
-	mode := flag.String("mode", "takeover", `"conflist": the install and watch containers run --mode=conflist, and they and uninstall's container mount the CNI config dir writable`)
+	mode := flag.String("mode", "takeover", `"conflist" or "own-conflist": the install and watch containers run --mode=<mode>, and they and uninstall's container mount the CNI config dir writable`)
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] [--mode conflist] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs, and for the install mode.")
+		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] [--mode conflist|own-conflist] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs, and for the install mode.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -36,10 +36,8 @@ func main() {
 	out, err := render.Manifest(string(b), d)
 	switch {
 	case err != nil:
-	case *mode == "conflist":
-		out, err = render.Conflist(out)
 	case *mode != "takeover":
-		err = fmt.Errorf("--mode %q: takeover or conflist", *mode)
+		out, err = render.ForMode(out, *mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "render:", err)

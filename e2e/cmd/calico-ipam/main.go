@@ -17,7 +17,9 @@
 // Besides the CNI variables it reads CALICO_IPAM_LOCK_FILE (host lock,
 // default /var/run/calico/ipam.lock, "none" to skip), CALICO_SIM_HANDLES
 // ("modern" Calico 3.x handles, the default, or "legacy" Calico 2.x pod-name
-// handles) and CALICO_SIM_TIMEOUT (per-command bound, default 30s).
+// handles), CALICO_SIM_TIMEOUT (per-command bound, default 30s) and
+// CALICO_SIM_CALL_LOG (a file it appends each ADD and DEL to, with who ran
+// it: safe-ipam, or Calico's main plugin alone).
 package main
 
 import (
@@ -44,6 +46,10 @@ func main() {
 		skel.PluginMainFuncs(skel.CNIFuncs{Add: mainAdd, Del: mainDel, Check: mainCheck}, calicosim.Versions(),
 			"calico main plugin stand-in (safe-ipam e2e): its ipam.type, then a veth")
 		return
+	}
+	if err := calicosim.LogCall(os.Getenv); err != nil {
+		_ = types.NewError(types.ErrInternal, "calico-ipam simulator", err.Error()).Print()
+		os.Exit(1)
 	}
 	p := calicosim.New(os.Getenv, os.Stdout, os.Stderr)
 	skel.PluginMainFuncs(p.Funcs(), calicosim.Versions(), calicosim.About)

@@ -101,8 +101,12 @@ type CalicoInstaller struct {
 	Network []byte
 }
 
-// Run installs Calico once, as one calico-node start does.
+// Run installs Calico once, as one calico-node start does: with
+// $CALICO_INSTALL, Calico's own installer does (runReal).
 func (c CalicoInstaller) Run() error {
+	if path := os.Getenv(EnvCalicoInstall); path != "" {
+		return c.runReal(path)
+	}
 	main := c.Main
 	if main == "" {
 		main = c.Binary

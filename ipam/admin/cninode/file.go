@@ -3,6 +3,8 @@ package cninode
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
+	"slices"
 
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
@@ -27,11 +29,16 @@ type File struct {
 // plugin), with its config as the runtime hands it over. binDir is the
 // node's CNI bin dir: when its calico-ipam is safe-ipam (the takeover
 // install, which leaves every config as Calico wrote it), an IPAM of type
-// calico-ipam is safe-ipam's too. "" reads the file alone.
+// calico-ipam is safe-ipam's too. "" reads the file alone. A config of
+// Calico's that safe-ipam's own (install --mode=own-conflist) shadows in
+// its dir is read as the runtime reads its network: safe-ipam's.
 func ReadFile(path, binDir string) (*File, error) {
 	c := ReadConf(path)
 	if c.Err != nil {
 		return nil, fmt.Errorf("CNI config: %w", c.Err)
+	}
+	if own := shadowedBy(c); own != nil {
+		c, path = own, own.Path
 	}
 	for i, p := range c.Plugins {
 		if p.IPAMType == "" {
@@ -48,6 +55,25 @@ func ReadFile(path, binDir string) (*File, error) {
 		return fileFromPlugin(path, c.Network, stdin, takenOver, binDir)
 	}
 	return nil, fmt.Errorf("CNI config %s: no plugin of network %q has an ipam section", path, c.Network)
+}
+
+// shadowedBy is safe-ipam's own config beside c when it configures c's
+// network through safe-ipam and sorts first: the runtime reads it and not
+// c. nil otherwise.
+func shadowedBy(c *Conf) *Conf {
+	dir, base := filepath.Split(c.Path)
+	if base == OwnConflist {
+		return nil
+	}
+	own := ReadConf(filepath.Join(dir, OwnConflist))
+	if own.Err != nil || own.Network != c.Network || !slices.ContainsFunc(own.Plugins, Plugin.RoutedThroughSafeIPAM) {
+		return nil
+	}
+	files, err := ConfFiles(dir)
+	if err != nil || len(files) == 0 || files[0] != own.Path {
+		return nil
+	}
+	return own
 }
 
 // isTakenOver says whether p's IPAM is calico-ipam and binDir's

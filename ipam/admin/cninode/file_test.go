@@ -104,3 +104,45 @@ func TestReadFileOnATakenOverNode(t *testing.T) {
 		})
 	}
 }
+
+// Issue 46: beside safe-ipam's own config (install --mode=own-conflist),
+// which sorts first, Calico's is read as the runtime reads its network:
+// safe-ipam's; not when safe-ipam's configs another network, names no
+// safe-ipam, or does not sort first.
+func TestReadFileShadowedBySafeIPAMsOwn(t *testing.T) {
+	calico := `{"name":"k8s-pod-network","cniVersion":"1.0.0","plugins":[{"type":"calico","etcd_endpoints":"https://10.0.0.10:2379",
+		"nodename":"node1","ipam":{"type":"calico-ipam"}}]}`
+	own := strings.Replace(calico, `{"type":"calico-ipam"}`, `{"type":"safe-ipam","delegate":{"type":"calico-ipam"}}`, 1)
+	for _, tt := range []struct {
+		name  string
+		files map[string]string
+		want  bool
+	}{
+		{"safe-ipam's sorts first", map[string]string{OwnConflist: own}, true},
+		{"another network", map[string]string{OwnConflist: strings.Replace(own, "k8s-pod-network", "other", 1)}, false},
+		{"no safe-ipam in it", map[string]string{OwnConflist: calico}, false},
+		{"another config sorts first", map[string]string{OwnConflist: own, "00-aaa.conflist": calico}, false},
+		{"none", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "10-calico.conflist")
+			if tt.files == nil {
+				tt.files = map[string]string{}
+			}
+			tt.files["10-calico.conflist"] = calico
+			for name, data := range tt.files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f, err := ReadFile(path, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := f.SafeIPAM != nil && f.Path == filepath.Join(dir, OwnConflist); got != tt.want {
+				t.Fatalf("read %s, safe-ipam's config %v; want safe-ipam's own read: %v", f.Path, f.SafeIPAM != nil, tt.want)
+			}
+		})
+	}
+}

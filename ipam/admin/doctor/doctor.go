@@ -308,6 +308,9 @@ func checkPlugin(ctx context.Context, n cninode.Dirs, c *cninode.Conf, i int, j 
 			// fails (plugin not found). Broken, and says how to mend it.
 			net.Installed = true
 			net.Error = fmt.Sprintf("the config names safe-ipam, but %s is %s: every pod start fails; put it back (safe-ipam install --mode=conflist), or give calico-config Calico's config back (deploy/calico-config-conflist.revert.yaml) and restart calico-node", n.Bin(name), kind)
+			if filepath.Base(c.Path) == cninode.OwnConflist {
+				net.Error = fmt.Sprintf("safe-ipam's own config names safe-ipam, but %s is %s: every pod start fails; put it back (safe-ipam install --mode=own-conflist), or remove %s", n.Bin(name), kind, c.Path)
+			}
 		}
 		return net
 	}

@@ -246,7 +246,7 @@ func TestDoctorOwnConflist(t *testing.T) {
 func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	n := newNode(t)
 	n.install(t, install.TakeoverMode{})
-	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
+	r, err := Check(context.Background(), n.Node.Dirs(), nil)
 	must(t, err)
 	if !r.Protected || len(r.Networks) != 1 {
 		t.Fatalf("not protected: %+v", r)
@@ -254,7 +254,7 @@ func TestDoctorReportsDelegateStoreAndNode(t *testing.T) {
 	net := r.Networks[0]
 	n.storeRecord(t, net.Node)
 	n.storeRecord(t, "another-node")
-	r, err = Check(context.Background(), cninode.Dirs(n.Node), nil)
+	r, err = Check(context.Background(), n.Node.Dirs(), nil)
 	must(t, err)
 	net = r.Networks[0]
 	d, s := net.Delegate, net.Store
@@ -335,7 +335,7 @@ func must(t *testing.T, err error) {
 func TestDoctorCountsStaleRecordsAndQuarantines(t *testing.T) {
 	n := newNode(t)
 	n.install(t, install.TakeoverMode{})
-	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
+	r, err := Check(context.Background(), n.Node.Dirs(), nil)
 	must(t, err)
 	node := r.Networks[0].Node
 	ctx := context.Background()
@@ -437,14 +437,14 @@ func TestCheckLocalAsksNoOne(t *testing.T) {
 	n.install(t, install.TakeoverMode{})
 	n.etcd.Pause()
 	defer func() { must(t, n.etcd.Resume()) }()
-	r, err := CheckLocal(context.Background(), cninode.Dirs(n.Node))
+	r, err := CheckLocal(context.Background(), n.Node.Dirs())
 	must(t, err)
 	if !r.Protected || r.Unanswered() || len(r.Networks) != 1 || r.Networks[0].Store != nil || r.Networks[0].Calico != nil {
 		t.Errorf("local check with etcd paused: %+v; want protected, nothing asked", r)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	r, err = Check(ctx, cninode.Dirs(n.Node), nil)
+	r, err = Check(ctx, n.Node.Dirs(), nil)
 	must(t, err)
 	if r.Protected || !r.Unanswered() {
 		t.Errorf("full check with etcd paused: %+v; want not protected, unanswered", r)
@@ -457,7 +457,7 @@ func TestCheckLocalAsksNoOne(t *testing.T) {
 func TestDoctorWarnsOfAnotherHostsRecords(t *testing.T) {
 	n := newNode(t)
 	n.install(t, install.TakeoverMode{})
-	r, err := Check(context.Background(), cninode.Dirs(n.Node), nil)
+	r, err := Check(context.Background(), n.Node.Dirs(), nil)
 	must(t, err)
 	node := r.Networks[0].Node
 	st := etcdstore.NewWithClient(n.etcd.Client(), "/safe-ipam/v1", node, 5*time.Second)

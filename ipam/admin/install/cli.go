@@ -120,7 +120,7 @@ func parseCLI(name string, args []string, stderr io.Writer) (f *cliFlags, code i
 	if code, stop := cmd.ParseOrExit(args); stop {
 		return nil, code, true
 	}
-	f.node = Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir}
+	f.node = Node{BinDir: dirs.BinDir, ConfDir: dirs.ConfDir, ReloadWait: DefaultReloadWait}
 	if f.watch && f.dryRun {
 		return nil, cmd.FailUsage(errors.New("--watch and --dry-run exclude each other")), true
 	}

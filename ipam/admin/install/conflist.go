@@ -34,7 +34,7 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := n.ownConflistInstalled(ModeConflist); err != nil {
 		return nil, err
 	}
-	p, err := n.planSafeIPAMBinary(self, m.SwitchFromTakeover)
+	p, err := n.planSafeIPAMBinary(ModeConflist, self, m.SwitchFromTakeover)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 // planSafeIPAMBinary plans what the conflist modes put in the bin dir:
 // safe-ipam as <bin>/safe-ipam with calico-ipam, Calico's, as its
 // delegate; from a takeover node, calico-ipam back first (leaveTakeover).
-func (n Node) planSafeIPAMBinary(self string, switchFromTakeover bool) (*Plan, error) {
+func (n Node) planSafeIPAMBinary(mode, self string, switchFromTakeover bool) (*Plan, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (n Node) planSafeIPAMBinary(self string, switchFromTakeover bool) (*Plan, e
 		return nil, err
 	}
 	if taken {
-		if err := n.leaveTakeover(p, switchFromTakeover); err != nil {
+		if err := n.leaveTakeover(p, mode, switchFromTakeover); err != nil {
 			return nil, err
 		}
 	}
@@ -91,10 +91,10 @@ func (n Node) planSafeIPAMBinary(self string, switchFromTakeover bool) (*Plan, e
 // takeover mode, or when switching is not allowed (a watch's install), it
 // refuses, changing nothing. The way back to takeover mode is uninstall,
 // then install --mode=takeover (docs/install.md, "Switching modes").
-func (n Node) leaveTakeover(p *Plan, allowed bool) error {
+func (n Node) leaveTakeover(p *Plan, mode string, allowed bool) error {
 	path := n.bin(CalicoIPAM)
 	if !allowed {
-		return refuse("%s is safe-ipam (takeover mode): switch with install --mode=conflist run once, not a watch", path)
+		return refuse("%s is safe-ipam (takeover mode): switch with install --mode=%s run once, not a watch", path, mode)
 	}
 	release, err := n.notWatched()
 	if err != nil {
@@ -105,7 +105,7 @@ func (n Node) leaveTakeover(p *Plan, allowed bool) error {
 		return refuse("%v", err)
 	}
 	if !p.restores(path) {
-		return refuse("%s is safe-ipam (takeover mode), and install kept no original of Calico's calico-ipam to put back for conflist mode: run safe-ipam uninstall first", path)
+		return refuse("%s is safe-ipam (takeover mode), and install kept no original of Calico's calico-ipam to put back for %s mode: run safe-ipam uninstall first", path, mode)
 	}
 	return nil
 }

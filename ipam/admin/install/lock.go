@@ -224,7 +224,7 @@ func locked(n Node, dryRun bool, plan func() (*Plan, []string, error), mode stri
 }
 
 // readOnlyHint says, when a plan failed on a read-only conf dir, which
-// mount must be writable: the conflist mode's changes land there, in
+// mount must be writable: the conflist modes' changes land there, in
 // install's DaemonSet and in uninstall's alike.
 func (n Node) readOnlyHint(p *Plan, err error) string {
 	if !errors.Is(err, syscall.EROFS) {
@@ -232,7 +232,7 @@ func (n Node) readOnlyHint(p *Plan, err error) string {
 	}
 	for _, s := range p.Steps {
 		if filepath.Dir(s.Path) == filepath.Clean(n.ConfDir) {
-			return fmt.Sprintf("; the conflist mode writes %s: mount it writable (readOnly: false on the cni-net-dir mount of deploy/safe-ipam.yaml's install and watch containers, and of deploy/safe-ipam-uninstall.yaml's uninstall container)", n.ConfDir)
+			return fmt.Sprintf("; the conflist modes write %s: mount it writable (readOnly: false on the cni-net-dir mount of deploy/safe-ipam.yaml's install and watch containers, and of deploy/safe-ipam-uninstall.yaml's uninstall container; go run ./deploy/render/cmd --mode <mode> renders them so)", n.ConfDir)
 		}
 	}
 	return ""

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
@@ -37,7 +38,18 @@ const (
 type Node struct {
 	BinDir  string
 	ConfDir string
+	// ReloadWait is how long uninstall waits, once a config naming
+	// safe-ipam is gone, before it removes the binary that config named:
+	// runtimes reload the conf dir on inotify, and a pod start already
+	// under way runs the config it loaded. 0 (tests) waits not at all.
+	ReloadWait time.Duration
 }
+
+// DefaultReloadWait is Node.ReloadWait for the commands.
+const DefaultReloadWait = 2 * time.Second
+
+// Dirs are n's directories, as doctor and the admin commands read them.
+func (n Node) Dirs() cninode.Dirs { return cninode.Dirs{BinDir: n.BinDir, ConfDir: n.ConfDir} }
 
 func (n Node) bin(name string) string  { return filepath.Join(n.BinDir, name) }
 func (n Node) conf(name string) string { return filepath.Join(n.ConfDir, name) }

@@ -3,8 +3,10 @@ package install
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
@@ -35,19 +37,29 @@ func (OwnConflistMode) Name() string { return ModeOwnConflist }
 // errCalicoGone is a node without Calico's network config.
 var errCalicoGone = errors.New("Calico's network config is gone")
 
+// errDoesNotApply is a conf dir where safe-ipam's own config would not, or
+// no longer, stand in Calico's place (another config sorts first, ...).
+var errDoesNotApply = errors.New("--mode=own-conflist does not apply")
+
+func doesNotApply(format string, args ...any) error {
+	return fmt.Errorf("%w: %w: %s", ErrRefused, errDoesNotApply, fmt.Sprintf(format, args...))
+}
+
 func (m OwnConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := n.checkDirs(); err != nil {
 		return nil, refuse("%v", err)
 	}
 	own := n.conf(cninode.OwnConflist)
 	src, err := n.firstCalicoConf()
-	if errors.Is(err, errCalicoGone) {
+	if errors.Is(err, errCalicoGone) || errors.Is(err, errDoesNotApply) {
+		// Kept, safe-ipam's config would go on standing in place of what
+		// the runtime would read without it: a new CNI's config, or none.
 		return n.removeOwnConflist(err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, err // a config that does not parse: maybe Calico's, half written; tried again
 	}
-	p, err := n.planSafeIPAMBinary(self, m.SwitchFromTakeover)
+	p, err := n.planSafeIPAMBinary(ModeOwnConflist, self, m.SwitchFromTakeover)
 	if err != nil {
 		return nil, err
 	}
@@ -98,31 +110,36 @@ func (n Node) firstCalicoConf() (*cninode.Conf, error) {
 	case !calico:
 		return nil, errCalicoGone
 	case !first.IsCalico():
-		return nil, refuse("the runtime reads %s first, not Calico's network config: --mode=own-conflist applies where Calico's is the first (use --mode=conflist or takeover)", first.Path)
+		return nil, doesNotApply("the runtime reads %s first, not Calico's network config: --mode=own-conflist applies where Calico's is the first (use --mode=takeover)", first.Path)
 	case !needsRoute(first):
-		return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): to switch, run safe-ipam uninstall, then install --mode=own-conflist (docs/install.md, \"Switching modes\")", first.Path)
+		return nil, doesNotApply("%s routes its IPAM through safe-ipam (conflist mode): to switch, run safe-ipam uninstall, then install --mode=own-conflist (docs/install.md, \"Switching modes\")", first.Path)
 	case filepath.Base(first.Path) < cninode.OwnConflist:
-		return nil, refuse("%s sorts before %s, so the runtime would still read Calico's: use --mode=conflist or takeover", first.Path, cninode.OwnConflist)
+		return nil, doesNotApply("%s sorts before %s, so the runtime would still read Calico's: use --mode=conflist or takeover", first.Path, cninode.OwnConflist)
 	case !first.IsList():
-		return nil, refuse("%s is a single-plugin .conf: --mode=own-conflist renders a conflist from a conflist (use --mode=conflist or takeover)", first.Path)
+		return nil, doesNotApply("%s is a single-plugin .conf: --mode=own-conflist renders a conflist from a conflist (use --mode=conflist or takeover)", first.Path)
 	}
 	return first, nil
 }
 
-// removeOwnConflist plans taking safe-ipam's config off once Calico's is
-// gone: it would keep a network Calico no longer runs. Without one to
-// take off, the node is refused as any node without Calico.
-func (n Node) removeOwnConflist(gone error) (*Plan, error) {
+// removeOwnConflist plans taking safe-ipam's config off once it no longer
+// stands in Calico's place (why): Calico's is gone, or another config
+// sorts first. Kept, it would configure a network Calico no longer runs,
+// or hide the config the runtime would read without safe-ipam. Without
+// one to take off, the node is refused.
+func (n Node) removeOwnConflist(why error) (*Plan, error) {
 	own := n.conf(cninode.OwnConflist)
 	ours, err := ownConflistOurs(own)
 	if err != nil {
 		return nil, refuse("%v", err)
 	}
-	if !ours {
+	switch {
+	case !ours && errors.Is(why, errCalicoGone):
 		return nil, refuse("no network config in %s uses calico-ipam: is Calico installed on this node?", n.ConfDir)
+	case !ours:
+		return nil, why
 	}
 	p := &Plan{}
-	p.add(removeStep(gone.Error()+": remove safe-ipam's, rendered from it", own))
+	p.add(removeStep(strings.TrimPrefix(why.Error(), ErrRefused.Error()+": ")+"; so safe-ipam's own config goes", own))
 	if exists(absentPath(own)) {
 		p.add(removeStep("drop the record", absentPath(own)))
 	}
@@ -143,21 +160,33 @@ func ownConflistOurs(path string) (bool, error) {
 	return c.Err == nil && namesSafeIPAM(c), nil
 }
 
-// Uninstall takes safe-ipam's config off first, so that no runtime reads
-// a config naming a binary that is gone, then the binaries.
+// Uninstall takes safe-ipam's config off first, then, once the runtimes
+// had Node.ReloadWait to read the conf dir again, the binaries: no
+// runtime reads a config naming a binary that is gone.
 func (OwnConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err := n.checkDirs(); err != nil {
 		return nil, nil, refuse("%v", err)
 	}
 	own := n.conf(cninode.OwnConflist)
 	p := &Plan{}
-	notes, err := uninstallFile(p, own, func() (bool, error) { return ownConflistOurs(own) })
+	notes, err := uninstallFile(p, own, func() (bool, error) {
+		if c := cninode.ReadConf(own); c.Err != nil && exists(own) {
+			// Install made this name, and it does not read: it sorts
+			// first and would fail every pod start.
+			return true, nil
+		}
+		return ownConflistOurs(own)
+	})
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
-	if !p.removes(own) && !exists(absentPath(own)) {
-		// Not installed in this mode: the binary is conflist mode's, if any.
+	if !p.removes(own) {
+		// Not in place in this mode: the binary is conflist mode's, if
+		// any, which uninstall undoes next.
 		return p, notes, nil
+	}
+	if n.ReloadWait > 0 {
+		p.add(Step{Path: own, Action: fmt.Sprintf("wait %s for the runtimes to read the conf dir again", n.ReloadWait), pause: n.ReloadWait})
 	}
 	files, err := cninode.ConfFiles(n.ConfDir)
 	if err != nil {

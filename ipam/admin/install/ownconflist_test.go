@@ -218,3 +218,59 @@ func TestOwnConflistWatchRendersTheLastWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Once safe-ipam's config no longer stands in Calico's place (here a new
+// CNI's config sorts between the two), the next install, the watch's,
+// takes it off, so the runtime reads what it would without safe-ipam;
+// then it refuses, saying why.
+func TestOwnConflistGoesWhenItNoLongerApplies(t *testing.T) {
+	f := newFixture(t)
+	if _, err := Install(f.node, OwnConflistMode{}, f.self, false); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, f.node.conf("05-cilium.conflist"), `{"cniVersion":"1.0.0","name":"cilium","plugins":[{"type":"cilium-cni"}]}`, 0o644)
+	r, err := Install(f.node, OwnConflistMode{}, f.self, false)
+	if err != nil || !r.Applied {
+		t.Fatalf("install once another config sorts before Calico's: %+v, %v", r, err)
+	}
+	confs, err := cninode.ReadConfs(f.node.ConfDir)
+	must(t, err)
+	if confs[0].Path != f.node.conf("05-cilium.conflist") {
+		t.Fatalf("the runtime reads %s first; want the new CNI's", confs[0].Path)
+	}
+	if _, err := Install(f.node, OwnConflistMode{}, f.self, false); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "05-cilium.conflist first") {
+		t.Fatalf("install again: %v; want a refusal naming the config read first", err)
+	}
+}
+
+// Uninstall takes off a safe-ipam config that no longer reads (it sorts
+// first: kept, it would fail every pod start without safe-ipam's binary),
+// and waits Node.ReloadWait between the config and the binary.
+func TestOwnConflistUninstallRemovesABrokenConfigAndWaits(t *testing.T) {
+	f := newFixture(t)
+	calico := f.snapshot(t)
+	if _, err := Install(f.node, OwnConflistMode{}, f.self, false); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, f.node.conf(cninode.OwnConflist), `{"cniVersion":"1.0.0","name":`, 0o600)
+	f.node.ReloadWait = 50 * time.Millisecond
+	r, err := Uninstall(f.node, OwnConflistMode{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, waited, binary := -1, -1, -1
+	for i, s := range r.Plan.Steps {
+		switch {
+		case s.Path == f.node.conf(cninode.OwnConflist) && s.remove:
+			own = i
+		case s.pause == f.node.ReloadWait:
+			waited = i
+		case s.Path == f.node.bin(builds.CNIBinary) && s.remove:
+			binary = i
+		}
+	}
+	if own < 0 || waited < own || binary < waited {
+		t.Fatalf("uninstall's plan %v; want safe-ipam's config removed, a wait, then the binary", r.Plan.Describe())
+	}
+	assertSame(t, "after uninstall", f.snapshot(t), calico)
+}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
 )
@@ -34,6 +35,7 @@ type Step struct {
 	linkTo string // hard-link Path to this name (a backup of Path)
 	rename string // rename this file over Path (a restore)
 	remove bool
+	pause  time.Duration // wait this long before the next step
 	// perm, uid and gid of a written file.
 	perm     os.FileMode
 	uid, gid int
@@ -105,6 +107,8 @@ func (p *Plan) discard() {
 func (s *Step) stage() error {
 	dir := filepath.Dir(s.Path)
 	switch {
+	case s.pause > 0:
+		return nil
 	case s.data != nil || s.from != "":
 		f, err := os.CreateTemp(dir, tempPrefix)
 		if err != nil {
@@ -195,6 +199,8 @@ func (s *Step) commit() error {
 		if errors.Is(err, os.ErrNotExist) {
 			err = nil
 		}
+	case s.pause > 0:
+		time.Sleep(s.pause)
 	}
 	if err == nil {
 		s.staged = ""

@@ -62,8 +62,8 @@ func recordsOf(n Node) *nodeRecords {
 	settings, _ := bounded.Read(n.settingsPath(), bounded.Small)
 	for _, path := range files {
 		f, err := cninode.ReadFile(path, n.BinDir)
-		if err != nil || f.SafeIPAM == nil {
-			continue // not safe-ipam's: nothing of ours to forget
+		if err != nil || f.SafeIPAM == nil || f.Path != path {
+			continue // not safe-ipam's, or Calico's read as safe-ipam's own, listed itself
 		}
 		r.add(f.SafeIPAM, cninode.PendingNetwork{Path: path, Network: f.SafeIPAM.Network, Plugin: f.Plugin, NodeSettings: settings})
 	}

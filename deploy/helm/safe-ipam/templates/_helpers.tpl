@@ -50,9 +50,9 @@ securityContext:
 {{- end }}
 {{- end }}
 
-{{/* The conf dir is written only in the conflist mode. */}}
+{{/* The conf dir is written only in the conflist modes. */}}
 {{- define "safe-ipam.confDirReadOnly" -}}
-{{ ne .Values.mode "conflist" }}
+{{ eq .Values.mode "takeover" }}
 {{- end }}
 
 {{/* The port of a host:port address. */}}
