@@ -2,12 +2,14 @@ package deploy_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -21,18 +23,27 @@ import (
 // chart is safe-ipam's Helm chart.
 const chart = "helm/safe-ipam"
 
-// helm is the helm scripts/helm.sh builds (or $HELM).
+// helm is the helm scripts/helm.sh builds (or $HELM), asked once per
+// test binary.
 func helm(t *testing.T) string {
 	t.Helper()
+	path, err := helmPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var helmPath = sync.OnceValues(func() (string, error) {
 	var stderr bytes.Buffer
 	cmd := exec.Command("bash", "../scripts/helm.sh")
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("scripts/helm.sh: %v: %s", err, stderr.String())
+		return "", fmt.Errorf("scripts/helm.sh: %v: %s", err, stderr.String())
 	}
-	return strings.TrimSpace(string(out))
-}
+	return strings.TrimSpace(string(out)), nil
+})
 
 // template renders the chart with sets (key=value each).
 func template(t *testing.T, sets ...string) (string, error) {
