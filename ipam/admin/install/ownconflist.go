@@ -22,11 +22,15 @@ import (
 // calico-node restart undoes nothing: there is no window in which calls
 // reach calico-ipam alone. The watch renders the file again when Calico's
 // changes, and removes it when Calico's goes (it would name a network
-// Calico no longer runs).
+// Calico no longer runs) or when it hides another CNI's config, which now
+// sorts first among the others (the runtime would read that one without
+// safe-ipam).
 //
 // It applies where Calico's config is the one the runtime reads first; it
-// refuses where another config sorts before Calico's (Multus, Cilium's
-// chaining: use --mode=conflist or takeover there).
+// refuses, changing nothing, where another config sorts before Calico's
+// (Multus, Cilium's chaining: use takeover there), and where Calico's
+// sorts before safe-ipam's or is a single-plugin .conf; installed, it then
+// keeps safe-ipam's config, which hides only Calico's own network.
 type OwnConflistMode struct {
 	// SwitchFromTakeover: as ConflistMode's.
 	SwitchFromTakeover bool
@@ -37,8 +41,8 @@ func (OwnConflistMode) Name() string { return ModeOwnConflist }
 // errCalicoGone is a node without Calico's network config.
 var errCalicoGone = errors.New("Calico's network config is gone")
 
-// errDoesNotApply is a conf dir where safe-ipam's own config would not, or
-// no longer, stand in Calico's place (another config sorts first, ...).
+// errDoesNotApply is a conf dir where safe-ipam's own config, installed,
+// would hide another CNI's config, the first of the others.
 var errDoesNotApply = errors.New("--mode=own-conflist does not apply")
 
 func doesNotApply(format string, args ...any) error {
@@ -109,14 +113,17 @@ func (n Node) firstCalicoConf() (*cninode.Conf, error) {
 	switch {
 	case !calico:
 		return nil, errCalicoGone
-	case !first.IsCalico():
+	case !first.IsCalico() && filepath.Base(first.Path) > cninode.OwnConflist:
+		// safe-ipam's config, installed, would hide it.
 		return nil, doesNotApply("the runtime reads %s first, not Calico's network config: --mode=own-conflist applies where Calico's is the first (use --mode=takeover)", first.Path)
+	case !first.IsCalico():
+		return nil, refuse("the runtime reads %s first, not Calico's network config: --mode=own-conflist applies where Calico's is the first (use --mode=takeover)", first.Path)
 	case !needsRoute(first):
-		return nil, doesNotApply("%s routes its IPAM through safe-ipam (conflist mode): to switch, run safe-ipam uninstall, then install --mode=own-conflist (docs/install.md, \"Switching modes\")", first.Path)
+		return nil, refuse("%s routes its IPAM through safe-ipam (conflist mode): to switch, run safe-ipam uninstall, then install --mode=own-conflist (docs/install.md, \"Switching modes\")", first.Path)
 	case filepath.Base(first.Path) < cninode.OwnConflist:
-		return nil, doesNotApply("%s sorts before %s, so the runtime would still read Calico's: use --mode=conflist or takeover", first.Path, cninode.OwnConflist)
+		return nil, refuse("%s sorts before %s, so the runtime would still read Calico's: use --mode=conflist or takeover", first.Path, cninode.OwnConflist)
 	case !first.IsList():
-		return nil, doesNotApply("%s is a single-plugin .conf: --mode=own-conflist renders a conflist from a conflist (use --mode=conflist or takeover)", first.Path)
+		return nil, refuse("%s is a single-plugin .conf: --mode=own-conflist renders a conflist from a conflist (use --mode=conflist or takeover)", first.Path)
 	}
 	return first, nil
 }
@@ -170,8 +177,15 @@ func (OwnConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	own := n.conf(cninode.OwnConflist)
 	p := &Plan{}
 	notes, err := uninstallFile(p, own, func() (bool, error) {
-		if c := cninode.ReadConf(own); c.Err != nil && exists(own) {
-			// Install made this name, and it does not read: it sorts
+		raw, err := bounded.Read(own, bounded.Small)
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if cninode.ParseConf(own, raw, 0).Err != nil {
+			// Install made this name, and it does not parse: it sorts
 			// first and would fail every pod start.
 			return true, nil
 		}

@@ -274,3 +274,35 @@ func TestOwnConflistUninstallRemovesABrokenConfigAndWaits(t *testing.T) {
 	}
 	assertSame(t, "after uninstall", f.snapshot(t), calico)
 }
+
+// A config that sorts before safe-ipam's own (Multus's 00-multus.conf,
+// which delegates to the first config after it) hides nothing behind it:
+// install refuses, and safe-ipam's config stays, still guarding Calico's
+// network; so does a Calico .conf beside its .conflist, as Calico's
+// installer leaves it while it renames one to the other.
+func TestOwnConflistStaysWhereItHidesOnlyCalicos(t *testing.T) {
+	for _, tc := range []struct{ name, file, data string }{
+		{"Multus sorts first", "00-multus.conf", `{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus","kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig"}`},
+		{"Calico's .conf beside its .conflist", "10-calico.conf", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := Install(f.node, OwnConflistMode{}, f.self, false); err != nil {
+				t.Fatal(err)
+			}
+			data := tc.data
+			if data == "" {
+				c := cninode.ReadConf(f.node.conf("10-calico.conflist"))
+				conf, err := c.PluginConfig(0)
+				must(t, err)
+				data = string(conf)
+			}
+			writeFile(t, f.node.conf(tc.file), data, 0o644)
+			before := f.snapshot(t)
+			if _, err := Install(f.node, OwnConflistMode{}, f.self, false); !errors.Is(err, ErrRefused) {
+				t.Fatalf("install: %v; want a refusal", err)
+			}
+			assertSame(t, "after the refusal", f.snapshot(t), before)
+		})
+	}
+}

@@ -200,6 +200,7 @@ func (s *Step) commit() error {
 			err = nil
 		}
 	case s.pause > 0:
+		syncDirs([]Step{*s}) // what the pause orders first is on disk first
 		time.Sleep(s.pause)
 	}
 	if err == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
@@ -146,6 +147,12 @@ func (w *Watcher) reassert(seen time.Time, trigger string, retry time.Duration) 
 	if !r.Applied {
 		w.Log.Debug("still protected", "mode", w.Mode.Name(), "trigger", trigger)
 		return true
+	}
+	if r.Plan.removes(w.Node.conf(cninode.OwnConflist)) {
+		// Calico's config went, or another CNI's now sorts first: the
+		// node is not protected, and install will say why.
+		w.Log.Error("node not protected: safe-ipam's own config taken off", "mode", w.Mode.Name(), "trigger", trigger, "changes", r.Plan.Describe())
+		return false
 	}
 	re := Reassertion{Trigger: trigger, Seen: seen, Done: time.Now(), Steps: r.Plan.Describe()}
 	w.Log.Info("re-asserted safe-ipam", "mode", w.Mode.Name(), "trigger", trigger,
