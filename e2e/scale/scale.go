@@ -366,8 +366,16 @@ func (s *sim) watchChecks(ctx context.Context) error {
 			n.watch.stop()
 		}
 	}()
-	if err := waitFor(10*s.o.Every+30*time.Second, func() bool { return s.fullChecks(2) >= 0 }); err != nil {
-		return fmt.Errorf("the watches' first two full checks: %v", err)
+	// A full check the store does not answer in time (a loaded machine)
+	// is asked again after the watch's backoff, 30 s then 60 s: the wait
+	// covers two of those.
+	if err := waitFor(10*s.o.Every+2*time.Minute, func() bool { return s.fullChecks(2) >= 0 }); err != nil {
+		var logs strings.Builder
+		for _, n := range s.nodes {
+			got, serr := scrapeSum("http://"+n.watchAt+"/metrics", "safe_ipam_full_checks_total")
+			fmt.Fprintf(&logs, "\n%s: %d full checks (%v); its watch's log ends:\n%s", n.name, got, serr, n.watch.output())
+		}
+		return fmt.Errorf("the watches' first two full checks: %v%s", err, logs.String())
 	}
 	checks, before, err := s.settledChecks(ctx)
 	if err != nil {
