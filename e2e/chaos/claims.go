@@ -68,6 +68,28 @@ func ClaimsOutsideScript(gen Generation, by string) *Script {
 	return s.start("web-4", node2, "", Succeeds)
 }
 
+// ClaimsRenameScript (issue 45, owners): node1 gets a new Calico name
+// while web-0 and web-1 run; their records stay in its file store, as
+// committed under the old name, with their claims. Their DELs under the
+// new name must release the claims their records made: kept, a claim
+// with no record would fence its address on every node once Calico
+// frees it (the checker holds the claims to the records). No pod starts
+// after the rename: the new name is no Kubernetes Node here.
+func ClaimsRenameScript() *Script {
+	s := &Script{
+		Name:  "claims/rename/calico-node",
+		Setup: Setup{Generation: Modern, Store: ClaimsStore, Nodes: 1, Pool: WidePool, HostLock: true, Hosts: true},
+	}
+	s.start("web-0", node1, "", Succeeds).start("web-1", node1, "", Succeeds)
+	s.then(func(*Model) Step {
+		return single(Call{Verb: NodeRename, Node: node1, Name: "node1-renamed"}, Succeeds, "node1 restarts under a new Calico name")
+	})
+	// web-1's DEL is killed between its mark and its claims' release, and
+	// retried: the mark already carries the new name.
+	s.del(0, "", Succeeds).del(1, guard.Step(claims.MarkedClaimed), Crashes)
+	return s.del(1, "", Succeeds)
+}
+
 // ClaimsScripts are the Kubernetes datastore's fixed histories. The short
 // set (make test) plays the claims' own crash points with every follow-up
 // and both generations, and every other crash point with one follow-up,
@@ -93,7 +115,7 @@ func ClaimsScripts(long bool) []func() *Script {
 	for _, t := range timings {
 		out = append(out, func() *Script { return AmidOutageScript(Modern, ClaimsStore, t[0], t[1]) })
 	}
-	return append(out,
+	return append(out, ClaimsRenameScript,
 		func() *Script { return ClaimsOutsideScript(Modern, OutsideCalicoDel) },
 		func() *Script { return ClaimsOutsideScript(Legacy, OutsideIPAMRelease) })
 }

@@ -142,6 +142,15 @@ func Mutants() []Mutant {
 			},
 		},
 		{
+			Name:   "claims-released-by-name",
+			Breaks: "a DEL after a node rename releases only claims under the node's new name, leaving its record's, which fence the address for ever after",
+			Old:    "if err == nil && cl != nil && cl.MadeFor(rec) {",
+			New:    "if err == nil && cl != nil && cl.Names(rec) {",
+			Catchers: func() []Job {
+				return ScriptJobs(ClaimsRenameScript)
+			},
+		},
+		{
 			Name:   "claims-of-unfinished-kept",
 			Breaks: "the DEL of an ADD killed between its claims and its commit leaves the claims, which fence an address Calico hands out",
 			Old:    "if prior != nil && unfinished(prior) && len(prior.IPs) == 0 {",

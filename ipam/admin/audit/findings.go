@@ -94,7 +94,10 @@ type analysis struct {
 	byHandle, recByHdl, recByAddr chains
 	otherHandles                  map[string]int
 	otherIDs                      []string
-	one                           [1]*record.Record // recordsHere's list of one
+	// marked are the handle keys of allocations the store keeps
+	// quarantined for holders it cannot read (snapshot.RemoteMark).
+	marked map[int]bool
+	one    [1]*record.Record // recordsHere's list of one
 	// listing is the liveness source as the rulebook's witness.
 	listing  *rulebook.Listing
 	findings []Finding
@@ -106,7 +109,7 @@ func Analyze(snap *snapshot.Snapshot, opts Options) []Finding {
 	a := &analysis{snap: snap, opts: opts, networks: map[string]bool{"k8s-pod-network": true},
 		addrs: newAddrIndex(max(nal, nrec)), allocAt: make([]int32, 0, max(nal, nrec)),
 		byHandle: newChains(snap.HandleSlots(), nal), recByHdl: newChains(snap.HandleSlots(), nrec), recByAddr: newChains(0, nrec),
-		otherHandles: map[string]int{}}
+		otherHandles: map[string]int{}, marked: map[int]bool{}}
 	for _, n := range opts.Networks {
 		a.networks[n] = true
 	}
@@ -158,6 +161,16 @@ func (a *analysis) indexBlocks() {
 }
 
 func (a *analysis) indexRecords() {
+	for _, m := range a.snap.Marks {
+		a.networks[m.Attachment.Network] = true
+		// The handles calico-ipam keys a stripped ADD by, as a local
+		// quarantine's (ownedHandles).
+		for _, h := range []string{m.Attachment.Network + "." + m.Attachment.ContainerID, m.Attachment.ContainerID} {
+			if k, ok := a.handleKey(h, false); ok {
+				a.marked[k] = true
+			}
+		}
+	}
 	for i, rec := range a.snap.Records {
 		a.networks[rec.Network] = true
 		for _, h := range ownedHandles(rec) {
@@ -275,8 +288,20 @@ func (a *analysis) holderRuns(al *snapshot.Allocation) bool {
 	return ok && l.ListsContainer(cid)
 }
 
-// checkQuarantines reports every quarantine with both attachments.
+// checkQuarantines reports every quarantine with both attachments, and
+// every allocation kept for a holder the store cannot read.
 func (a *analysis) checkQuarantines() {
+	for _, m := range a.snap.Marks {
+		handle := m.Attachment.Network + "." + m.Attachment.ContainerID
+		f := Finding{Kind: Quarantine, Handle: handle, Node: a.snap.RecordsNode, Records: []string{m.Attachment.String()},
+			Why: fmt.Sprintf("%s's allocation is kept out of Calico's free addresses by a quarantine mark that does not decode; delete the mark by hand only once no pod on any node runs with its address", m.Attachment)}
+		if m.Mark != nil {
+			f.Address, f.Records = Addrs(m.Mark.Quarantine.IPs), []string{m.Mark.Holder.Attachment.String(), m.Attachment.String()}
+			f.Why = fmt.Sprintf("the address was freed behind %s's back (node %s, AddressClaim %s) and given to %s's ADD; safe-ipam keeps it allocated under %s's handle, and gc releases it once the holder's claim stays gone for --quarantine-grace",
+				m.Mark.Holder.Attachment, m.Mark.Holder.Node, m.Mark.Claim, m.Attachment, m.Attachment)
+		}
+		a.add(f)
+	}
 	for _, rec := range a.snap.Records {
 		for _, q := range rec.Quarantined {
 			a.add(Finding{Kind: Quarantine, Address: Addrs(q.IPs), Handle: q.Network + "." + q.ContainerID, Node: rec.Node,
@@ -342,8 +367,8 @@ func (a *analysis) checkHandles() {
 		// allocations.
 		item, _ := a.byHandle.first(k)
 		handle, first := a.handleID(k), a.snap.Allocations.At(int(item))
-		if calicoOwned(handle, first) {
-			continue
+		if calicoOwned(handle, first) || a.marked[k] {
+			continue // a mark's: reported by checkQuarantines
 		}
 		if !calico.IsVMHandle(handle) && a.recByHdl.has(k) && !a.isPodNameHandle(handle, first) {
 			continue // recorded: checked against the record

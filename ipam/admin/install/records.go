@@ -209,7 +209,14 @@ func forgetNetwork(ctx context.Context, cfg *config.Config, path, binDir string,
 			continue
 		}
 		if len(list) == 0 && len(atWork) == 0 {
-			return forgotten, q, nil
+			// The records are gone: so go the claims none of them holds
+			// now (a release that failed on the way, an ADD killed after
+			// its claim), else they would fence their addresses for ever.
+			n, err := o.Guard.ForgetOwnClaims(ctx)
+			if n > 0 {
+				log.Info("forgot claims no record holds", "network", cfg.Network, "claims", n)
+			}
+			return forgotten, q, err
 		}
 		if len(atWork) > 0 {
 			if !said {

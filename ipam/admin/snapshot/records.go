@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +15,21 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store/etcdstore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
+
+// RemoteMark is an allocation the node keeps quarantined for a holder
+// its store cannot read (another node's record, known by its
+// cluster-wide claim): no record names it, yet it is held. Mark is nil
+// when the mark does not decode (it fences all the same).
+type RemoteMark struct {
+	Attachment record.Attachment
+	Mark       *record.RemoteQuarantine
+}
+
+// markedStore is a store that keeps such marks (the file store, beside
+// the cluster-wide claims).
+type markedStore interface {
+	QuarantineMarks(ctx context.Context, network string) (map[record.Attachment]*record.RemoteQuarantine, error)
+}
 
 // Records is where the audit reads safe-ipam's records.
 type Records interface {
@@ -117,6 +134,25 @@ func (s *StoreRecords) Load(ctx context.Context, network string, _ datastore.Poi
 		}
 	}
 	return recs, nil
+}
+
+// Marks are network's quarantine marks for holders the store cannot read,
+// in attachment order; none where the store keeps no such marks.
+func (s *StoreRecords) Marks(ctx context.Context, network string) ([]RemoteMark, error) {
+	ms, ok := s.Store.(markedStore)
+	if !ok || network == "" {
+		return nil, nil
+	}
+	marks, err := ms.QuarantineMarks(ctx, network)
+	if err != nil {
+		return nil, fmt.Errorf("reading the quarantine marks in the %s: %w", s.Where, err)
+	}
+	out := make([]RemoteMark, 0, len(marks))
+	for att, m := range marks {
+		out = append(out, RemoteMark{Attachment: att, Mark: m})
+	}
+	slices.SortFunc(out, func(a, b RemoteMark) int { return strings.Compare(a.Attachment.String(), b.Attachment.String()) })
+	return out, nil
 }
 
 // Recheck implements Records with Get: the record must still be the

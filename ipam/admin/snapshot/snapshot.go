@@ -40,6 +40,9 @@ type Snapshot struct {
 	// RecordsShared says the records' store holds more than one machine's
 	// records (etcd), read for one node or all.
 	RecordsShared bool
+	// Marks are the allocations the records' store keeps quarantined for
+	// holders it cannot read (StoreRecords.Marks).
+	Marks []RemoteMark
 	// Undecodable lists Calico documents that did not decode, key: error.
 	// One damaged document must not blind the audit to the rest.
 	Undecodable map[string]string
@@ -196,6 +199,15 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 		return nil, r.err
 	}
 	s.Records, s.RecordsNode, s.RecordsShared = r.recs, recs.Node(), recs.Shared()
+	if m, ok := recs.(interface {
+		Marks(context.Context, string) ([]RemoteMark, error)
+	}); ok {
+		// Fail closed: an allocation a mark keeps, unread, would look
+		// like a leak.
+		if s.Marks, err = m.Marks(ctx, network); err != nil {
+			return nil, err
+		}
+	}
 	s.names = nil
 	return s, nil
 }

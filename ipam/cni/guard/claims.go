@@ -71,7 +71,20 @@ func (g *Guard) SettleClaims(ctx context.Context, cniPath string, quarantineGrac
 	if len(damaged) > 0 {
 		g.log.Warn("AddressClaims under this node's label that do not read are left alone; delete them by hand", "claims", damaged)
 	}
-	var errs []error
+	_, errs := g.forgetOwnClaims(ctx, cs, own, &done)
+	if err := g.claimUnclaimed(ctx, own, &done); err != nil {
+		errs = append(errs, err)
+	}
+	err = g.settleRemoteQuarantines(ctx, cs, cniPath, quarantineGrace, &done)
+	return done, errors.Join(append(errs, err)...)
+}
+
+// forgetOwnClaims releases each of own, this node's claims, that the
+// rulebook lets go (rulebook.Claim: no record of this node holds it, and
+// it is not a claim an ADD may still be committing); it returns why it
+// kept those of this machine's (another machine's under this node name
+// is that machine's to judge).
+func (g *Guard) forgetOwnClaims(ctx context.Context, cs claimed, own []*claims.Claim, done *ClaimsSettled) (kept []string, errs []error) {
 	for _, cl := range own {
 		rec, err := g.store.Get(ctx, cl.Holder)
 		if err != nil {
@@ -80,6 +93,9 @@ func (g *Guard) SettleClaims(ctx context.Context, cniPath string, quarantineGrac
 		}
 		v := rulebook.Claim(rulebook.ClaimCase{Node: cl.Node, Host: cl.Host, Self: g.node, SelfHost: g.host, Addr: cl.Addr, Record: rec, Age: g.now().Sub(cl.Created)})
 		if !v.Release {
+			if cl.Node == g.node && cl.Host == g.host {
+				kept = append(kept, cl.Addr.String()+": "+v.Why)
+			}
 			continue
 		}
 		if err := cs.ReleaseClaim(ctx, cl); err != nil {
@@ -89,11 +105,37 @@ func (g *Guard) SettleClaims(ctx context.Context, cniPath string, quarantineGrac
 		done.Forgotten++
 		g.log.Info("forgot a claim no record holds", "attachment", cl.Holder.String(), "address", cl.Addr.String(), "why", v.Why)
 	}
-	if err := g.claimUnclaimed(ctx, own, &done); err != nil {
-		errs = append(errs, err)
+	return kept, errs
+}
+
+// ForgetOwnClaims is uninstall's last step on a network, once this
+// node's records are forgotten: every claim of this node that no record
+// holds goes (a release that failed while its record was forgotten, an
+// ADD killed between its claim and its commit), as gc's SettleClaims
+// would, so that none outlives safe-ipam on the node and fences its
+// address for ever. A claim the rulebook keeps fails it: uninstall is run
+// again. Claims not served leave nothing to forget.
+func (g *Guard) ForgetOwnClaims(ctx context.Context) (int, error) {
+	var done ClaimsSettled
+	cs, ok := g.store.(claimed)
+	if !ok {
+		return 0, nil
 	}
-	err = g.settleRemoteQuarantines(ctx, cs, cniPath, quarantineGrace, &done)
-	return done, errors.Join(append(errs, err)...)
+	own, damaged, err := cs.OwnClaims(ctx, g.cfg.Network)
+	if errors.Is(err, claims.ErrNotServed) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("listing this node's claims: %w", err)
+	}
+	if len(damaged) > 0 {
+		g.log.Warn("AddressClaims under this node's label that do not read are left alone; delete them by hand", "claims", damaged)
+	}
+	kept, errs := g.forgetOwnClaims(ctx, cs, own, &done)
+	if len(kept) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d claim(s) of this machine kept (%s): run uninstall again", store.ErrUnavailable, len(kept), kept[0]))
+	}
+	return done.Forgotten, errors.Join(errs...)
 }
 
 // claimUnclaimed commits over itself each committed record of this node

@@ -69,6 +69,16 @@ func (c *Claim) Names(rec *record.Record) bool {
 	return c.Holder == rec.Attachment && c.Node == rec.Node && c.Host == rec.Host
 }
 
+// MadeFor says whether rec's record made the claim, under the node and
+// host names rec has or had: a DEL after a node rename (or a host
+// rename) marks the record under the new name, while its claims name the
+// old one. A rename changes one name at a time, and a container's ID is
+// its machine's alone, so a claim of rec's attachment under rec's node or
+// rec's host is its own.
+func (c *Claim) MadeFor(rec *record.Record) bool {
+	return c.Holder == rec.Attachment && (c.Node == rec.Node || c.Host == rec.Host)
+}
+
 // Record is the holder as a committed record that holds Addr, as far as
 // the claim tells: the fence's holder when the record is another node's.
 func (c *Claim) Record() *record.Record {

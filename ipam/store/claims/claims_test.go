@@ -540,3 +540,32 @@ func TestAnUnfinishedADDsClaimsAreReleased(t *testing.T) {
 		t.Error("a pending record of a running ADD replaced by its own call released the claim its commit may still need")
 	}
 }
+
+// A node renamed (Calico's nodename changed), or its machine's host
+// name, under a running pod: the pod's DEL marks its record under the new
+// name, but the record's claims were made under the former one, and they
+// are released all the same: kept, they would fence the address on every
+// node once Calico frees it, until the dead-node sweep found the former
+// name gone (or for ever, for a host name). Another attachment's claim
+// stays.
+func TestADELAfterARenameReleasesTheClaims(t *testing.T) {
+	_, api := apiServer(t, true)
+	ctx := context.Background()
+	for i, renamed := range [][2]string{{"node-new", "host1"}, {"node-old", "host2"}} {
+		before := newMachine(t, api, "node-old", "host1")
+		addr := fmt.Sprintf("10.244.2.%d", 7+i)
+		rec, err := before.add(t, fmt.Sprintf("c%d", i), addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := &node{}
+		after.Store = &claims.Store{Local: before.Local, Claims: claims.NewClient(api), Node: renamed[0], Host: renamed[1],
+			Warn: func(_ string, err error) { after.warned = append(after.warned, err) }}
+		if _, err := after.MarkReleasing(ctx, &record.Record{Attachment: rec.Attachment, Node: after.Node, Host: after.Host}); err != nil {
+			t.Fatal(err)
+		}
+		if cl, err := claims.NewClient(api).Get(ctx, rec.Network, netip.MustParseAddr(addr)); err != nil || cl != nil || len(after.warned) > 0 {
+			t.Fatalf("after the DEL as %v: the claim %+v, %v, warnings %v; want it released", renamed, cl, err, after.warned)
+		}
+	}
+}

@@ -90,8 +90,8 @@ func (c *Client) Release(ctx context.Context, cl *Claim) error {
 	return served(fmt.Errorf("releasing the claim of %s on %s: %w", cl.Holder, cl.Addr, err))
 }
 
-// ReleaseOf releases rec's claims on its addresses: each one that names
-// rec, read and then deleted with that read's preconditions. A claim of
+// ReleaseOf releases rec's claims on its addresses: each one its record
+// made (MadeFor), read and then deleted with that read's preconditions. A claim of
 // another attachment stays. It goes on past a failure and returns the
 // first.
 func (c *Client) ReleaseOf(ctx context.Context, rec *record.Record) error {
@@ -102,7 +102,8 @@ func (c *Client) ReleaseOf(ctx context.Context, rec *record.Record) error {
 			continue
 		}
 		cl, err := c.Get(ctx, rec.Network, addr)
-		if err == nil && cl != nil && cl.Names(rec) {
+		// chaos:claims-released-by-name (a mutant breaks what follows)
+		if err == nil && cl != nil && cl.MadeFor(rec) {
 			err = c.Release(ctx, cl)
 		}
 		if first == nil {

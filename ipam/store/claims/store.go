@@ -21,6 +21,8 @@ type Local interface {
 	QuarantineFor(ctx context.Context, pending *record.Record, m record.RemoteQuarantine) error
 	// RemoteQuarantines are network's attachments so marked.
 	RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]record.RemoteQuarantine, error)
+	// QuarantineMarks are the same, nil for a mark that does not decode.
+	QuarantineMarks(ctx context.Context, network string) (map[record.Attachment]*record.RemoteQuarantine, error)
 	// UpdateRemote replaces att's mark prev with next, if it is still
 	// prev (else store.ErrConflict).
 	UpdateRemote(ctx context.Context, att record.Attachment, prev, next record.RemoteQuarantine) error

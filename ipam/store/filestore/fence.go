@@ -317,7 +317,26 @@ func (s *Store) QuarantineFor(ctx context.Context, pending *record.Record, m rec
 // RemoteQuarantines are network's quarantines whose holders this store
 // cannot read, by quarantined attachment. A mark that does not decode is
 // left out, and goes on fencing.
-func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record.Attachment]record.RemoteQuarantine, error) {
+func (s *Store) RemoteQuarantines(ctx context.Context, network string) (map[record.Attachment]record.RemoteQuarantine, error) {
+	marks, err := s.QuarantineMarks(ctx, network)
+	if err != nil {
+		return nil, err
+	}
+	out := map[record.Attachment]record.RemoteQuarantine{}
+	for att, m := range marks {
+		if m != nil {
+			out[att] = *m
+		}
+	}
+	return out, nil
+}
+
+// QuarantineMarks are network's quarantine marks for holders this store
+// cannot read, by quarantined attachment, nil for a mark that does not
+// decode: each keeps its attachment's allocation, which no record of this
+// store names, out of Calico's free addresses (the audit must not take it
+// for a leak).
+func (s *Store) QuarantineMarks(_ context.Context, network string) (map[record.Attachment]*record.RemoteQuarantine, error) {
 	if err := record.ValidateNetwork(network); err != nil {
 		return nil, err
 	}
@@ -329,15 +348,16 @@ func (s *Store) RemoteQuarantines(_ context.Context, network string) (map[record
 	if err != nil {
 		return nil, fmt.Errorf("listing quarantines of %s: %w", network, err)
 	}
-	out := map[record.Attachment]record.RemoteQuarantine{}
+	out := map[record.Attachment]*record.RemoteQuarantine{}
 	for _, e := range entries {
 		name, ok := strings.CutPrefix(e.Name(), "q:")
 		if !ok || !isRecordName(name) || !e.Type().IsRegular() {
 			continue
 		}
 		att := pathAttachment(filepath.Join(dir, name))
+		out[att] = nil
 		if m, err := s.readRemote(att); err == nil {
-			out[att] = m
+			out[att] = &m
 		}
 	}
 	return out, nil
