@@ -11,7 +11,6 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin/audit"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/liveness"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
-	"github.com/safe-ipam/safe-ipam/ipam/store/filestore"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
@@ -37,7 +36,7 @@ func TestAnAllocationQuarantinedForAnotherNodeIsNoLeak(t *testing.T) {
 	holder := record.Peer{Attachment: record.Attachment{Network: dsNetwork, ContainerID: "theirs", IfName: "eth0"}, Node: "node2"}
 	mark := record.RemoteQuarantine{Quarantine: record.Quarantine{Attachment: fenced, Node: "node1", IPs: []string{x + "/26"}},
 		Claim: claims.Name(dsNetwork, netip.MustParseAddr(x)), Holder: holder, HolderHost: "them"}
-	if err := w.records.(*filestore.Store).QuarantineFor(w.ctx(), pending, mark); err != nil {
+	if err := w.records.(claims.Local).QuarantineFor(w.ctx(), pending, mark); err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"--live", w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"}), "--min-age", "0s"}
