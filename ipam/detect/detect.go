@@ -1,0 +1,261 @@
+// Package detect judges, from the API server's pods and Calico's
+// allocations, what the continuous check reports (issue 47): two running
+// pods that list one address, a pod whose Calico annotation names other
+// addresses than its status, and an address Calico still holds for a pod
+// gone longer than kube-controllers' leak grace. It only reports; nothing
+// here releases. Evidence that is incomplete makes a check unknown, never
+// clean.
+package detect
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Kind is a finding's kind; each is a metric, an Event and a log line.
+type Kind string
+
+const (
+	// SharedAddress: two running pods list one address in status.podIPs
+	// (incident 002's end state, Calico issue 13858).
+	SharedAddress Kind = "shared-address"
+	// AnnotationMismatch: Calico's annotation of a running pod
+	// (cni.projectcalico.org/podIPs, or podIP) names other addresses than
+	// its status.podIPs: the pod runs with addresses Calico does not
+	// record for it (issue 13858's shape).
+	AnnotationMismatch Kind = "annotation-mismatch"
+	// GoneOwner: Calico holds an address for a pod that has been gone
+	// longer than kube-controllers' leak grace: a leak Calico's own GC
+	// did not collect, or an address released late.
+	GoneOwner Kind = "gone-owner"
+)
+
+// Kinds are every kind, in report order.
+var Kinds = []Kind{SharedAddress, AnnotationMismatch, GoneOwner}
+
+// DefaultLeakGrace is kube-controllers' leakGracePeriod default.
+const DefaultLeakGrace = 15 * time.Minute
+
+// Pod is what the API server says of one pod.
+type Pod struct {
+	Namespace, Name, UID, Node string
+	// Running: bound to a node, not finished (Succeeded, Failed) and not
+	// on the host's network: its status.podIPs are addresses IPAM gave.
+	Running bool
+	// VM names the KubeVirt VirtualMachineInstance that owns the pod
+	// ("namespace/name"), "" for none: a live migration's source and
+	// target run with one address on purpose.
+	VM string
+	// Status are status.podIPs.
+	Status []netip.Addr
+	// Annotated are the addresses of Calico's annotation, nil when the
+	// pod has none; AnnotationErr says why one did not parse.
+	Annotated     []netip.Addr
+	AnnotationErr string
+}
+
+// Key is the pod's "namespace/name".
+func (p *Pod) Key() string { return p.Namespace + "/" + p.Name }
+
+// Allocation is one address Calico holds, with the owner its attributes
+// name ("" when they name no pod: a node's tunnel address, Calico 2.x).
+type Allocation struct {
+	Addr           netip.Addr
+	Handle         string
+	Namespace, Pod string
+	Node           string
+}
+
+// Evidence is one period's listings. A listing that did not finish (an
+// error, a page that expired, a timeout) is not complete.
+type Evidence struct {
+	Pods           []Pod
+	PodsComplete   bool
+	Allocs         []Allocation
+	AllocsComplete bool
+	Now            time.Time
+	LeakGrace      time.Duration
+}
+
+// Finding is one thing the check reports.
+type Finding struct {
+	Kind    Kind
+	Address netip.Addr
+	// Pods are the pods involved ("namespace/name"), with their Nodes.
+	Pods  []string
+	Nodes []string
+	Why   string
+}
+
+// Report is one period's findings, and the checks that could not be
+// made, with why (each kind's state is then unknown, never clean).
+type Report struct {
+	Findings []Finding
+	Unknown  map[Kind]string
+}
+
+// Count is how many findings of k the report holds, and whether k was
+// checked at all.
+func (r *Report) Count(k Kind) (n int, known bool) {
+	if why := r.Unknown[k]; why != "" {
+		return 0, false
+	}
+	for _, f := range r.Findings {
+		if f.Kind == k {
+			n++
+		}
+	}
+	return n, true
+}
+
+// Gone remembers, across periods, since when each allocation's owner
+// pod has been missing from complete listings: the API says that a pod
+// is gone, never since when. A detector that starts again starts with
+// none, so it reports a leak later, never sooner.
+type Gone map[netip.Addr]goneSince
+
+type goneSince struct {
+	owner string
+	since time.Time
+}
+
+// Check judges one period's evidence. gone is updated with what this
+// period saw (nil: no memory, no GoneOwner findings).
+func Check(ev Evidence, gone Gone) Report {
+	r := Report{Unknown: map[Kind]string{}}
+	if !ev.PodsComplete {
+		for _, k := range Kinds {
+			r.Unknown[k] = "the API server's pods were not all read"
+		}
+		return r
+	}
+	byKey := make(map[string]*Pod, len(ev.Pods))
+	for i := range ev.Pods {
+		byKey[ev.Pods[i].Key()] = &ev.Pods[i]
+	}
+	r.Findings = append(r.Findings, sharedAddresses(ev.Pods)...)
+	r.Findings = append(r.Findings, annotationMismatches(ev.Pods)...)
+	switch {
+	case !ev.AllocsComplete:
+		r.Unknown[GoneOwner] = "Calico's allocations were not all read"
+	case gone == nil:
+		r.Unknown[GoneOwner] = "no memory of earlier periods"
+	default:
+		r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
+	}
+	return r
+}
+
+// sharedAddresses: an address that two running pods list, but for the
+// pods of one VM (a live migration).
+func sharedAddresses(pods []Pod) []Finding {
+	holders := map[netip.Addr][]*Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if !p.Running {
+			continue
+		}
+		for _, a := range p.Status {
+			holders[a] = append(holders[a], p)
+		}
+	}
+	var out []Finding
+	for addr, ps := range holders {
+		if len(ps) < 2 || oneVM(ps) {
+			continue
+		}
+		f := Finding{Kind: SharedAddress, Address: addr}
+		for _, p := range ps {
+			f.Pods, f.Nodes = append(f.Pods, p.Key()), append(f.Nodes, p.Node)
+		}
+		f.Why = fmt.Sprintf("%d running pods list %s in status.podIPs: %s", len(ps), addr, strings.Join(f.Pods, ", "))
+		out = append(out, f)
+	}
+	return sorted(out)
+}
+
+func oneVM(ps []*Pod) bool {
+	for _, p := range ps {
+		if p.VM == "" || p.VM != ps[0].VM {
+			return false
+		}
+	}
+	return true
+}
+
+// annotationMismatches: a running pod whose Calico annotation and status
+// both name addresses, and not the same ones. A pod whose status names
+// none yet is in its start; one without the annotation is not Calico's.
+func annotationMismatches(pods []Pod) []Finding {
+	var out []Finding
+	for i := range pods {
+		p := &pods[i]
+		if !p.Running || len(p.Status) == 0 {
+			continue
+		}
+		switch {
+		case p.AnnotationErr != "":
+			out = append(out, Finding{Kind: AnnotationMismatch, Address: p.Status[0], Pods: []string{p.Key()}, Nodes: []string{p.Node},
+				Why: fmt.Sprintf("Calico's annotation of %s does not parse (%s); status.podIPs %v", p.Key(), p.AnnotationErr, p.Status)})
+		case p.Annotated != nil && !sameSet(p.Annotated, p.Status):
+			out = append(out, Finding{Kind: AnnotationMismatch, Address: p.Status[0], Pods: []string{p.Key()}, Nodes: []string{p.Node},
+				Why: fmt.Sprintf("Calico's annotation of %s names %v, its status.podIPs %v", p.Key(), p.Annotated, p.Status)})
+		}
+	}
+	return sorted(out)
+}
+
+func sameSet(a, b []netip.Addr) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	slices.SortFunc(x, netip.Addr.Compare)
+	slices.SortFunc(y, netip.Addr.Compare)
+	return slices.Equal(slices.Compact(x), slices.Compact(y))
+}
+
+// goneOwners: an allocation whose owner pod complete listings have
+// missed for longer than the leak grace. A pod of the same name that
+// comes back (a StatefulSet's) is the owner again: Calico names pods, not
+// incarnations, and the next sweep of kube-controllers judges the same.
+func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
+	grace := ev.LeakGrace
+	if grace <= 0 {
+		grace = DefaultLeakGrace
+	}
+	seen := map[netip.Addr]bool{}
+	var out []Finding
+	for _, al := range ev.Allocs {
+		if al.Pod == "" {
+			continue
+		}
+		owner := al.Namespace + "/" + al.Pod
+		if _, ok := byKey[owner]; ok {
+			continue
+		}
+		seen[al.Addr] = true
+		g, ok := gone[al.Addr]
+		if !ok || g.owner != owner {
+			g = goneSince{owner: owner, since: ev.Now}
+			gone[al.Addr] = g
+		}
+		if missing := ev.Now.Sub(g.since); missing >= grace {
+			out = append(out, Finding{Kind: GoneOwner, Address: al.Addr, Pods: []string{owner}, Nodes: []string{al.Node},
+				Why: fmt.Sprintf("Calico holds %s under %s for %s, missing from the API server for %s (kube-controllers' leak grace %s)",
+					al.Addr, al.Handle, owner, missing.Round(time.Second), grace)})
+		}
+	}
+	for addr := range gone {
+		if !seen[addr] {
+			delete(gone, addr) // released, or its owner is back
+		}
+	}
+	return sorted(out)
+}
+
+func sorted(fs []Finding) []Finding {
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Address.Less(fs[j].Address) })
+	return fs
+}

@@ -1,0 +1,140 @@
+package detect_test
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/safe-ipam/safe-ipam/ipam/detect"
+)
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func pod(name, node string, status ...string) detect.Pod {
+	return detect.Pod{Namespace: "default", Name: name, Node: node, Running: true, Status: addrs(status...), Annotated: addrs(status...)}
+}
+
+// brief is a finding as "kind address pods".
+func brief(r detect.Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, string(f.Kind)+" "+f.Address.String()+" "+strings.Join(f.Pods, ","))
+	}
+	return out
+}
+
+func TestCheck(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	vm := func(p detect.Pod, name string) detect.Pod { p.VM = "default/" + name; return p }
+	finished := func(p detect.Pod) detect.Pod { p.Running = false; return p }
+	annotated := func(p detect.Pod, a ...string) detect.Pod { p.Annotated = addrs(a...); return p }
+	tests := []struct {
+		name string
+		ev   detect.Evidence
+		want []string
+	}{
+		{"clean", detect.Evidence{Pods: []detect.Pod{pod("a", "n1", "10.0.0.1"), pod("b", "n2", "10.0.0.2")}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"two running pods share an address, across nodes", detect.Evidence{Pods: []detect.Pod{pod("a", "n1", "10.0.0.1"), pod("b", "n2", "10.0.0.1")}, PodsComplete: true, AllocsComplete: true},
+			[]string{"shared-address 10.0.0.1 default/a,default/b"}},
+		{"a finished pod's stale status is no holder", detect.Evidence{Pods: []detect.Pod{finished(pod("a", "n1", "10.0.0.1")), pod("b", "n1", "10.0.0.1")}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"a live migration's two pods of one VM", detect.Evidence{Pods: []detect.Pod{vm(pod("src", "n1", "10.0.0.1"), "vm1"), vm(pod("dst", "n2", "10.0.0.1"), "vm1")}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"pods of two VMs are no migration", detect.Evidence{Pods: []detect.Pod{vm(pod("a", "n1", "10.0.0.1"), "vm1"), vm(pod("b", "n2", "10.0.0.1"), "vm2")}, PodsComplete: true, AllocsComplete: true},
+			[]string{"shared-address 10.0.0.1 default/a,default/b"}},
+		{"Calico's annotation names another address (issue 13858)", detect.Evidence{Pods: []detect.Pod{annotated(pod("a", "n1", "10.0.0.1"), "10.0.0.9")}, PodsComplete: true, AllocsComplete: true},
+			[]string{"annotation-mismatch 10.0.0.1 default/a"}},
+		{"dual stack in another order", detect.Evidence{Pods: []detect.Pod{annotated(pod("a", "n1", "10.0.0.1", "fd00::1"), "fd00::1", "10.0.0.1")}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"no status yet: the pod is starting", detect.Evidence{Pods: []detect.Pod{annotated(pod("a", "n1"), "10.0.0.9")}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"no annotation: not Calico's pod", detect.Evidence{Pods: []detect.Pod{annotated(pod("a", "n1", "10.0.0.1"))}, PodsComplete: true, AllocsComplete: true}, nil},
+		{"pods not all read: every check unknown, nothing reported",
+			detect.Evidence{Pods: []detect.Pod{pod("a", "n1", "10.0.0.1"), pod("b", "n2", "10.0.0.1")}, PodsComplete: false, AllocsComplete: true}, nil},
+	}
+	for _, tt := range tests {
+		tt.ev.Now = now
+		r := detect.Check(tt.ev, detect.Gone{})
+		if got := brief(r); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+		for _, k := range detect.Kinds {
+			if _, known := r.Count(k); known != tt.ev.PodsComplete {
+				t.Errorf("%s: %s known %v, want %v", tt.name, k, known, tt.ev.PodsComplete)
+			}
+		}
+	}
+}
+
+// An allocation whose owner pod is missing is reported once complete
+// listings have missed it for the leak grace, not before; an owner that
+// comes back, or an allocation released, starts the count again; an
+// incomplete listing of Calico's allocations leaves the kind unknown,
+// and a detector without memory reports none.
+func TestGoneOwner(t *testing.T) {
+	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	leak := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.5"), Handle: "k8s-pod-network.abc", Namespace: "default", Pod: "gone", Node: "n1"}
+	live := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.1"), Handle: "k8s-pod-network.def", Namespace: "default", Pod: "a", Node: "n1"}
+	tunnel := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.63"), Handle: "ipip-tunnel-addr-n1", Node: "n1"}
+	gone := detect.Gone{}
+	check := func(at time.Duration, pods []detect.Pod, allocs ...detect.Allocation) []string {
+		return brief(detect.Check(detect.Evidence{Pods: pods, PodsComplete: true, Allocs: allocs, AllocsComplete: true, Now: start.Add(at), LeakGrace: 15 * time.Minute}, gone))
+	}
+	running := []detect.Pod{pod("a", "n1", "10.0.0.1")}
+	want := []string{"gone-owner 10.0.0.5 default/gone"}
+	steps := []struct {
+		at   time.Duration
+		pods []detect.Pod
+		want []string
+	}{
+		{0, running, nil},
+		{10 * time.Minute, running, nil},
+		{15 * time.Minute, running, want},
+		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), nil}, // back: the owner again
+		{30 * time.Minute, running, nil},                                                     // missing again since 30m
+		{45 * time.Minute, running, want},
+	}
+	for _, s := range steps {
+		if got := check(s.at, s.pods, leak, live, tunnel); !slices.Equal(got, s.want) {
+			t.Errorf("at %s: %v, want %v", s.at, got, s.want)
+		}
+	}
+	if got := check(50*time.Minute, running, live); len(got) != 0 || len(gone) != 0 {
+		t.Errorf("released: %v, remembered %v", got, gone)
+	}
+	r := detect.Check(detect.Evidence{Pods: running, PodsComplete: true, Allocs: []detect.Allocation{leak}, AllocsComplete: false, Now: start.Add(time.Hour)}, gone)
+	if _, known := r.Count(detect.GoneOwner); known {
+		t.Error("an incomplete listing of allocations judged the owners")
+	}
+	r = detect.Check(detect.Evidence{Pods: running, PodsComplete: true, Allocs: []detect.Allocation{leak}, AllocsComplete: true, Now: start.Add(time.Hour)}, nil)
+	if _, known := r.Count(detect.GoneOwner); known {
+		t.Error("a check without memory judged how long owners were gone")
+	}
+}
+
+func TestFromPod(t *testing.T) {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0",
+		Annotations: map[string]string{detect.AnnotationPodIP: "10.0.0.1/32", detect.AnnotationPodIPs: "10.0.0.1/32,fd00::1/128"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1"}}},
+		Spec:   corev1.PodSpec{NodeName: "n1"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}}}
+	got := detect.FromPod(p)
+	if !got.Running || got.VM != "default/vm1" || !slices.Equal(got.Status, addrs("10.0.0.1", "fd00::1")) || !slices.Equal(got.Annotated, addrs("10.0.0.1", "fd00::1")) {
+		t.Errorf("%+v", got)
+	}
+	p.Annotations = map[string]string{detect.AnnotationPodIP: "10.0.0.1"}
+	if got := detect.FromPod(p); got.AnnotationErr == "" {
+		t.Errorf("an annotation without a prefix length parsed: %+v", got)
+	}
+	p.Spec.HostNetwork = true
+	if got := detect.FromPod(p); got.Running {
+		t.Error("a host-network pod counts as an IPAM holder")
+	}
+}
