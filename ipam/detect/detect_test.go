@@ -98,7 +98,7 @@ func TestGoneOwner(t *testing.T) {
 		{10 * time.Minute, running, nil},
 		{15 * time.Minute, running, want},
 		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), nil}, // back: the owner again
-		{30 * time.Minute, running, nil},                                                     // missing again since 30m
+		{30 * time.Minute, running, nil}, // missing again since 30m
 		{45 * time.Minute, running, want},
 	}
 	for _, s := range steps {
@@ -121,7 +121,7 @@ func TestGoneOwner(t *testing.T) {
 
 func TestFromPod(t *testing.T) {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web-0",
-		Annotations: map[string]string{detect.AnnotationPodIP: "10.0.0.1/32", detect.AnnotationPodIPs: "10.0.0.1/32,fd00::1/128"},
+		Annotations:     map[string]string{detect.AnnotationPodIP: "10.0.0.1/32", detect.AnnotationPodIPs: "10.0.0.1/32,fd00::1/128"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm1"}}},
 		Spec:   corev1.PodSpec{NodeName: "n1"},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}}}

@@ -293,10 +293,16 @@ func (a *analysis) holderRuns(al *snapshot.Allocation) bool {
 func (a *analysis) checkQuarantines() {
 	for _, m := range a.snap.Marks {
 		handle := m.Attachment.Network + "." + m.Attachment.ContainerID
-		f := Finding{Kind: Quarantine, Handle: handle, Node: a.snap.RecordsNode, Records: []string{m.Attachment.String()},
-			Why: fmt.Sprintf("%s's allocation is kept out of Calico's free addresses by a quarantine mark that does not decode; delete the mark by hand only once no pod on any node runs with its address", m.Attachment)}
+		// A mark that does not decode fences, and nothing will ever
+		// release it (gc reads only the marks that decode): not clean.
+		f := Finding{Kind: Inconsistent, Handle: handle, Node: a.snap.RecordsNode, Records: []string{m.Attachment.String()},
+			Why: fmt.Sprintf("%s's allocation is kept out of Calico's free addresses by a quarantine mark that does not decode, which no gc releases; remove the mark (q:%s:%s in the file store) and release the handle by hand only once no pod on any node runs with its address",
+				m.Attachment, m.Attachment.ContainerID, m.Attachment.IfName)}
+		if k, ok := a.handleKey(handle, false); ok {
+			f.Address = addrList(a.allocsOf(k))
+		}
 		if m.Mark != nil {
-			f.Address, f.Records = Addrs(m.Mark.Quarantine.IPs), []string{m.Mark.Holder.Attachment.String(), m.Attachment.String()}
+			f.Kind, f.Address, f.Records = Quarantine, Addrs(m.Mark.Quarantine.IPs), []string{m.Mark.Holder.Attachment.String(), m.Attachment.String()}
 			f.Why = fmt.Sprintf("the address was freed behind %s's back (node %s, AddressClaim %s) and given to %s's ADD; safe-ipam keeps it allocated under %s's handle, and gc releases it once the holder's claim stays gone for --quarantine-grace",
 				m.Mark.Holder.Attachment, m.Mark.Holder.Node, m.Mark.Claim, m.Attachment, m.Attachment)
 		}

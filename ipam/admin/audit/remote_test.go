@@ -2,6 +2,8 @@ package audit_test
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +16,44 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
+// fencedWorld is node1 on Calico's Kubernetes datastore running c1, with
+// Calico's allocation of x under the handle of "fenced", an ADD fenced on
+// another node's claim whose sandbox is gone: mark writes the quarantine
+// mark that keeps it.
+func fencedWorld(t *testing.T, mark func(w *dsWorld, x string)) (w *dsWorld, x string) {
+	const blk = "10.244.0.0/26"
+	w = kubeWorld(t)
+	ip := w.allocate(blk, "node1", dsNetwork+".c1", recent("db-0"))
+	w.record("c1", ip, "db-0")
+	x = w.allocate(blk, "node1", dsNetwork+".fenced", recent("web-1"))
+	mark(w, x)
+	return w, x
+}
+
+// auditAndRepair runs audit, then repair --apply, on w while c1 runs: each
+// finds want with exit code, and repair acts on nothing; Calico still
+// holds x under the fenced handle after.
+func auditAndRepair(t *testing.T, w *dsWorld, x string, want map[audit.Kind]int, code int) []audit.Finding {
+	t.Helper()
+	args := []string{"--live", w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"}), "--min-age", "0s"}
+	var findings []audit.Finding
+	for _, fix := range []bool{false, true} {
+		run := args
+		if fix {
+			run = append(run, "--apply")
+		}
+		got, rep, stderr := w.run(fix, run...)
+		if !reflect.DeepEqual(kinds(rep.Findings), want) || got != code || len(rep.Actions) > 0 {
+			t.Fatalf("fix %v: exit %d, findings %v, actions %+v; want %v, exit %d, no action; %s", fix, got, brief(rep.Findings), rep.Actions, want, code, stderr)
+		}
+		findings = rep.Findings
+	}
+	if state := w.state(); !slices.Contains(state, "address "+x+" "+dsNetwork+".fenced") {
+		t.Errorf("after repair --apply, Calico no longer holds %s for the quarantine: %s", x, strings.Join(state, "\n"))
+	}
+	return findings
+}
+
 // Issue 45: an allocation the node keeps quarantined for another node's
 // holder (a mark in its file store, for a claim of that node's) has no
 // record here, and its own sandbox is gone: the audit reports the
@@ -21,42 +61,36 @@ import (
 // for a leak, repair would free an address a running pod of the other
 // node holds, and Calico would hand it out again.
 func TestAnAllocationQuarantinedForAnotherNodeIsNoLeak(t *testing.T) {
-	const blk = "10.244.0.0/26"
-	w := kubeWorld(t)
-	ip := w.allocate(blk, "node1", dsNetwork+".c1", recent("db-0"))
-	w.record("c1", ip, "db-0")
-	x := w.allocate(blk, "node1", dsNetwork+".fenced", recent("web-1"))
-	fenced := record.Attachment{Network: dsNetwork, ContainerID: "fenced", IfName: "eth0"}
-	now := time.Now().UTC()
-	pending, err := w.records.Swap(w.ctx(), fenced, nil, &record.Record{Attachment: fenced, Node: "node1", Handle: dsNetwork + ".fenced",
-		State: record.Pending, Created: now, Updated: now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	holder := record.Peer{Attachment: record.Attachment{Network: dsNetwork, ContainerID: "theirs", IfName: "eth0"}, Node: "node2"}
-	mark := record.RemoteQuarantine{Quarantine: record.Quarantine{Attachment: fenced, Node: "node1", IPs: []string{x + "/26"}},
-		Claim: claims.Name(dsNetwork, netip.MustParseAddr(x)), Holder: holder, HolderHost: "them"}
-	if err := w.records.(claims.Local).QuarantineFor(w.ctx(), pending, mark); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--live", w.liveFile(liveness.Running{ContainerID: "c1", IfName: "eth0"}), "--min-age", "0s"}
-	for _, fix := range []bool{false, true} {
-		run := args
-		if fix {
-			run = append(run, "--apply")
+	w, x := fencedWorld(t, func(w *dsWorld, x string) {
+		fenced := record.Attachment{Network: dsNetwork, ContainerID: "fenced", IfName: "eth0"}
+		now := time.Now().UTC()
+		pending, err := w.records.Swap(w.ctx(), fenced, nil, &record.Record{Attachment: fenced, Node: "node1", Handle: dsNetwork + ".fenced",
+			State: record.Pending, Created: now, Updated: now})
+		if err != nil {
+			t.Fatal(err)
 		}
-		code, rep, stderr := w.run(fix, run...)
-		if want := map[audit.Kind]int{audit.Quarantine: 1}; !reflect.DeepEqual(kinds(rep.Findings), want) || code != audit.ExitClean {
-			t.Fatalf("fix %v: exit %d, findings %v, want %v; %s", fix, code, brief(rep.Findings), want, stderr)
+		holder := record.Peer{Attachment: record.Attachment{Network: dsNetwork, ContainerID: "theirs", IfName: "eth0"}, Node: "node2"}
+		mark := record.RemoteQuarantine{Quarantine: record.Quarantine{Attachment: fenced, Node: "node1", IPs: []string{x + "/26"}},
+			Claim: claims.Name(dsNetwork, netip.MustParseAddr(x)), Holder: holder, HolderHost: "them"}
+		if err := w.records.(claims.Local).QuarantineFor(w.ctx(), pending, mark); err != nil {
+			t.Fatal(err)
 		}
-		if q := find(rep.Findings, audit.Quarantine); q.Address != x || q.Releasable {
-			t.Errorf("fix %v: the quarantine finding %+v", fix, q)
-		}
-		if len(rep.Actions) > 0 {
-			t.Errorf("fix %v: repair acts on an allocation quarantined for another node's holder: %+v", fix, rep.Actions)
-		}
+	})
+	findings := auditAndRepair(t, w, x, map[audit.Kind]int{audit.Quarantine: 1}, audit.ExitClean)
+	if q := find(findings, audit.Quarantine); q.Address != x || q.Releasable {
+		t.Errorf("the quarantine finding %+v", q)
 	}
-	if state := w.state(); !slices.Contains(state, "address "+x+" "+dsNetwork+".fenced") {
-		t.Errorf("after repair --apply, Calico no longer holds %s for the quarantine: %s", x, strings.Join(state, "\n"))
-	}
+}
+
+// A quarantine mark that does not decode fences all the same, and no gc
+// will ever release its allocation: the audit names it inconsistent (not
+// clean), and repair leaves it.
+func TestAQuarantineMarkThatDoesNotDecodeIsNotClean(t *testing.T) {
+	w, x := fencedWorld(t, func(w *dsWorld, _ string) {
+		dir := w.args[len(w.args)-1] // --store-dir
+		if err := os.WriteFile(filepath.Join(dir, dsNetwork, "q:fenced:eth0"), []byte("{not json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	auditAndRepair(t, w, x, map[audit.Kind]int{audit.Inconsistent: 1}, audit.ExitFindings)
 }

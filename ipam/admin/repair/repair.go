@@ -91,7 +91,7 @@ func planOne(f audit.Finding, recs map[string]*record.Record, live *liveness.Vie
 	case audit.EarlyRelease:
 		return planReclaim(f, recs, live)
 	case audit.Inconsistent:
-		if f.Handle != "" && f.Address == "" && f.Block == "" {
+		if f.Handle != "" && f.Address == "" && f.Block == "" && len(f.Records) == 0 { // a handle's count, which no record names
 			return &Action{Kind: FixHandleCount, Handle: f.Handle, Why: f.Why}, ""
 		}
 		return nil, "repair does not rewrite blocks or affinities; fix by hand"
