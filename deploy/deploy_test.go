@@ -201,10 +201,10 @@ func TestDaemonSetMountsHostDirsAtTheirPaths(t *testing.T) {
 		hostPaths[v.Name] = v.HostPath.Path
 	}
 	// path: writable. Issue 20, finding 7: only what a container writes
-	// is writable. Takeover writes the bin dir alone (doctor opens the
-	// store read-only); gc writes the store alone; Calico's conf dir (its
-	// kubeconfig token, its etcd keys) and nodename are only read.
-	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: false, "/var/lib/calico": false}
+	// is writable. Own-conflist writes the bin dir (safe-ipam) and the
+	// conf dir (its own config) alone (doctor opens the store read-only);
+	// gc writes the store alone; nodename is only read.
+	installs := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: false, "/var/lib/calico": false}
 	// gc's DELs through calico-ipam take its host-wide lock, as the
 	// runtime's do: the lock file alone (issue 33, finding 6: the
 	// directory holds calico-node's BIRD control sockets too).
@@ -361,7 +361,7 @@ func TestUninstallManifest(t *testing.T) {
 	for _, v := range spec.Volumes {
 		hostPaths[v.Name] = v.HostPath.Path
 	}
-	writable := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: false, config.DefaultStoreDir: true, "/var/lib/calico": false, "/var/run/calico/ipam.lock": true}
+	writable := map[string]bool{install.DefaultBinDir: true, install.DefaultConfDir: true, config.DefaultStoreDir: true, "/var/lib/calico": false, "/var/run/calico/ipam.lock": true}
 	for _, m := range un0.VolumeMounts {
 		if hostPaths[m.Name] != m.MountPath {
 			t.Errorf("uninstall mounts host %s at %s", hostPaths[m.Name], m.MountPath)

@@ -143,11 +143,15 @@ func TestChartRendersDeploysObjects(t *testing.T) {
 			m, err := render.ForMode(ds, install.ModeConflist)
 			return []string{m, claims}, err
 		}},
-		{"own-conflist mode", []string{"mode=own-conflist"}, func() ([]string, error) {
-			m, err := render.ForMode(ds, install.ModeOwnConflist)
+		{"takeover mode", []string{"mode=takeover"}, func() ([]string, error) {
+			m, err := render.ForMode(ds, install.ModeTakeover)
 			return []string{m, claims}, err
 		}},
 		{"uninstall", []string{"uninstall=true"}, func() ([]string, error) { return []string{uninstall, claims}, nil }},
+		{"uninstall, takeover mode", []string{"uninstall=true", "mode=takeover"}, func() ([]string, error) {
+			m, err := render.ForMode(uninstall, install.ModeTakeover)
+			return []string{m, claims}, err
+		}},
 		{"uninstall, conflist mode, k3s dirs", []string{"uninstall=true", "mode=conflist", "cniBinDir=" + k3s.BinDir, "cniConfDir=" + k3s.ConfDir}, func() ([]string, error) {
 			m, err := render.Manifest(uninstall, k3s)
 			if err != nil {

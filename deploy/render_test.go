@@ -76,13 +76,13 @@ func TestRenderForOtherCNIDirs(t *testing.T) {
 	}
 }
 
-// Issue 30, item 1: the mounts follow the mode. Rendered for the
-// conflist mode, install and watch run --mode=conflist, and they and
-// uninstall mount the CNI conf dir writable (conflist mode rewrites
-// Calico's configs, uninstall puts them back); gc's mount stays
-// read-only, and nothing else changes.
+// Issue 30, item 1: the mounts follow the mode. Rendered for a mode,
+// install and watch run --mode=<mode>, and they and uninstall mount the
+// CNI conf dir writable in the conflist modes (they write network
+// configs, uninstall removes or puts them back), read-only in takeover;
+// gc's mount stays read-only, and nothing else changes.
 func TestRenderForTheConflistMode(t *testing.T) {
-	for _, mode := range []string{install.ModeConflist, install.ModeOwnConflist} {
+	for _, mode := range install.ModeNames {
 		for _, f := range []string{"safe-ipam.yaml", "safe-ipam-uninstall.yaml"} {
 			renderedFor(t, f, mode)
 		}
@@ -112,7 +112,7 @@ func renderedFor(t *testing.T, f, mode string) {
 	}
 	spec := ds.Spec.Template.Spec
 	for _, c := range append(spec.InitContainers, spec.Containers...) {
-		writes := c.Name == "install" || c.Name == "watch" || c.Name == "uninstall"
+		writes := (c.Name == "install" || c.Name == "watch" || c.Name == "uninstall") && mode != install.ModeTakeover
 		for _, m := range c.VolumeMounts {
 			if m.MountPath == install.DefaultConfDir && m.ReadOnly == writes {
 				t.Errorf("%s: %s mounts %s read-only %v", f, c.Name, m.MountPath, m.ReadOnly)

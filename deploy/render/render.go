@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -48,37 +49,43 @@ func Manifest(manifest string, d Dirs) (string, error) {
 
 var dirs = regexp.MustCompile(`(` + regexp.QuoteMeta(DefaultBinDir) + `|` + regexp.QuoteMeta(DefaultConfDir) + `)(/|\b|$)`)
 
-// ForMode is manifest for mode, conflist or own-conflist (docs/install.md,
-// "The modes"): the install and watch containers run --mode=<mode>, and
-// they and uninstall's container mount the CNI conf dir writable, since
-// those modes write network configs (Calico's, or safe-ipam's own) and
-// uninstall puts them back or removes them. Every other mount of it
-// (gc's) stays read-only.
+// ForMode is manifest for mode, takeover, conflist or own-conflist
+// (docs/install.md, "The modes"): the install and watch containers run
+// --mode=<mode>, and they and uninstall's container mount the CNI conf
+// dir writable in the modes that write network configs (Calico's, or
+// safe-ipam's own), read-only in takeover, which writes only the bin dir.
+// Every other mount of it (gc's) stays read-only. deploy/'s manifests are
+// own-conflist's.
 func ForMode(manifest, mode string) (string, error) {
-	if mode != "conflist" && mode != "own-conflist" {
-		return "", fmt.Errorf("mode %q: conflist or own-conflist (takeover is the manifests' own)", mode)
+	if !slices.Contains(modes, mode) {
+		return "", fmt.Errorf("mode %q: takeover, conflist or own-conflist", mode)
 	}
+	readOnly := fmt.Sprintf("readOnly: %v", mode == "takeover")
 	lines := strings.Split(manifest, "\n")
-	changed, container := 0, ""
+	found, container := 0, ""
 	for i, l := range lines {
 		name, isEntry := strings.CutPrefix(strings.TrimSpace(l), "- name: ")
+		flag, isMode := strings.CutPrefix(strings.TrimSpace(l), "- --mode=")
 		switch {
 		case isEntry && i+2 < len(lines) && strings.Contains(lines[i+1], "image:"):
 			container = name
 		case isEntry && name == "cni-net-dir" && writesConfDir[container] && i+2 < len(lines) &&
-			strings.TrimSpace(lines[i+2]) == "readOnly: true":
-			lines[i+2] = strings.Replace(lines[i+2], "true", "false", 1)
-			changed++
-		case strings.TrimSpace(l) == "- --mode=takeover":
-			lines[i] = strings.Replace(l, "takeover", mode, 1)
-			changed++
+			strings.HasPrefix(strings.TrimSpace(lines[i+2]), "readOnly: "):
+			lines[i+2] = lines[i+2][:strings.Index(lines[i+2], "readOnly: ")] + readOnly
+			found++
+		case isMode && slices.Contains(modes, flag):
+			lines[i] = strings.Replace(l, flag, mode, 1)
+			found++
 		}
 	}
-	if changed == 0 {
-		return "", fmt.Errorf("not a manifest of deploy/ that installs or uninstalls: nothing to change for the %s mode", mode)
+	if found == 0 {
+		return "", fmt.Errorf("not a manifest of deploy/ that installs or uninstalls: nothing to set for the %s mode", mode)
 	}
 	return strings.Join(lines, "\n"), nil
 }
+
+// modes are the install modes, as safe-ipam install --mode names them.
+var modes = []string{"takeover", "conflist", "own-conflist"}
 
 // writesConfDir are the containers that write the conf dir in the
 // conflist modes.

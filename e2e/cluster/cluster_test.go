@@ -24,10 +24,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/safe-ipam/safe-ipam/deploy/render"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicodata"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/calicosim"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/config"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
@@ -37,7 +39,8 @@ const (
 	nodeName = "node1"
 	// network is the name in Calico's conflist.
 	network = "k8s-pod-network"
-	// manifest and uninstallManifest are the project's, applied as written.
+	// manifest and uninstallManifest are the project's, applied as written
+	// (own-conflist mode) or rendered for another mode (manifestFor).
 	manifest          = "../../deploy/safe-ipam.yaml"
 	claimsManifest    = "../../deploy/safe-ipam-claims.yaml"
 	uninstallManifest = "../../deploy/safe-ipam-uninstall.yaml"
@@ -78,6 +81,9 @@ type cluster struct {
 	// kubernetes), safe-ipam's records in each node's file store, and its
 	// cluster-wide claims in the API (deploy/safe-ipam-claims.yaml).
 	kdd bool
+	// mode is the install mode safe-ipam's DaemonSets run in (deploy/'s
+	// own, own-conflist, unless installSafeIPAMIn said another).
+	mode string
 }
 
 // newCluster starts a one-node cluster, as newClusterOf does.
@@ -212,13 +218,21 @@ func (c *cluster) calicoName(n *kubenode.Node) string {
 // --delegate-handles=pod, as the manifest says).
 func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 	c.t.Helper()
+	c.installSafeIPAMIn(ctx, install.ModeOwnConflist, installArgs...)
+}
+
+// installSafeIPAMIn is installSafeIPAM with deploy/safe-ipam.yaml
+// rendered for mode, as docs/install.md's deploy/render line does.
+func (c *cluster) installSafeIPAMIn(ctx context.Context, mode string, installArgs ...string) {
+	c.t.Helper()
 	start := time.Now()
+	c.mode = mode
 	if c.kdd {
 		if err := c.node.API.Apply(claimsManifest); err != nil {
 			c.t.Fatal(err)
 		}
 	}
-	if err := c.node.API.Apply(manifest); err != nil {
+	if err := c.node.API.Apply(c.manifestFor(manifest)); err != nil {
 		c.t.Fatal(err)
 	}
 	var ops []string
@@ -239,6 +253,28 @@ func (c *cluster) installSafeIPAM(ctx context.Context, installArgs ...string) {
 			c.t.Fatalf("the DaemonSet is Ready but doctor on %s exits %d:\n%s", n.Name, code, out)
 		}
 	}
+}
+
+// manifestFor is path, one of deploy/'s manifests, rendered for the
+// cluster's mode: path itself in deploy/'s own mode.
+func (c *cluster) manifestFor(path string) string {
+	c.t.Helper()
+	if c.mode == "" || c.mode == install.ModeOwnConflist {
+		return path
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out, err := render.ForMode(string(b), c.mode)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	rendered := filepath.Join(c.t.TempDir(), c.mode+"-"+filepath.Base(path))
+	if err := os.WriteFile(rendered, []byte(out), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	return rendered
 }
 
 // gcOps are the JSON patch operations that give the gc container gcEvery.

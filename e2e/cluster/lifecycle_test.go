@@ -23,29 +23,42 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/builds"
 	"github.com/safe-ipam/safe-ipam/ipam/store/record"
 )
 
 // Scenario 2 of issue 23: calico-node starts again (its installer
 // rewrites calico-ipam and the conflist) under the running DaemonSet,
-// three times, while pods start. The watch container puts safe-ipam back;
-// the window is measured, and no pod start in it is lost, refused or
-// duplicated.
+// three times, while pods start, in deploy/'s own mode (own-conflist:
+// nothing to put back) and in takeover (the watch container puts
+// safe-ipam back). The window is measured, and no pod start in it is
+// lost, refused or duplicated.
 func TestCalicoNodeRestarts(t *testing.T) {
+	for _, mode := range []string{install.ModeOwnConflist, install.ModeTakeover} {
+		t.Run(mode, func(t *testing.T) { restartsWithPodStarts(t, mode) })
+	}
+}
+
+func restartsWithPodStarts(t *testing.T, mode string) {
 	ctx := testContext(t, 5*time.Minute)
 	c := newCluster(t, false)
-	c.installSafeIPAM(ctx)
+	c.installSafeIPAMIn(ctx, mode)
 	w := c.watch(ctx, "default")
 	var windows []time.Duration
 	for i := 1; i <= 3; i++ {
 		start := time.Now()
 		c.calicoNodeStart(c.node)
 		names := c.createPods(ctx, fmt.Sprintf("restart%d", i), 2)
-		windows = append(windows, c.waitTakenOver(ctx, start))
+		windows = append(windows, c.waitProtected(ctx, start))
 		c.waitPodsStarted(ctx, names)
 	}
-	t.Logf("unprotected after each calico-node start, from Calico's writes until calico-ipam was safe-ipam again: %v", windows)
+	// Takeover: the window, from Calico's writes until the watch's
+	// rename. Own-conflist: only how soon the check saw it (its config
+	// never stops routing through safe-ipam: TestCalicoNodeRestartsWindow
+	// counts the calls).
+	t.Logf("%s: from each calico-node start (and two pods created) until the node was seen running safe-ipam: %v", mode, windows)
 	c.waitRollout(ctx, "safe-ipam")
 	// What docs/troubleshooting.md tells an operator to run on this node.
 	if codes := c.troubleshootOn(ctx, c.node); !maps.Equal(codes, map[string]int32{"doctor": 0, "audit": 0}) {
@@ -58,16 +71,27 @@ func TestCalicoNodeRestarts(t *testing.T) {
 
 // Scenario 3 of issue 23: the DaemonSet is rolled to a new image tag while
 // a Deployment's pods are deleted and recreated all along; no pod start
-// fails and none loses or shares its address.
+// fails and none loses or shares its address. The DaemonSet before runs
+// in takeover, the manifests' mode before issue 46, and the new one is
+// deploy/'s own (own-conflist), as an operator's upgrade applies it: the
+// node switches, Calico's calico-ipam back in place.
 func TestDaemonSetUpgrade(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
 	c := newCluster(t, false)
-	c.installSafeIPAM(ctx)
+	c.installSafeIPAMIn(ctx, install.ModeTakeover)
 	c.createDeployment(ctx, "churn", 3)
 	w := c.watch(ctx, "default")
 	stop := c.churn(ctx, "app=churn")
+	c.mode = install.ModeOwnConflist
+	if err := c.node.API.Apply(manifest); err != nil {
+		t.Fatal(err)
+	}
 	c.upgrade(ctx)
 	c.waitRollout(ctx, "safe-ipam")
+	c.waitProtected(ctx, time.Now())
+	if taken, err := cninode.IsSafeIPAM(c.node.Path(filepath.Join(binDir, "calico-ipam"))); err != nil || taken {
+		t.Errorf("after the switch to own-conflist mode, calico-ipam is safe-ipam %v (%v); want Calico's back", taken, err)
+	}
 	// Churn a while longer under the new pod.
 	time.Sleep(5 * time.Second)
 	churned := stop()
@@ -302,18 +326,35 @@ func (c *cluster) holdsRecord(ctx context.Context, addr netip.Addr) bool {
 	return false
 }
 
-// waitTakenOver waits until calico-ipam on the node is safe-ipam again
-// (the etcd build, since the node keeps its records in Calico's etcd) and
-// returns how long after since that took.
-func (c *cluster) waitTakenOver(ctx context.Context, since time.Time) time.Duration {
+// waitProtected waits until the node runs safe-ipam again in the
+// cluster's mode and returns how long after since that took. Takeover:
+// calico-ipam is safe-ipam (the etcd build, since the node keeps its
+// records in Calico's etcd). Own-conflist: safe-ipam's own config, the
+// first the runtime reads, routes Calico's IPAM through safe-ipam, and
+// <bin>/safe-ipam is the etcd build.
+func (c *cluster) waitProtected(ctx context.Context, since time.Time) time.Duration {
 	c.t.Helper()
 	want := fileSum(c.t, filepath.Join(filepath.Dir(prepared.safeIPAM), builds.EtcdBinary))
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if fileSum(c.t, c.node.Path(filepath.Join(binDir, "calico-ipam"))) == want {
-			return time.Since(since).Round(10 * time.Millisecond)
+	protected := func() bool {
+		if c.mode == install.ModeTakeover {
+			return fileSum(c.t, c.node.Path(filepath.Join(binDir, "calico-ipam"))) == want
+		}
+		confs, err := cninode.ReadConfs(c.node.Path(confDir))
+		if err != nil || len(confs) == 0 || filepath.Base(confs[0].Path) != cninode.OwnConflist || confs[0].Err != nil {
+			return false
+		}
+		routed := false
+		for _, p := range confs[0].Plugins {
+			routed = routed || p.RoutedThroughSafeIPAM()
+		}
+		return routed && fileSum(c.t, c.node.Path(filepath.Join(binDir, builds.CNIBinary))) == want
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		if protected() {
+			return time.Since(since).Round(time.Millisecond)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			c.t.Fatal("the watch did not put safe-ipam back as calico-ipam in 30s")
+			c.t.Fatalf("the node did not run safe-ipam again (%s mode) in 30s", c.mode)
 		}
 	}
 }

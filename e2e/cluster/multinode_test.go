@@ -253,7 +253,7 @@ func (c *cluster) uninstall(ctx context.Context) {
 		c.t.Fatal(err)
 	}
 	c.waitNoPods(ctx, "kube-system", "k8s-app=safe-ipam")
-	if err := c.node.API.Apply(uninstallManifest); err != nil {
+	if err := c.node.API.Apply(c.manifestFor(uninstallManifest)); err != nil {
 		c.t.Fatal(err)
 	}
 	c.waitRollout(ctx, "safe-ipam-uninstall")

@@ -31,7 +31,7 @@ const calicoNodeRestarts = 10
 // and recreated all along. The simulator logs who ran each ADD and DEL it
 // served: in own-conflist mode, installed with the Helm chart, none
 // reaches it without safe-ipam; takeover's count, installed from the
-// manifest, is reported beside it. A pod started before safe-ipam is
+// manifest rendered for it, is reported beside it. A pod started before safe-ipam is
 // installed is the control: its ADD is counted as unguarded.
 func TestCalicoNodeRestartsWindow(t *testing.T) {
 	if prepared.realCalico {
@@ -65,7 +65,7 @@ func restartsUnderChurn(t *testing.T, mode string) (unguarded, total int) {
 	if mode == install.ModeOwnConflist {
 		c.helmInstall(ctx, "mode="+mode)
 	} else {
-		c.installSafeIPAM(ctx)
+		c.installSafeIPAMIn(ctx, mode)
 	}
 	c.createDeployment(ctx, "churn", 3)
 	w := c.watch(ctx, "default")

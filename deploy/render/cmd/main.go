@@ -3,7 +3,7 @@
 //
 //	go run ./deploy/render/cmd --cni-bin-dir /var/lib/rancher/k3s/data/current/bin \
 //	  --cni-conf-dir /var/lib/rancher/k3s/agent/etc/cni/net.d deploy/safe-ipam.yaml > safe-ipam.yaml
-//	go run ./deploy/render/cmd --mode conflist deploy/safe-ipam-uninstall.yaml > safe-ipam-uninstall.yaml
+//	go run ./deploy/render/cmd --mode takeover deploy/safe-ipam-uninstall.yaml > safe-ipam-uninstall.yaml
 package main
 
 import (
@@ -18,9 +18,9 @@ func main() {
 	var d render.Dirs
 	flag.StringVar(&d.BinDir, "cni-bin-dir", render.DefaultBinDir, "the nodes' CNI bin dir")
 	flag.StringVar(&d.ConfDir, "cni-conf-dir", render.DefaultConfDir, "the nodes' CNI config dir")
-	mode := flag.String("mode", "takeover", `"conflist" or "own-conflist": the install and watch containers run --mode=<mode>, and they and uninstall's container mount the CNI config dir writable`)
+	mode := flag.String("mode", "own-conflist", `"takeover", "conflist" or "own-conflist" (deploy/'s own): the install and watch containers run --mode=<mode>, and they and uninstall's container mount the CNI config dir writable, but in takeover; only a manifest that installs or uninstalls takes it`)
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] [--mode conflist|own-conflist] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs, and for the install mode.")
+		fmt.Fprintln(os.Stderr, "Usage: render [--cni-bin-dir DIR] [--cni-conf-dir DIR] [--mode takeover|conflist|own-conflist] MANIFEST\n\nPrints MANIFEST (one of deploy/) for nodes with these CNI dirs, and for the install mode.")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -34,9 +34,9 @@ func main() {
 		os.Exit(2)
 	}
 	out, err := render.Manifest(string(b), d)
-	switch {
-	case err != nil:
-	case *mode != "takeover":
+	modeSet := false
+	flag.Visit(func(f *flag.Flag) { modeSet = modeSet || f.Name == "mode" })
+	if err == nil && modeSet {
 		out, err = render.ForMode(out, *mode)
 	}
 	if err != nil {
