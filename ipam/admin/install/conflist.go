@@ -139,18 +139,29 @@ func (ConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 		}
 		notes = append(notes, more...)
 	}
-	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(builds.CNIBinary)) })
+	more, err := n.uninstallSafeIPAMBinary(p, files)
 	if err != nil {
-		return nil, nil, refuse("%v", err)
-	}
-	notes = append(notes, more...)
-	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
 		return nil, nil, err
 	}
-	if more, err = uninstallEtcdBuild(p, n); err != nil {
-		return nil, nil, refuse("%v", err)
-	}
 	return p, append(notes, more...), nil
+}
+
+// uninstallSafeIPAMBinary plans the removal of <bin>/safe-ipam and its
+// etcd build, the conflist modes' binaries, unless a config of files that
+// p leaves still names safe-ipam (keepsSafeIPAMNamed).
+func (n Node) uninstallSafeIPAMBinary(p *Plan, files []string) ([]string, error) {
+	notes, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(builds.CNIBinary)) })
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
+		return nil, err
+	}
+	more, err := uninstallEtcdBuild(p, n)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	return append(notes, more...), nil
 }
 
 // keepsSafeIPAMNamed refuses a plan that takes safe-ipam's binary off the

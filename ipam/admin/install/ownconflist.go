@@ -10,7 +10,6 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
-	"github.com/safe-ipam/safe-ipam/ipam/builds"
 )
 
 // OwnConflistMode writes a network config of safe-ipam's own,
@@ -157,14 +156,22 @@ func (n Node) removeOwnConflist(why error) (*Plan, error) {
 // what own-conflist mode wrote there (a config someone else put under
 // the name is left alone).
 func ownConflistOurs(path string) (bool, error) {
-	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
-		return false, nil
+	c, err := readOwnConflist(path)
+	return c != nil && c.Err == nil && namesSafeIPAM(c), err
+}
+
+// readOwnConflist reads path once: nil when it does not exist, an error
+// when it cannot be read, else the config (Err set when it does not
+// parse).
+func readOwnConflist(path string) (*cninode.Conf, error) {
+	raw, err := bounded.Read(path, bounded.Small)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
 	}
-	if _, err := bounded.Read(path, bounded.Small); err != nil {
-		return false, err
+	if err != nil {
+		return nil, err
 	}
-	c := cninode.ReadConf(path)
-	return c.Err == nil && namesSafeIPAM(c), nil
+	return cninode.ParseConf(path, raw, 0), nil
 }
 
 // Uninstall takes safe-ipam's config off first, then, once the runtimes
@@ -177,19 +184,10 @@ func (OwnConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	own := n.conf(cninode.OwnConflist)
 	p := &Plan{}
 	notes, err := uninstallFile(p, own, func() (bool, error) {
-		raw, err := bounded.Read(own, bounded.Small)
-		if errors.Is(err, os.ErrNotExist) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		if cninode.ParseConf(own, raw, 0).Err != nil {
-			// Install made this name, and it does not parse: it sorts
-			// first and would fail every pod start.
-			return true, nil
-		}
-		return ownConflistOurs(own)
+		// Install made this name: one that does not parse is ours too
+		// (it sorts first and would fail every pod start).
+		c, err := readOwnConflist(own)
+		return c != nil && (c.Err != nil || namesSafeIPAM(c)), err
 	})
 	if err != nil {
 		return nil, nil, refuse("%v", err)
@@ -206,16 +204,9 @@ func (OwnConflistMode) Uninstall(n Node) (*Plan, []string, error) {
 	if err != nil {
 		return nil, nil, refuse("%v", err)
 	}
-	more, err := uninstallFile(p, n.bin(builds.CNIBinary), func() (bool, error) { return cninode.IsSafeIPAM(n.bin(builds.CNIBinary)) })
+	more, err := n.uninstallSafeIPAMBinary(p, files)
 	if err != nil {
-		return nil, nil, refuse("%v", err)
-	}
-	notes = append(notes, more...)
-	if err := keepsSafeIPAMNamed(n, p, files); err != nil {
 		return nil, nil, err
-	}
-	if more, err = uninstallEtcdBuild(p, n); err != nil {
-		return nil, nil, refuse("%v", err)
 	}
 	return p, append(notes, more...), nil
 }
