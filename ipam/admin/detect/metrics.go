@@ -1,0 +1,59 @@
+package detect
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/safe-ipam/safe-ipam/ipam/detect"
+)
+
+// Metrics are the check's findings as Prometheus sees them: each kind's
+// count in the last round, and whether the round could judge it (an
+// alert on a kind must also fire while it is unknown: unknown is never
+// clean).
+type Metrics struct {
+	Findings *prometheus.GaugeVec
+	Unknown  *prometheus.GaugeVec
+	Rounds   *prometheus.CounterVec
+	// LastRound is when a round last finished with every kind known.
+	LastRound prometheus.Gauge
+}
+
+// NewMetrics registers the check's metrics in reg, every kind at 0 and
+// unknown until the first round.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "findings",
+			Help: "Findings of the last round of the continuous check, by kind (shared-address, annotation-mismatch, gone-owner)."}, []string{"kind"}),
+		Unknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "unknown",
+			Help: "1 for a kind the last round could not judge (a listing it could not read whole), else 0."}, []string{"kind"}),
+		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "rounds_total",
+			Help: "Rounds of the continuous check, by result (ok: every kind judged; unknown: some could not be)."}, []string{"result"}),
+		LastRound: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "last_success_timestamp_seconds",
+			Help: "When a round of the continuous check last judged every kind (Unix time)."}),
+	}
+	for _, k := range detect.Kinds {
+		m.Unknown.WithLabelValues(string(k)).Set(1)
+		m.Findings.WithLabelValues(string(k)).Set(0)
+	}
+	reg.MustRegister(m.Findings, m.Unknown, m.Rounds, m.LastRound)
+	return m
+}
+
+// Observe keeps a round's report.
+func (m *Metrics) Observe(r detect.Report) {
+	result := "ok"
+	for _, k := range detect.Kinds {
+		n, known := r.Count(k)
+		m.Findings.WithLabelValues(string(k)).Set(float64(n))
+		if known {
+			m.Unknown.WithLabelValues(string(k)).Set(0)
+			continue
+		}
+		m.Unknown.WithLabelValues(string(k)).Set(1)
+		result = "unknown"
+	}
+	m.Rounds.WithLabelValues(result).Inc()
+	if result == "ok" {
+		m.LastRound.SetToCurrentTime()
+	}
+}

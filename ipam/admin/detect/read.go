@@ -1,0 +1,53 @@
+// Package detect reads what the continuous check judges (package
+// ipam/detect): every pod the API server holds, page by page, and
+// Calico's allocations from a snapshot of its datastore; and keeps the
+// check's findings as metrics. What runs it, elected once per cluster, is
+// the next step of issue 47.
+package detect
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin/snapshot"
+	"github.com/safe-ipam/safe-ipam/ipam/detect"
+)
+
+// DefaultPage is how many pods one answer holds: a full listing of a
+// 500,000-pod cluster is a thousand requests, once a period.
+const DefaultPage = 500
+
+// ReadPods lists every pod of the cluster, page by page from one
+// consistent snapshot. Any error (an expired continuation, a refusal, a
+// timeout) fails the whole read: a partial listing is never all pods.
+func ReadPods(ctx context.Context, client kubernetes.Interface, page int64) ([]detect.Pod, error) {
+	if page <= 0 {
+		page = DefaultPage
+	}
+	opts := metav1.ListOptions{Limit: page}
+	var out []detect.Pod
+	for {
+		list, err := client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("listing the cluster's pods: %w", err)
+		}
+		for i := range list.Items {
+			out = append(out, detect.FromPod(&list.Items[i]))
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return out, nil
+		}
+	}
+}
+
+// Allocations are the snapshot's allocations as the check reads them.
+func Allocations(snap *snapshot.Snapshot) []detect.Allocation {
+	out := make([]detect.Allocation, 0, snap.Allocations.Len())
+	for _, al := range snap.Allocations.All() {
+		out = append(out, detect.Allocation{Addr: al.Addr, Handle: al.Handle, Namespace: al.Namespace, Pod: al.Pod, Node: al.Node})
+	}
+	return out
+}
