@@ -2,8 +2,10 @@ package detect_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -63,6 +65,30 @@ safe_ipam_detect_unknown{kind="shared-address"} 0
 	}
 	if got := testutil.ToFloat64(m.Rounds.WithLabelValues("unknown")); got != 1 {
 		t.Errorf("rounds with an unknown kind: %v, want 1", got)
+	}
+
+	// Each finding is an Event on its pods and their nodes; posted again
+	// the next period, the same Event counts twice.
+	events := admindetect.EventsFor(r, pods)
+	for round := 1; round <= 2; round++ {
+		if err := admindetect.Post(ctx, srv.Client(), events, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]int32{}
+	list, err := srv.Client().CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Source.Component == admindetect.Component {
+			got[e.InvolvedObject.Kind+" "+e.InvolvedObject.Name+" "+e.Reason] = e.Count
+		}
+	}
+	wantEvents := map[string]int32{"Pod a SharedPodAddress": 2, "Pod b SharedPodAddress": 2, "Node n1 SharedPodAddress": 2, "Node n2 SharedPodAddress": 2,
+		"Pod c CalicoAnnotationMismatch": 2, "Node n1 CalicoAnnotationMismatch": 2}
+	if !maps.Equal(got, wantEvents) {
+		t.Errorf("Events %v, want %v", got, wantEvents)
 	}
 
 	kc, err := srv.User("no-pods", "")
