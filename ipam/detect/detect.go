@@ -100,7 +100,7 @@ type Report struct {
 
 // Count is how many findings of k the report holds, and whether k was
 // checked at all.
-func (r *Report) Count(k Kind) (n int, known bool) {
+func (r Report) Count(k Kind) (n int, known bool) {
 	if why := r.Unknown[k]; why != "" {
 		return 0, false
 	}
@@ -144,10 +144,28 @@ func Check(ev Evidence, gone Gone) Report {
 		r.Unknown[GoneOwner] = "Calico's allocations were not all read"
 	case gone == nil:
 		r.Unknown[GoneOwner] = "no memory of earlier periods"
+	case massEvidence(ev) != "":
+		r.Unknown[GoneOwner] = massEvidence(ev)
 	default:
 		r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
 	}
 	return r
+}
+
+// massEvidence says why the listings, each read whole, still cannot be
+// what runs (incident 003): no pod at all while Calico holds addresses
+// for pods, or no allocation at all while running pods carry Calico's
+// annotation (a snapshot of the wrong datastore); "" when neither.
+func massEvidence(ev Evidence) string {
+	named := slices.ContainsFunc(ev.Allocs, func(al Allocation) bool { return al.Pod != "" })
+	annotated := slices.ContainsFunc(ev.Pods, func(p Pod) bool { return p.Running && p.Annotated != nil })
+	switch {
+	case len(ev.Pods) == 0 && named:
+		return "the API server lists no pod while Calico holds addresses for pods: never taken as every owner gone"
+	case len(ev.Allocs) == 0 && annotated:
+		return "Calico's datastore holds no allocation while running pods carry Calico's annotation: the wrong datastore?"
+	}
+	return ""
 }
 
 // sharedAddresses: an address that two running pods list, but for the
@@ -217,9 +235,11 @@ func sameSet(a, b []netip.Addr) bool {
 }
 
 // goneOwners: an allocation whose owner pod complete listings have
-// missed for longer than the leak grace. A pod of the same name that
-// comes back (a StatefulSet's) is the owner again: Calico names pods, not
-// incarnations, and the next sweep of kube-controllers judges the same.
+// missed for longer than the leak grace. As kube-controllers judges it,
+// the owner holds the address only as the pod of that name on the
+// allocation's node whose status lists the address, or lists none yet
+// (its ADD at work): a StatefulSet pod recreated elsewhere, or with
+// another address, does not hide its former incarnation's leak.
 func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
 	grace := ev.LeakGrace
 	if grace <= 0 {
@@ -232,7 +252,7 @@ func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
 			continue
 		}
 		owner := al.Namespace + "/" + al.Pod
-		if _, ok := byKey[owner]; ok {
+		if p, ok := byKey[owner]; ok && holds(p, al) {
 			continue
 		}
 		seen[al.Addr] = true
@@ -253,6 +273,11 @@ func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
 		}
 	}
 	return sorted(out)
+}
+
+// holds says whether p, the pod an allocation names, is its owner.
+func holds(p *Pod, al Allocation) bool {
+	return (al.Node == "" || p.Node == al.Node) && (len(p.Status) == 0 || slices.Contains(p.Status, al.Addr))
 }
 
 func sorted(fs []Finding) []Finding {

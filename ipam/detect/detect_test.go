@@ -65,7 +65,7 @@ func TestCheck(t *testing.T) {
 		if got := brief(r); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
-		for _, k := range detect.Kinds {
+		for _, k := range []detect.Kind{detect.SharedAddress, detect.AnnotationMismatch} { // gone-owner: TestGoneOwner
 			if _, known := r.Count(k); known != tt.ev.PodsComplete {
 				t.Errorf("%s: %s known %v, want %v", tt.name, k, known, tt.ev.PodsComplete)
 			}
@@ -75,9 +75,13 @@ func TestCheck(t *testing.T) {
 
 // An allocation whose owner pod is missing is reported once complete
 // listings have missed it for the leak grace, not before; an owner that
-// comes back, or an allocation released, starts the count again; an
-// incomplete listing of Calico's allocations leaves the kind unknown,
-// and a detector without memory reports none.
+// comes back (on the allocation's node, with its address), or an
+// allocation released, starts the count again, and a pod of the owner's
+// name elsewhere with another address is not its owner (as
+// kube-controllers judges); an incomplete listing of Calico's
+// allocations, or listings that cannot both be whole (no pod at all, no
+// allocation at all beside Calico's pods), leave the kind unknown, and a
+// detector without memory reports none.
 func TestGoneOwner(t *testing.T) {
 	start := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	leak := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.5"), Handle: "k8s-pod-network.abc", Namespace: "default", Pod: "gone", Node: "n1"}
@@ -97,9 +101,10 @@ func TestGoneOwner(t *testing.T) {
 		{0, running, nil},
 		{10 * time.Minute, running, nil},
 		{15 * time.Minute, running, want},
-		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), nil}, // back: the owner again
+		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n1", "10.0.0.5")), nil}, // back: the owner again
 		{30 * time.Minute, running, nil}, // missing again since 30m
 		{45 * time.Minute, running, want},
+		{46 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), want}, // recreated elsewhere: not the owner
 	}
 	for _, s := range steps {
 		if got := check(s.at, s.pods, leak, live, tunnel); !slices.Equal(got, s.want) {
@@ -117,6 +122,15 @@ func TestGoneOwner(t *testing.T) {
 	if _, known := r.Count(detect.GoneOwner); known {
 		t.Error("a check without memory judged how long owners were gone")
 	}
+	for name, ev := range map[string]detect.Evidence{
+		"no pod at all":        {PodsComplete: true, Allocs: []detect.Allocation{leak, live}, AllocsComplete: true},
+		"no allocation at all": {Pods: running, PodsComplete: true, AllocsComplete: true},
+	} {
+		ev.Now = start.Add(2 * time.Hour)
+		if _, known := detect.Check(ev, detect.Gone{}).Count(detect.GoneOwner); known {
+			t.Errorf("%s: owners judged", name)
+		}
+	}
 }
 
 func TestFromPod(t *testing.T) {
@@ -132,6 +146,11 @@ func TestFromPod(t *testing.T) {
 	p.Annotations = map[string]string{detect.AnnotationPodIP: "10.0.0.1"}
 	if got := detect.FromPod(p); got.AnnotationErr == "" {
 		t.Errorf("an annotation without a prefix length parsed: %+v", got)
+	}
+	deleting := p.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	if got := detect.FromPod(deleting); got.Running {
+		t.Error("a pod being deleted counts as a holder: Calico's DEL may have freed its address already")
 	}
 	p.Spec.HostNetwork = true
 	if got := detect.FromPod(p); got.Running {

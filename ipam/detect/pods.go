@@ -18,8 +18,11 @@ const (
 // FromPod is what the check reads of a pod: its status's addresses, and
 // Calico's annotation (podIPs, else podIP).
 func FromPod(p *corev1.Pod) Pod {
+	// A pod being deleted is no holder: Calico's DEL may have freed its
+	// address, and a new pod hold it, before its status says so.
 	out := Pod{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID), Node: p.Spec.NodeName,
-		Running: p.Spec.NodeName != "" && !p.Spec.HostNetwork && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed}
+		Running: p.Spec.NodeName != "" && !p.Spec.HostNetwork && p.DeletionTimestamp == nil &&
+			p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed}
 	for _, ref := range p.OwnerReferences {
 		if ref.Kind == "VirtualMachineInstance" && strings.HasPrefix(ref.APIVersion, "kubevirt.io/") {
 			out.VM = p.Namespace + "/" + ref.Name

@@ -84,13 +84,16 @@ func TestAnAllocationQuarantinedForAnotherNodeIsNoLeak(t *testing.T) {
 
 // A quarantine mark that does not decode fences all the same, and no gc
 // will ever release its allocation: the audit names it inconsistent (not
-// clean), and repair leaves it.
+// clean), and repair leaves it, and one whose handle holds nothing in
+// Calico too (no handle count to fix).
 func TestAQuarantineMarkThatDoesNotDecodeIsNotClean(t *testing.T) {
 	w, x := fencedWorld(t, func(w *dsWorld, _ string) {
 		dir := w.args[len(w.args)-1] // --store-dir
-		if err := os.WriteFile(filepath.Join(dir, dsNetwork, "q:fenced:eth0"), []byte("{not json"), 0o600); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{"q:fenced:eth0", "q:nothing:eth0"} {
+			if err := os.WriteFile(filepath.Join(dir, dsNetwork, name), []byte("{not json"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
-	auditAndRepair(t, w, x, map[audit.Kind]int{audit.Inconsistent: 1}, audit.ExitFindings)
+	auditAndRepair(t, w, x, map[audit.Kind]int{audit.Inconsistent: 2}, audit.ExitFindings)
 }

@@ -49,7 +49,7 @@ func TestReadPodsAndObserve(t *testing.T) {
 	m := admindetect.NewMetrics(reg)
 	m.Observe(r)
 	want := `
-# HELP safe_ipam_detect_findings Findings of the last round of the continuous check, by kind (shared-address, annotation-mismatch, gone-owner).
+# HELP safe_ipam_detect_findings Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, gone-owner).
 # TYPE safe_ipam_detect_findings gauge
 safe_ipam_detect_findings{kind="annotation-mismatch"} 1
 safe_ipam_detect_findings{kind="gone-owner"} 0

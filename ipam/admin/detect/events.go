@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/safe-ipam/safe-ipam/ipam/detect"
 )
@@ -57,7 +58,10 @@ func EventsFor(r detect.Report, pods []detect.Pod) []Event {
 			}
 			if i < len(f.Nodes) && f.Nodes[i] != "" && !nodes[f.Nodes[i]] {
 				nodes[f.Nodes[i]] = true
-				out = append(out, Event{Object: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: f.Nodes[i]}, Reason: reason, Message: msg, Address: f.Address.String()})
+				// The node's name as its UID, as the kubelet's Events carry
+				// it: what kubectl describe node looks for.
+				out = append(out, Event{Object: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: f.Nodes[i], UID: k8stypes.UID(f.Nodes[i])},
+					Reason: reason, Message: msg, Address: f.Address.String()})
 			}
 		}
 	}
@@ -83,24 +87,34 @@ func post(ctx context.Context, client kubernetes.Interface, e Event, now time.Ti
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
-	sum := sha256.Sum256([]byte(e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + e.Reason + "/" + e.Address))
+	// The UID too: a pod recreated under its name is another object,
+	// whose Events kubectl describe finds by its UID.
+	sum := sha256.Sum256([]byte(e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + string(e.Object.UID) + "/" + e.Reason + "/" + e.Address))
 	name := e.Object.Name + "." + hex.EncodeToString(sum[:8])
 	ts := metav1.NewTime(now)
-	ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, InvolvedObject: e.Object, Reason: e.Reason, Message: e.Message,
-		Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: Component}, FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
-		ReportingController: Component}
-	_, err := client.CoreV1().Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
-		return wrap(e, err)
-	}
-	cur, err := client.CoreV1().Events(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return wrap(e, err)
-	}
-	cur.Count++
-	cur.LastTimestamp, cur.Message = ts, e.Message
-	_, err = client.CoreV1().Events(ns).Update(ctx, cur, metav1.UpdateOptions{}) // at its resourceVersion
-	return wrap(e, err)
+	events := client.CoreV1().Events(ns)
+	// Read first: a finding that stands is an Event that exists, and
+	// counts again in two requests, not three.
+	return wrap(e, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := events.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, InvolvedObject: e.Object, Reason: e.Reason, Message: e.Message,
+				Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: Component}, FirstTimestamp: ts, LastTimestamp: ts, Count: 1,
+				ReportingController: Component}
+			_, err = events.Create(ctx, ev, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return apierrors.NewConflict(corev1.Resource("events"), name, err) // made meanwhile: count it
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		cur.Count++
+		cur.LastTimestamp, cur.Message = ts, e.Message
+		_, err = events.Update(ctx, cur, metav1.UpdateOptions{}) // at its resourceVersion
+		return err
+	}))
 }
 
 func wrap(e Event, err error) error {

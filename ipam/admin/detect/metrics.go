@@ -23,7 +23,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "findings",
-			Help: "Findings of the last round of the continuous check, by kind (shared-address, annotation-mismatch, gone-owner)."}, []string{"kind"}),
+			Help: "Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, gone-owner)."}, []string{"kind"}),
 		Unknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "unknown",
 			Help: "1 for a kind the last round could not judge (a listing it could not read whole), else 0."}, []string{"kind"}),
 		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "rounds_total",
@@ -39,13 +39,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Observe keeps a round's report.
+// Observe keeps a round's report. A kind the round could not judge keeps
+// its last count (an alert on it neither resolves nor fires on a round
+// that knows nothing), and is unknown.
 func (m *Metrics) Observe(r detect.Report) {
 	result := "ok"
 	for _, k := range detect.Kinds {
 		n, known := r.Count(k)
-		m.Findings.WithLabelValues(string(k)).Set(float64(n))
 		if known {
+			m.Findings.WithLabelValues(string(k)).Set(float64(n))
 			m.Unknown.WithLabelValues(string(k)).Set(0)
 			continue
 		}

@@ -160,13 +160,15 @@ func ownConflistOurs(path string) (bool, error) {
 	return c != nil && c.Err == nil && namesSafeIPAM(c), err
 }
 
-// readOwnConflist reads path once: nil when it does not exist, an error
-// when it cannot be read, else the config (Err set when it does not
-// parse).
+// readOwnConflist reads path once: nil when nothing is there, an error
+// when it cannot be read (a dangling symlink too: something is there),
+// else the config (Err set when it does not parse).
 func readOwnConflist(path string) (*cninode.Conf, error) {
 	raw, err := bounded.Read(path, bounded.Small)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		if _, lerr := os.Lstat(path); errors.Is(lerr, os.ErrNotExist) {
+			return nil, nil
+		}
 	}
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package install
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -305,4 +306,18 @@ func TestOwnConflistStaysWhereItHidesOnlyCalicos(t *testing.T) {
 			assertSame(t, "after the refusal", f.snapshot(t), before)
 		})
 	}
+}
+
+// Something at safe-ipam's own name that cannot be read, a dangling
+// symlink too, is not "nothing there": the other modes' installs refuse,
+// changing nothing, rather than install beside what the runtime may read
+// first once it points somewhere.
+func TestADanglingLinkAtTheOwnNameRefuses(t *testing.T) {
+	f := newFixture(t)
+	must(t, os.Symlink(filepath.Join(t.TempDir(), "gone.conflist"), f.node.conf(cninode.OwnConflist)))
+	before := f.snapshot(t)
+	if _, err := Install(f.node, TakeoverMode{}, f.self, false); !errors.Is(err, ErrRefused) {
+		t.Fatalf("takeover install beside a dangling %s: %v; want a refusal", cninode.OwnConflist, err)
+	}
+	assertSame(t, "after a refused install", f.snapshot(t), before)
 }
