@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/snapshot"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/detect"
 )
 
@@ -50,4 +51,27 @@ func Allocations(snap *snapshot.Snapshot) []detect.Allocation {
 		out = append(out, detect.Allocation{Addr: al.Addr, Handle: al.Handle, Namespace: al.Namespace, Pod: al.Pod, Node: al.Node})
 	}
 	return out
+}
+
+// CalicoAllocations reads Calico's allocations from its datastore (etcd
+// or the Kubernetes API, as calico-ipam reaches it with settings), once
+// per call: one scan, whole or failed.
+func CalicoAllocations(settings datastore.Settings) func(ctx context.Context) ([]detect.Allocation, error) {
+	return func(ctx context.Context) ([]detect.Allocation, error) {
+		ds, closeDS, err := datastore.OpenCalico(ctx, settings)
+		if err != nil {
+			return nil, fmt.Errorf("Calico's datastore: %w", err)
+		}
+		defer closeDS()
+		snap, err := snapshot.Load(ctx, ds, nil, "")
+		if err != nil {
+			return nil, fmt.Errorf("reading Calico's allocations: %w", err)
+		}
+		if n := len(snap.Undecodable); n > 0 {
+			// An allocation in a block that does not decode is unread:
+			// the listing is not whole.
+			return nil, fmt.Errorf("reading Calico's allocations: %d of its documents do not decode (safe-ipam audit names them)", n)
+		}
+		return Allocations(snap), nil
+	}
 }
