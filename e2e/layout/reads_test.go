@@ -188,8 +188,8 @@ var listeners = map[string][]string{
 }
 
 // docs/security.md, "Listeners, credentials and calls": only package
-// metrics listens, and only the two long-running commands (the watch, in
-// install, and gc --every) start it; the CNI binary, install's init,
+// metrics listens, and only the long-running commands (the watch, in
+// install, gc --every and detect --every) start it; the CNI binary, install's init,
 // uninstall and the commands run by hand listen on nothing.
 func TestOnlyTheLongRunningCommandsListen(t *testing.T) {
 	root := moduleRoot(t)
@@ -231,7 +231,7 @@ func TestOnlyTheLongRunningCommandsListen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if want := map[string]bool{"ipam/admin/gc": true, "ipam/admin/install": true}; !maps.Equal(starters, want) {
-		t.Errorf("metrics.ListenProbes is called from %v; want only gc and install (its watch)", starters)
+	if want := map[string]bool{"ipam/admin/gc": true, "ipam/admin/install": true, "ipam/admin/detect": true}; !maps.Equal(starters, want) {
+		t.Errorf("metrics.ListenProbes is called from %v; want only gc, install (its watch) and detect (--every)", starters)
 	}
 }

@@ -60,6 +60,7 @@ var Commands = []Command{
 	{"install", []string{"put safe-ipam in front of calico-ipam on this node", "(--mode takeover|conflist, --dry-run, --watch to keep", "it there while calico-node re-installs itself)"}},
 	{"uninstall", []string{"take it off again, restoring what install replaced"}},
 	{"doctor", []string{"is this node protected? exit 0 yes, 1 not installed,", "3 installed but broken, 2 cannot tell"}},
+	{"detect", []string{"cluster-wide: report pods sharing an address, Calico", "annotations that differ from status.podIPs, and", "addresses held for pods long gone (--every to keep at it)"}},
 }
 
 // Usage is the overview of every command.

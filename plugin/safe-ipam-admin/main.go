@@ -16,6 +16,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/adopt"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/audit"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/detect"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/doctor"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/gc"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
@@ -75,6 +76,7 @@ var runners = map[string]func(args []string, stdout, stderr io.Writer) int{
 	},
 	"uninstall": install.RunUninstall,
 	"doctor":    doctor.Run,
+	"detect":    detect.Run,
 }
 
 // filterStderr makes os.Stderr a pipe whose every byte goes through

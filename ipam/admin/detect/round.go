@@ -20,6 +20,9 @@ type Sources struct {
 	LeakGrace   time.Duration
 	Metrics     *Metrics
 	Log         *slog.Logger
+	// afterRound, when set, is called once a round is done (the loop's
+	// heartbeat).
+	afterRound func()
 }
 
 // Round reads the pods and Calico's allocations, judges them (a listing

@@ -1,0 +1,168 @@
+package detect
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/safe-ipam/safe-ipam/ipam/admin"
+	"github.com/safe-ipam/safe-ipam/ipam/admin/metrics"
+	"github.com/safe-ipam/safe-ipam/ipam/detect"
+	"github.com/safe-ipam/safe-ipam/ipam/kubeconfig"
+)
+
+const usage = `Usage: safe-ipam detect [--datastore etcdv3|kubernetes] [--kubeconfig FILE]
+                        [--etcd-endpoints URLS --etcd-cert FILE --etcd-key FILE --etcd-ca FILE]
+                        [--leak-grace DURATION] [--every DURATION [--metrics-addr ADDR]]
+
+The continuous check (issue 47), cluster-wide: it reads every pod the API
+server holds (page by page) and Calico's allocations (one scan of its
+datastore), and reports two running pods that list one address in
+status.podIPs (shared-address), a pod whose Calico annotation
+(cni.projectcalico.org/podIPs, or podIP) names other addresses than its
+status.podIPs (annotation-mismatch), and an address Calico holds for a
+pod missing from the API server for longer than --leak-grace
+(gone-owner: kube-controllers' leakGracePeriod, 15m by default; judged
+across rounds, so only with --every). Each finding is a log line, a
+Warning Event on the pods involved and their Nodes, and, with
+--metrics-addr, the metrics safe_ipam_detect_findings and
+safe_ipam_detect_unknown by kind. It reports; it never releases. A
+listing that cannot be read whole makes its kinds unknown, never clean.
+
+The Kubernetes API is --kubeconfig's (in a pod: its service account's);
+on Calico's Kubernetes datastore it is Calico's data too. Run once per
+cluster.
+
+Exit codes (once, without --every): 0 clean, 1 findings, 2 a kind unknown
+or an error.
+
+Example: safe-ipam detect --datastore kubernetes --kubeconfig ~/.kube/config
+
+`
+
+// options are detect's own flags.
+type options struct {
+	every, leakGrace time.Duration
+	metricsAddr      string
+}
+
+func (o *options) Register(fs *flag.FlagSet) {
+	fs.DurationVar(&o.every, "every", 0, "run a round every DURATION until stopped (default: one round)")
+	fs.DurationVar(&o.leakGrace, "leak-grace", detect.DefaultLeakGrace, "how long a pod must be missing before an address Calico holds for it is reported (kube-controllers' leakGracePeriod)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "with --every: serve the metrics and /healthz there")
+}
+
+func (o *options) Resolve(*admin.Command) error {
+	switch {
+	case o.every < 0 || o.leakGrace <= 0:
+		return fmt.Errorf("--every %v, --leak-grace %v: want a positive grace, and a period of zero (once) or more", o.every, o.leakGrace)
+	case o.metricsAddr != "" && o.every == 0:
+		return errors.New("--metrics-addr: only with --every")
+	}
+	return nil
+}
+
+// Run is safe-ipam detect.
+func Run(args []string, stdout, stderr io.Writer) int {
+	calico, opts := &admin.Datastores{}, &options{}
+	cmd := admin.NewCommand("detect", usage, stderr, calico, opts)
+	if code, stop := cmd.ParseOrExit(args); stop {
+		return code
+	}
+	client, err := kubeClient(calico.Kubeconfig, calico.KubeconfigFlag)
+	if err != nil {
+		return cmd.Fail(err)
+	}
+	s := Sources{Kube: client, Allocations: CalicoAllocations(calico.Settings()), LeakGrace: opts.leakGrace,
+		Log: slog.New(slog.NewTextHandler(stderr, nil))}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if opts.every == 0 {
+		return once(ctx, s, stdout)
+	}
+	return loop(ctx, s, opts, stderr)
+}
+
+// kubeClient is the Kubernetes API's client: the kubeconfig the
+// datastore flags resolved, --kubeconfig, else the pod's service
+// account's ("": kubeconfig.Load reads it, bounded).
+func kubeClient(paths ...string) (kubernetes.Interface, error) {
+	path := ""
+	for _, p := range paths {
+		if path == "" {
+			path = p
+		}
+	}
+	cfg, err := kubeconfig.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("the Kubernetes API (--kubeconfig %q): %w", path, err)
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// once runs one round and exits by it: gone-owner needs two rounds, so it
+// is unknown here.
+func once(ctx context.Context, s Sources, stdout io.Writer) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	r := Round(ctx, s, nil)
+	for _, f := range r.Findings {
+		fmt.Fprintf(stdout, "%s %s %v: %s\n", f.Kind, f.Address, f.Pods, f.Why)
+	}
+	code := admin.ExitOK
+	if len(r.Findings) > 0 {
+		code = admin.ExitAttention
+	}
+	for _, k := range detect.Kinds {
+		switch why := r.Unknown[k]; {
+		case k == detect.GoneOwner:
+			fmt.Fprintf(stdout, "%s not judged: it takes rounds --leak-grace apart (--every)\n", k)
+		case why != "":
+			fmt.Fprintf(stdout, "%s unknown: %s\n", k, why)
+			code = admin.ExitError
+		}
+	}
+	return code
+}
+
+// loop runs a round every period until stopped, with the memory of
+// gone owners across rounds.
+func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
+	if o.metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		s.Metrics = NewMetrics(reg)
+		beat := metrics.NewHeartbeat(2 * o.every)
+		bound, wait, err := metrics.ListenProbes(ctx, o.metricsAddr, "", reg, beat.Alive, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "safe-ipam detect: %v\n", err)
+			return admin.ExitError
+		}
+		defer wait()
+		fmt.Fprintf(stderr, "safe-ipam detect: serving metrics at %s\n", bound)
+		s.afterRound = beat.Beat
+	}
+	gone := detect.Gone{}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, o.every)
+		Round(rctx, s, gone)
+		cancel()
+		if s.afterRound != nil {
+			s.afterRound()
+		}
+		select {
+		case <-ctx.Done():
+			return admin.ExitOK
+		case <-time.After(o.every):
+		}
+	}
+}
