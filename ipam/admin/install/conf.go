@@ -18,6 +18,19 @@ import (
 // calico-ipam itself becomes safe-ipam. Only those values change; every
 // other byte of the file stays.
 func routeThroughSafeIPAM(c *cninode.Conf) ([]byte, error) {
+	return route(c, `{"type": "`+CalicoIPAM+`"}`)
+}
+
+// routeWhileLeavingTakeover is routeThroughSafeIPAM with Calico's
+// multi-call binary as the delegate's file, run as calico-ipam, as
+// takeover's safe-ipam runs it: the config reaches Calico through
+// safe-ipam whether <bin>/calico-ipam is still safe-ipam or Calico's
+// again. A switch from takeover writes it until calico-ipam is back.
+func routeWhileLeavingTakeover(c *cninode.Conf) ([]byte, error) {
+	return route(c, `{"type": "`+CalicoIPAM+`", "binary": "`+CalicoBinary+`"}`)
+}
+
+func route(c *cninode.Conf, delegate string) ([]byte, error) {
 	prefix := []string{}
 	if c.IsList() {
 		prefix = []string{"plugins", "*"}
@@ -42,7 +55,7 @@ func routeThroughSafeIPAM(c *cninode.Conf) ([]byte, error) {
 		out.Write(c.Raw[last:s.start])
 		out.WriteString(strconv.Quote(builds.CNIBinary))
 		if s.path == ipamType {
-			out.WriteString(`, "delegate": {"type": "` + CalicoIPAM + `"}`)
+			out.WriteString(`, "delegate": ` + delegate)
 		}
 		last = s.end
 	}

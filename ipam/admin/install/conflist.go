@@ -3,7 +3,9 @@ package install
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/cninode"
 	"github.com/safe-ipam/safe-ipam/ipam/bounded"
@@ -34,7 +36,7 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err := n.ownConflistInstalled(ModeConflist); err != nil {
 		return nil, err
 	}
-	p, err := n.planSafeIPAMBinary(ModeConflist, self, m.SwitchFromTakeover)
+	p, l, err := n.planSafeIPAMBinary(ModeConflist, self, m.SwitchFromTakeover)
 	if err != nil {
 		return nil, err
 	}
@@ -47,67 +49,121 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 			}
 			continue
 		}
-		routed, err := routeThroughSafeIPAM(c)
-		if err != nil {
-			return nil, refuse("%v", err)
-		}
 		if err := keepOriginal(p, c.Path); err != nil {
 			return nil, err
 		}
-		p.add(writeStep("route calico-ipam through safe-ipam", c.Path, routed, c.Perm))
+		if err := l.route(p, "route calico-ipam through safe-ipam", c, c.Path, c.Perm); err != nil {
+			return nil, err
+		}
 	}
+	l.finish(p, n.ReloadWait)
 	return p, nil
 }
 
 // planSafeIPAMBinary plans what the conflist modes put in the bin dir:
 // safe-ipam as <bin>/safe-ipam with calico-ipam, Calico's, as its
-// delegate; from a takeover node, calico-ipam back first (leaveTakeover).
-func (n Node) planSafeIPAMBinary(mode, self string, switchFromTakeover bool) (*Plan, error) {
+// delegate. On a takeover node it also returns the switch (leaving),
+// which puts calico-ipam back once the configs are routed.
+func (n Node) planSafeIPAMBinary(mode, self string, switchFromTakeover bool) (*Plan, *leaving, error) {
 	if err := requireFile(n.bin(CalicoIPAM), "the delegate"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	taken, err := cninode.IsSafeIPAM(n.bin(CalicoIPAM))
 	if err != nil {
-		return nil, refuse("%v", err)
+		return nil, nil, refuse("%v", err)
 	}
 	p := &Plan{}
 	if err := installBuilds(p, n, n.bin(builds.CNIBinary), self); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if taken {
-		if err := n.leaveTakeover(p, mode, switchFromTakeover); err != nil {
-			return nil, err
-		}
+	if !taken {
+		return p, nil, nil
 	}
-	return p, nil
+	l, err := n.leaveTakeover(mode, switchFromTakeover)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, l, nil
 }
 
-// leaveTakeover plans the switch from takeover mode: Calico's calico-ipam
-// back from the original install kept, once safe-ipam is in conflist
-// mode's place and before any config routes through it. In the other
-// order a config would route through safe-ipam while calico-ipam is
-// safe-ipam itself, a delegate it refuses: every pod start would fail.
-// Without an original to restore, while a watch keeps the node in
-// takeover mode, or when switching is not allowed (a watch's install), it
-// refuses, changing nothing. The way back to takeover mode is uninstall,
-// then install --mode=takeover (docs/install.md, "Switching modes").
-func (n Node) leaveTakeover(p *Plan, mode string, allowed bool) error {
+// leaving is the switch from takeover mode. Calico's calico-ipam goes
+// back (restore) only once the runtimes have had Node.ReloadWait to read
+// configs routed through safe-ipam with Calico's multi-call binary as the
+// delegate's file (routeWhileLeavingTakeover), which reach Calico through
+// safe-ipam whatever calico-ipam is; then the configs take their steady
+// form (steady). Every call goes through safe-ipam all along: a runtime
+// still reading Calico's config reaches takeover's safe-ipam, one that
+// read the new config safe-ipam. Restored first, calico-ipam would be
+// Calico's while the runtime still read Calico's config: a DEL there
+// would free an address behind its record, which then fences a pod start.
+// Routed to calico-ipam first, a config would reach safe-ipam through
+// safe-ipam, a delegate it refuses: every pod start would fail.
+type leaving struct {
+	restore []Step
+	steady  []Step
+}
+
+// leaveTakeover plans putting Calico's calico-ipam back from the
+// original install kept. Without one to restore, while a watch keeps the
+// node in takeover mode, or when switching is not allowed (a watch's
+// install), it refuses, changing nothing. The way back to takeover mode
+// is uninstall, then install --mode=takeover (docs/install.md,
+// "Switching modes").
+func (n Node) leaveTakeover(mode string, allowed bool) (*leaving, error) {
 	path := n.bin(CalicoIPAM)
 	if !allowed {
-		return refuse("%s is safe-ipam (takeover mode): switch with install --mode=%s run once, not a watch", path, mode)
+		return nil, refuse("%s is safe-ipam (takeover mode): switch with install --mode=%s run once, not a watch", path, mode)
+	}
+	if err := requireFile(n.bin(CalicoBinary), "Calico's multi-call binary, the delegate while calico-ipam goes back"); err != nil {
+		return nil, err
 	}
 	release, err := n.notWatched()
 	if err != nil {
-		return refuse("switching %s from takeover mode: %v", path, err)
+		return nil, refuse("switching %s from takeover mode: %v", path, err)
 	}
 	release()
+	p := &Plan{}
 	if _, err := uninstallFile(p, path, func() (bool, error) { return cninode.IsSafeIPAM(path) }); err != nil {
-		return refuse("%v", err)
+		return nil, refuse("%v", err)
 	}
 	if !p.restores(path) {
-		return refuse("%s is safe-ipam (takeover mode), and install kept no original of Calico's calico-ipam to put back for %s mode: run safe-ipam uninstall first", path, mode)
+		return nil, refuse("%s is safe-ipam (takeover mode), and install kept no original of Calico's calico-ipam to put back for %s mode: run safe-ipam uninstall first", path, mode)
 	}
+	return &leaving{restore: p.Steps}, nil
+}
+
+// route plans writing c, routed through safe-ipam, at path: in its steady
+// form, or, while leaving takeover (l not nil), in the form that runs
+// Calico's binary, the steady one kept for finish.
+func (l *leaving) route(p *Plan, action string, c *cninode.Conf, path string, perm os.FileMode) error {
+	steady, err := routeThroughSafeIPAM(c)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	if l == nil {
+		p.add(writeStep(action, path, steady, perm))
+		return nil
+	}
+	moving, err := routeWhileLeavingTakeover(c)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	p.add(writeStep(action+", the delegate Calico's multi-call binary while calico-ipam goes back", path, moving, perm))
+	l.steady = append(l.steady, writeStep(action+", in its steady form", path, steady, perm))
 	return nil
+}
+
+// finish ends the switch: the pause for the runtimes, calico-ipam back,
+// the configs in their steady form.
+func (l *leaving) finish(p *Plan, reload time.Duration) {
+	if l == nil {
+		return
+	}
+	if reload > 0 {
+		p.add(Step{Path: l.restore[0].Path, Action: fmt.Sprintf("wait %s for the runtimes to read the routed configs", reload), pause: reload})
+	}
+	p.Steps = append(p.Steps, l.restore...)
+	p.Steps = append(p.Steps, l.steady...)
 }
 
 func needsRoute(c *cninode.Conf) bool {

@@ -62,7 +62,7 @@ func (m OwnConflistMode) Install(n Node, self string) (*Plan, error) {
 	if err != nil {
 		return nil, err // a config that does not parse: maybe Calico's, half written; tried again
 	}
-	p, err := n.planSafeIPAMBinary(ModeOwnConflist, self, m.SwitchFromTakeover)
+	p, l, err := n.planSafeIPAMBinary(ModeOwnConflist, self, m.SwitchFromTakeover)
 	if err != nil {
 		return nil, err
 	}
@@ -76,13 +76,17 @@ func (m OwnConflistMode) Install(n Node, self string) (*Plan, error) {
 		if !exists(absentPath(own)) {
 			p.add(absentStep(own))
 		}
-		p.add(writeStep("write safe-ipam's network config, "+filepath.Base(src.Path)+" with its IPAM through safe-ipam, sorted first", own, rendered, src.Perm))
-	case bytes.Equal(cur.Raw, rendered) && cur.Perm == src.Perm:
+		err = l.route(p, "write safe-ipam's network config, "+filepath.Base(src.Path)+" with its IPAM through safe-ipam, sorted first", src, own, src.Perm)
+	case l == nil && bytes.Equal(cur.Raw, rendered) && cur.Perm == src.Perm:
 	case cur.Err == nil && namesSafeIPAM(cur):
-		p.add(writeStep("render safe-ipam's network config again from "+filepath.Base(src.Path)+", which changed", own, rendered, src.Perm))
+		err = l.route(p, "render safe-ipam's network config again from "+filepath.Base(src.Path), src, own, src.Perm)
 	default:
 		return nil, refuse("%s is not a network config safe-ipam wrote (it names no safe-ipam IPAM): move it away, or use --mode=conflist or takeover", own)
 	}
+	if err != nil {
+		return nil, err
+	}
+	l.finish(p, n.ReloadWait)
 	return p, nil
 }
 
