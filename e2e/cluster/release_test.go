@@ -24,6 +24,7 @@ import (
 	"github.com/safe-ipam/safe-ipam/e2e/harness/kubenode"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/releaser"
 	"github.com/safe-ipam/safe-ipam/e2e/harness/testbed"
+	"github.com/safe-ipam/safe-ipam/ipam/detect"
 	"github.com/safe-ipam/safe-ipam/ipam/store/claims"
 )
 
@@ -258,6 +259,15 @@ func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
 		if safe {
 			c.installSafeIPAM(ctx)
 		}
+		// Issue 47: on Calico alone, the continuous check reports each
+		// step of the incident within one of its periods.
+		detecting := !safe && kdd
+		if detecting {
+			c.startDetect(ctx)
+			// A pod whose allocation stays: a datastore holding no
+			// allocation at all beside pods of Calico's is never judged.
+			c.waitPodsStarted(ctx, c.createPodsOn(ctx, c.nodes[2], "bystander", 1))
+		}
 		c.startReleaser(leakGrace)
 		c.waitPodsStarted(ctx, c.createPodsOn(ctx, a, "holder", 1))
 		held := c.addrsOn(ctx, a.Name)[0]
@@ -265,6 +275,9 @@ func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
 		start := time.Now()
 		c.waitCalicoForgets(ctx, "", []netip.Addr{held})
 		t.Logf("the releaser freed %s of %s's running pod %s after it started", held, a.Name, time.Since(start).Round(time.Second))
+		if detecting {
+			c.waitDetected(ctx, detect.EarlyRelease, "holder-1", time.Now())
+		}
 		for i := 1; i <= 2*testbed.BlockAddrs && c.handedOn(ctx, w, held) == ""; i++ {
 			name := fmt.Sprintf("%s-%d", b.Name, i)
 			if _, err := c.kube.CoreV1().Pods("default").Create(ctx, podOn(name, b.Name), metav1.CreateOptions{}); err != nil {
@@ -278,6 +291,10 @@ func outsideReleaseAcrossNodes(t *testing.T, kdd bool) {
 		if !safe {
 			if !duplicate {
 				t.Fatalf("the control did not run a duplicate of %s across nodes: %q; seen %v", held, handed, w.seen())
+			}
+			if detecting {
+				c.waitDetected(ctx, detect.SharedAddress, "holder-1", time.Now())
+				c.waitDetected(ctx, detect.AnnotationMismatch, "holder-1", c.plantAnnotationMismatch(ctx, "holder-1"))
 			}
 			return
 		}

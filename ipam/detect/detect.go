@@ -9,6 +9,7 @@ package detect
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -28,6 +29,12 @@ const (
 	// its status.podIPs: the pod runs with addresses Calico does not
 	// record for it (issue 13858's shape).
 	AnnotationMismatch Kind = "annotation-mismatch"
+	// EarlyRelease: a running pod lists, in its status and Calico's
+	// annotation, an address Calico's datastore does not hold for it:
+	// none holds it (freed behind its back: the next ADD may be given it)
+	// or an allocation names another pod (given again: a duplicate in
+	// the making).
+	EarlyRelease Kind = "early-release"
 	// GoneOwner: Calico holds an address for a pod that has been gone
 	// longer than kube-controllers' leak grace: a leak Calico's own GC
 	// did not collect, or an address released late.
@@ -35,7 +42,14 @@ const (
 )
 
 // Kinds are every kind, in report order.
-var Kinds = []Kind{SharedAddress, AnnotationMismatch, GoneOwner}
+var Kinds = []Kind{SharedAddress, AnnotationMismatch, EarlyRelease, GoneOwner}
+
+// Confirmed are the kinds a round reports only once a second look,
+// a settle time later, finds them again (Confirm): the two listings are
+// not read at one instant, and a pod's sandbox recreated, or a pod that
+// starts or ends between them, looks like each for a moment. A gone
+// owner is judged across periods already.
+var Confirmed = []Kind{SharedAddress, AnnotationMismatch, EarlyRelease}
 
 // DefaultLeakGrace is kube-controllers' leakGracePeriod default.
 const DefaultLeakGrace = 15 * time.Minute
@@ -141,15 +155,88 @@ func Check(ev Evidence, gone Gone) Report {
 	r.Findings = append(r.Findings, annotationMismatches(ev.Pods)...)
 	switch {
 	case !ev.AllocsComplete:
-		r.Unknown[GoneOwner] = "Calico's allocations were not all read"
-	case gone == nil:
-		r.Unknown[GoneOwner] = "no memory of earlier periods"
+		r.Unknown[EarlyRelease] = "Calico's allocations were not all read"
+		r.Unknown[GoneOwner] = r.Unknown[EarlyRelease]
+		return r
 	case massEvidence(ev) != "":
+		r.Unknown[EarlyRelease] = massEvidence(ev)
 		r.Unknown[GoneOwner] = massEvidence(ev)
-	default:
-		r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
+		return r
 	}
+	r.Findings = append(r.Findings, earlyReleases(ev)...)
+	if gone == nil {
+		r.Unknown[GoneOwner] = "no memory of earlier periods"
+		return r
+	}
+	r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
 	return r
+}
+
+// Confirm is first with its Confirmed findings kept only where second,
+// the same check a settle time later (without the memory of periods),
+// makes them again, on the same address and pods. A confirmed kind
+// second could not judge is unknown.
+func Confirm(first, second Report) Report {
+	out := Report{Unknown: maps.Clone(first.Unknown)}
+	for _, k := range Confirmed {
+		if why := second.Unknown[k]; why != "" && out.Unknown[k] == "" {
+			out.Unknown[k] = "the second look: " + why
+		}
+	}
+	again := map[string]bool{}
+	for _, f := range second.Findings {
+		again[f.key()] = true
+	}
+	for _, f := range first.Findings {
+		if slices.Contains(Confirmed, f.Kind) && (out.Unknown[f.Kind] != "" || !again[f.key()]) {
+			continue
+		}
+		out.Findings = append(out.Findings, f)
+	}
+	return out
+}
+
+func (f Finding) key() string {
+	return fmt.Sprintf("%s %s %v", f.Kind, f.Address, f.Pods)
+}
+
+// Suspects says whether r holds a finding that Confirm would judge.
+func (r Report) Suspects() bool {
+	return slices.ContainsFunc(r.Findings, func(f Finding) bool { return slices.Contains(Confirmed, f.Kind) })
+}
+
+// earlyReleases: a running pod whose status and Calico's annotation both
+// list an address (Calico gave it) that no allocation holds, or one
+// holds for another pod. An allocation that names no pod (a tunnel
+// address, Calico 2.x) is not judged.
+func earlyReleases(ev Evidence) []Finding {
+	byAddr := make(map[netip.Addr]*Allocation, len(ev.Allocs))
+	for i := range ev.Allocs {
+		byAddr[ev.Allocs[i].Addr] = &ev.Allocs[i]
+	}
+	var out []Finding
+	for i := range ev.Pods {
+		p := &ev.Pods[i]
+		if !p.Running || p.Annotated == nil {
+			continue
+		}
+		for _, a := range p.Status {
+			if !slices.Contains(p.Annotated, a) {
+				continue // annotation-mismatch's
+			}
+			why := ""
+			switch al, held := byAddr[a]; {
+			case !held:
+				why = fmt.Sprintf("%s runs with %s, which Calico's datastore does not hold: freed behind its back, the next pod start may be given it", p.Key(), a)
+			case al.Pod != "" && al.Namespace+"/"+al.Pod != p.Key():
+				why = fmt.Sprintf("%s runs with %s, which Calico holds under %s for %s/%s: given again", p.Key(), a, al.Handle, al.Namespace, al.Pod)
+			}
+			if why != "" {
+				out = append(out, Finding{Kind: EarlyRelease, Address: a, Pods: []string{p.Key()}, Nodes: []string{p.Node}, Why: why})
+			}
+		}
+	}
+	return sorted(out)
 }
 
 // massEvidence says why the listings, each read whole, still cannot be

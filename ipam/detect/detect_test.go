@@ -73,6 +73,74 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// A running pod of Calico's (it carries the annotation) whose address
+// no allocation holds, or one holds for another pod, is an early
+// release; an allocation naming no pod is not judged, nor are addresses
+// Calico's annotation does not list; incomplete or mass evidence leaves
+// the kind unknown.
+func TestEarlyRelease(t *testing.T) {
+	alloc := func(addr, ns, name string) detect.Allocation {
+		return detect.Allocation{Addr: netip.MustParseAddr(addr), Handle: "k8s-pod-network.x", Namespace: ns, Pod: name, Node: "n1"}
+	}
+	held := []detect.Allocation{alloc("10.0.0.1", "default", "a")}
+	tests := []struct {
+		name     string
+		pods     []detect.Pod
+		allocs   []detect.Allocation
+		complete bool
+		want     []string
+		known    bool
+	}{
+		{"held for its pod", []detect.Pod{pod("a", "n1", "10.0.0.1")}, held, true, nil, true},
+		{"freed behind its back", []detect.Pod{pod("a", "n1", "10.0.0.1"), pod("b", "n1", "10.0.0.2")}, held, true, []string{"early-release 10.0.0.2 default/b"}, true},
+		{"held for another pod", []detect.Pod{pod("b", "n1", "10.0.0.1")}, held, true, []string{"early-release 10.0.0.1 default/b"}, true},
+		{"held under no pod's name", []detect.Pod{pod("a", "n1", "10.0.0.1")}, []detect.Allocation{alloc("10.0.0.1", "", "")}, true, nil, true},
+		{"not Calico's pod", []detect.Pod{func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.Annotated = nil; return p }()}, held, true, nil, true},
+		{"allocations not all read", []detect.Pod{pod("b", "n1", "10.0.0.2")}, held, false, nil, false},
+		{"no allocation at all beside Calico's pods", []detect.Pod{pod("b", "n1", "10.0.0.2")}, nil, true, nil, false},
+	}
+	for _, tt := range tests {
+		r := detect.Check(detect.Evidence{Pods: tt.pods, PodsComplete: true, Allocs: tt.allocs, AllocsComplete: tt.complete}, nil)
+		if got := brief(r); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+		if _, known := r.Count(detect.EarlyRelease); known != tt.known {
+			t.Errorf("%s: known %v, want %v", tt.name, known, tt.known)
+		}
+	}
+}
+
+// Confirm keeps a first look's finding of a confirmed kind only where
+// the second look makes it again (same address, same pods); a second
+// look that could not judge a kind makes it unknown; gone-owner is kept
+// as the first look judged it.
+func TestConfirm(t *testing.T) {
+	f := func(k detect.Kind, addr string, pods ...string) detect.Finding {
+		return detect.Finding{Kind: k, Address: netip.MustParseAddr(addr), Pods: pods}
+	}
+	first := detect.Report{Unknown: map[detect.Kind]string{}, Findings: []detect.Finding{
+		f(detect.SharedAddress, "10.0.0.1", "default/a", "default/b"),
+		f(detect.EarlyRelease, "10.0.0.2", "default/c"),
+		f(detect.AnnotationMismatch, "10.0.0.3", "default/d"),
+		f(detect.GoneOwner, "10.0.0.4", "default/e"),
+	}}
+	second := detect.Report{Unknown: map[detect.Kind]string{detect.GoneOwner: "no memory of earlier periods"}, Findings: []detect.Finding{
+		f(detect.SharedAddress, "10.0.0.1", "default/a", "default/b"),
+		f(detect.EarlyRelease, "10.0.0.2", "default/other"),
+	}}
+	got := detect.Confirm(first, second)
+	if want := []string{"shared-address 10.0.0.1 default/a,default/b", "gone-owner 10.0.0.4 default/e"}; !slices.Equal(brief(got), want) {
+		t.Errorf("confirmed %v, want %v", brief(got), want)
+	}
+	if _, known := got.Count(detect.GoneOwner); !known {
+		t.Error("the second look's lack of memory made gone-owner unknown")
+	}
+	second.Unknown[detect.EarlyRelease] = "Calico's allocations were not all read"
+	if _, known := detect.Confirm(first, second).Count(detect.EarlyRelease); known {
+		t.Error("a second look that could not judge early-release left it known")
+	}
+}
+
 // An allocation whose owner pod is missing is reported once complete
 // listings have missed it for the leak grace, not before; an owner that
 // comes back (on the allocation's node, with its address), or an
@@ -93,21 +161,23 @@ func TestGoneOwner(t *testing.T) {
 	}
 	running := []detect.Pod{pod("a", "n1", "10.0.0.1")}
 	want := []string{"gone-owner 10.0.0.5 default/gone"}
+	recreated := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.7"), Handle: "k8s-pod-network.ghi", Namespace: "default", Pod: "gone", Node: "n2"}
 	steps := []struct {
-		at   time.Duration
-		pods []detect.Pod
-		want []string
+		at     time.Duration
+		pods   []detect.Pod
+		want   []string
+		allocs []detect.Allocation
 	}{
-		{0, running, nil},
-		{10 * time.Minute, running, nil},
-		{15 * time.Minute, running, want},
-		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n1", "10.0.0.5")), nil}, // back: the owner again
-		{30 * time.Minute, running, nil}, // missing again since 30m
-		{45 * time.Minute, running, want},
-		{46 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), want}, // recreated elsewhere: not the owner
+		{0, running, nil, nil},
+		{10 * time.Minute, running, nil, nil},
+		{15 * time.Minute, running, want, nil},
+		{20 * time.Minute, append(slices.Clone(running), pod("gone", "n1", "10.0.0.5")), nil, nil}, // back: the owner again
+		{30 * time.Minute, running, nil, nil},                                                      // missing again since 30m
+		{45 * time.Minute, running, want, nil},
+		{46 * time.Minute, append(slices.Clone(running), pod("gone", "n2", "10.0.0.7")), want, []detect.Allocation{recreated}}, // recreated elsewhere: not the owner
 	}
 	for _, s := range steps {
-		if got := check(s.at, s.pods, leak, live, tunnel); !slices.Equal(got, s.want) {
+		if got := check(s.at, s.pods, append([]detect.Allocation{leak, live, tunnel}, s.allocs...)...); !slices.Equal(got, s.want) {
 			t.Errorf("at %s: %v, want %v", s.at, got, s.want)
 		}
 	}

@@ -96,7 +96,11 @@ func mainAdd(args *skel.CmdArgs) error {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	if err := wire(args.Netns, args.IfName, hostVethName(args.ContainerID, k8s), mtu, res); err != nil {
+	err = wire(args.Netns, args.IfName, hostVethName(args.ContainerID, k8s), mtu, res)
+	if err == nil {
+		err = annotatePod(args.StdinData, k8s, args.ContainerID, res)
+	}
+	if err != nil {
 		// Calico releases what it allocated when the dataplane fails.
 		if derr := invoke.DelegateDel(ctx, c.IPAM.Type, args.StdinData, nil); derr != nil {
 			return fmt.Errorf("%w (and releasing the address: %v)", err, derr)
@@ -113,6 +117,13 @@ func mainDel(args *skel.CmdArgs) error {
 		return err
 	}
 	if err := unwire(args.Netns, args.IfName); err != nil {
+		return err
+	}
+	var k8s podArgs
+	if err := types.LoadArgs(args.Args, &k8s); err != nil {
+		return fmt.Errorf("CNI_ARGS: %w", err)
+	}
+	if err := unannotatePod(args.StdinData, k8s, args.ContainerID); err != nil {
 		return err
 	}
 	return invoke.DelegateDel(context.Background(), c.IPAM.Type, args.StdinData, nil)

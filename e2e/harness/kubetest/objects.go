@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // userNamespace holds the service accounts that stand for test users.
@@ -301,4 +302,26 @@ func (s *Server) DeletePod(namespace, name string) error {
 		return fmt.Errorf("kubetest: delete pod %s/%s: %w", namespace, name, err)
 	}
 	return nil
+}
+
+// ServiceAccountKubeconfig is a self-contained kubeconfig (the CA
+// inlined) for an existing service account, with a token from the
+// TokenRequest API: what a pod of it would hold, for a cluster without
+// the kubernetes Service's address (no kube-proxy here).
+func (s *Server) ServiceAccountKubeconfig(namespace, name string) ([]byte, error) {
+	c, cancel := ctx()
+	defer cancel()
+	expiry := int64(time.Hour / time.Second)
+	tr, err := s.admin.CoreV1().ServiceAccounts(namespace).CreateToken(c, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: token for %s/%s: %w", namespace, name, err)
+	}
+	ca, err := os.ReadFile(s.cafile)
+	if err != nil {
+		return nil, fmt.Errorf("kubetest: %w", err)
+	}
+	cfg := clientcmdConfig(s.URL, "", name, tr.Status.Token)
+	cfg.Clusters["kubetest"].CertificateAuthorityData = ca
+	return clientcmd.Write(*cfg)
 }

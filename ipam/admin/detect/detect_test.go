@@ -49,14 +49,16 @@ func TestReadPodsAndObserve(t *testing.T) {
 	m := admindetect.NewMetrics(reg)
 	m.Observe(r)
 	want := `
-# HELP safe_ipam_detect_findings Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, gone-owner).
+# HELP safe_ipam_detect_findings Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, early-release, gone-owner).
 # TYPE safe_ipam_detect_findings gauge
 safe_ipam_detect_findings{kind="annotation-mismatch"} 1
+safe_ipam_detect_findings{kind="early-release"} 0
 safe_ipam_detect_findings{kind="gone-owner"} 0
 safe_ipam_detect_findings{kind="shared-address"} 1
 # HELP safe_ipam_detect_unknown 1 for a kind the last round could not judge (a listing it could not read whole), else 0.
 # TYPE safe_ipam_detect_unknown gauge
 safe_ipam_detect_unknown{kind="annotation-mismatch"} 0
+safe_ipam_detect_unknown{kind="early-release"} 1
 safe_ipam_detect_unknown{kind="gone-owner"} 1
 safe_ipam_detect_unknown{kind="shared-address"} 0
 `

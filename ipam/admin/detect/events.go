@@ -25,6 +25,7 @@ const Component = "safe-ipam-detect"
 var Reasons = map[detect.Kind]string{
 	detect.SharedAddress:      "SharedPodAddress",
 	detect.AnnotationMismatch: "CalicoAnnotationMismatch",
+	detect.EarlyRelease:       "PodAddressReleased",
 	detect.GoneOwner:          "AddressHeldForGonePod",
 }
 

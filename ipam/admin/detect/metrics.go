@@ -23,7 +23,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Findings: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "findings",
-			Help: "Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, gone-owner)."}, []string{"kind"}),
+			Help: "Findings of the last round of the continuous check that judged the kind, by kind (shared-address, annotation-mismatch, early-release, gone-owner)."}, []string{"kind"}),
 		Unknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "unknown",
 			Help: "1 for a kind the last round could not judge (a listing it could not read whole), else 0."}, []string{"kind"}),
 		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "rounds_total",
@@ -37,6 +37,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Findings, m.Unknown, m.Rounds, m.LastRound)
 	return m
+}
+
+// Unregister takes the metrics off reg: an instance that no longer runs
+// the rounds serves none.
+func (m *Metrics) Unregister(reg prometheus.Registerer) {
+	for _, c := range []prometheus.Collector{m.Findings, m.Unknown, m.Rounds, m.LastRound} {
+		reg.Unregister(c)
+	}
 }
 
 // Observe keeps a round's report. A kind the round could not judge keeps

@@ -18,33 +18,30 @@ type Sources struct {
 	Allocations func(ctx context.Context) ([]detect.Allocation, error)
 	Page        int64
 	LeakGrace   time.Duration
-	Metrics     *Metrics
-	Log         *slog.Logger
-	// afterRound, when set, is called once a round is done (the loop's
-	// heartbeat).
-	afterRound func()
+	// Settle is how long a round waits before its second look at what it
+	// suspects (detect.Confirm); 0: no second look, every finding kept.
+	Settle  time.Duration
+	Metrics *Metrics
+	Log     *slog.Logger
 }
 
 // Round reads the pods and Calico's allocations, judges them (a listing
-// that fails makes its kinds unknown, never clean), and reports each
-// finding as a log line and Events, and the round as metrics. gone is the
-// memory of earlier rounds. It reports; it never releases.
+// that fails makes its kinds unknown, never clean), looks again a settle
+// time later at what it suspects, and reports each finding as a log line
+// and Events, and the round as metrics. gone is the memory of earlier
+// rounds. It reports; it never releases.
 func Round(ctx context.Context, s Sources, gone detect.Gone) detect.Report {
 	now := time.Now()
-	ev := detect.Evidence{Now: now, LeakGrace: s.LeakGrace}
-	pods, err := ReadPods(ctx, s.Kube, s.Page)
-	if err != nil {
-		s.Log.Error("the pods could not be read: every kind unknown this round", "error", err)
-	} else {
-		ev.Pods, ev.PodsComplete = pods, true
+	ev, r := s.look(ctx, now, gone)
+	if r.Suspects() && s.Settle > 0 {
+		s.Log.Info("a second look at the findings once they had time to settle", "settle", s.Settle)
+		select {
+		case <-time.After(s.Settle):
+		case <-ctx.Done():
+		}
+		_, again := s.look(ctx, time.Now(), nil)
+		r = detect.Confirm(r, again)
 	}
-	allocs, err := s.Allocations(ctx)
-	if err != nil {
-		s.Log.Error("Calico's allocations could not be read: gone-owner unknown this round", "error", err)
-	} else {
-		ev.Allocs, ev.AllocsComplete = allocs, true
-	}
-	r := detect.Check(ev, gone)
 	for _, f := range r.Findings {
 		s.Log.Warn("finding", "kind", string(f.Kind), "address", f.Address.String(), "pods", f.Pods, "nodes", f.Nodes, "why", f.Why)
 	}
@@ -60,4 +57,22 @@ func Round(ctx context.Context, s Sources, gone detect.Gone) detect.Report {
 		s.Metrics.Observe(r)
 	}
 	return r
+}
+
+// look reads both listings once and judges them.
+func (s Sources) look(ctx context.Context, now time.Time, gone detect.Gone) (detect.Evidence, detect.Report) {
+	ev := detect.Evidence{Now: now, LeakGrace: s.LeakGrace}
+	pods, err := ReadPods(ctx, s.Kube, s.Page)
+	if err != nil {
+		s.Log.Error("the pods could not be read: every kind unknown this round", "error", err)
+	} else {
+		ev.Pods, ev.PodsComplete = pods, true
+	}
+	allocs, err := s.Allocations(ctx)
+	if err != nil {
+		s.Log.Error("Calico's allocations could not be read: early-release and gone-owner unknown this round", "error", err)
+	} else {
+		ev.Allocs, ev.AllocsComplete = allocs, true
+	}
+	return ev, detect.Check(ev, gone)
 }

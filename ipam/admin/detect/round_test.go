@@ -63,3 +63,55 @@ func TestRound(t *testing.T) {
 		t.Errorf("gone-owner unknown: %v, want 1", got)
 	}
 }
+
+// What a round's first look finds of the confirmed kinds is looked at
+// again a settle time later: an early release the second look no longer
+// sees (the listings were read at two instants: a pod that started
+// between them) is not reported; one it sees again is.
+func TestRoundLooksAgain(t *testing.T) {
+	srv := kubetest.Start(t)
+	ctx := context.Background()
+	for _, p := range []struct{ name, ip string }{{"started", "10.0.0.2"}, {"freed", "10.0.0.3"}} {
+		if _, err := srv.RunPod("default", p.name, "n1", p.ip); err != nil {
+			t.Fatal(err)
+		}
+		annotate(t, srv, p.name, p.ip+"/32")
+	}
+	other := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.9"), Handle: "k8s-pod-network.o", Namespace: "default", Pod: "other", Node: "n1"}
+	started := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.2"), Handle: "k8s-pod-network.s", Namespace: "default", Pod: "started", Node: "n1"}
+	looks := 0
+	var log bytes.Buffer
+	s := admindetect.Sources{Kube: srv.Client(), Settle: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&log, nil)),
+		Allocations: func(context.Context) ([]detect.Allocation, error) {
+			looks++
+			if looks == 1 {
+				return []detect.Allocation{other}, nil
+			}
+			return []detect.Allocation{other, started}, nil
+		}}
+	r := admindetect.Round(ctx, s, detect.Gone{})
+	if looks != 2 {
+		t.Fatalf("Calico's allocations read %d times, want 2 (a second look)", looks)
+	}
+	var got []string
+	for _, f := range r.Findings {
+		got = append(got, string(f.Kind)+" "+strings.Join(f.Pods, ","))
+	}
+	if want := "early-release default/freed"; len(got) != 1 || got[0] != want {
+		t.Errorf("findings %v, want [%s]\n%s", got, want, log.String())
+	}
+}
+
+// annotate gives the pod Calico's annotation.
+func annotate(t *testing.T, srv *kubetest.Server, name, value string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := srv.Client().CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations = map[string]string{detect.AnnotationPodIPs: value}
+	if _, err := srv.Client().CoreV1().Pods("default").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
