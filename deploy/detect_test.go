@@ -88,6 +88,9 @@ func TestDetectManifest(t *testing.T) {
 	}; lease.Namespace != "kube-system" || !reflect.DeepEqual(grants(lease.Rules), want) {
 		t.Errorf("Role in %q grants %v; want exactly %v in kube-system", lease.Namespace, grants(lease.Rules), want)
 	}
+	if ru := d.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 {
+		t.Errorf("rolling update %+v; want maxSurge 0 (a surge pod finds its host port taken)", ru)
+	}
 	spec := d.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
 		t.Fatalf("%d containers, want the check's one", len(spec.Containers))

@@ -70,6 +70,9 @@ type Pod struct {
 	// pod has none; AnnotationErr says why one did not parse.
 	Annotated     []netip.Addr
 	AnnotationErr string
+	// NoIPAM: the pod asks Calico for addresses of its own choosing
+	// (ipAddrsNoIpam), which no allocation holds.
+	NoIPAM bool
 }
 
 // Key is the pod's "namespace/name".
@@ -82,6 +85,15 @@ type Allocation struct {
 	Handle         string
 	Namespace, Pod string
 	Node           string
+	// AltNamespace, AltPod: a KubeVirt VM's alternate owner, the target
+	// pod of a live migration, which runs with the address too.
+	AltNamespace, AltPod string
+}
+
+// ownedBy says whether the allocation names the pod as its owner or its
+// alternate owner.
+func (al *Allocation) ownedBy(key string) bool {
+	return al.Namespace+"/"+al.Pod == key || (al.AltPod != "" && al.AltNamespace+"/"+al.AltPod == key)
 }
 
 // Evidence is one period's listings. A listing that did not finish (an
@@ -93,6 +105,10 @@ type Evidence struct {
 	AllocsComplete bool
 	Now            time.Time
 	LeakGrace      time.Duration
+	// Unannotated: Calico's datastore is etcd, where Calico writes no
+	// annotation on pods: annotation-mismatch and early-release do not
+	// apply (Report.NotApplicable), rather than being unknown for ever.
+	Unannotated bool
 }
 
 // Finding is one thing the check reports.
@@ -110,6 +126,13 @@ type Finding struct {
 type Report struct {
 	Findings []Finding
 	Unknown  map[Kind]string
+	// Warming: gone-owner is unknown only because the memory of missing
+	// owners is younger than the leak grace (a restart, a new holder of
+	// the Lease): the round judged all it can yet.
+	Warming bool
+	// NotApplicable are kinds this datastore gives nothing to judge by
+	// (Evidence.Unannotated): neither found nor unknown.
+	NotApplicable []Kind
 }
 
 // Count is how many findings of k the report holds, and whether k was
@@ -128,9 +151,19 @@ func (r Report) Count(k Kind) (n int, known bool) {
 
 // Gone remembers, across periods, since when each allocation's owner
 // pod has been missing from complete listings: the API says that a pod
-// is gone, never since when. A detector that starts again starts with
-// none, so it reports a leak later, never sooner.
-type Gone map[netip.Addr]goneSince
+// is gone, never since when. A detector that starts again (a restart, a
+// new holder of the Lease) starts with none: until its memory spans the
+// leak grace, gone-owner is unknown, never 0.
+type Gone struct {
+	started time.Time
+	owners  map[netip.Addr]goneSince
+}
+
+// NewGone is an empty memory, started at the first check that uses it.
+func NewGone() *Gone { return &Gone{owners: map[netip.Addr]goneSince{}} }
+
+// Len is how many allocations it remembers an owner missing for.
+func (g *Gone) Len() int { return len(g.owners) }
 
 type goneSince struct {
 	owner string
@@ -139,12 +172,15 @@ type goneSince struct {
 
 // Check judges one period's evidence. gone is updated with what this
 // period saw (nil: no memory, no GoneOwner findings).
-func Check(ev Evidence, gone Gone) Report {
+func Check(ev Evidence, gone *Gone) Report {
 	r := Report{Unknown: map[Kind]string{}}
-	if !ev.PodsComplete {
-		for _, k := range Kinds {
-			r.Unknown[k] = "the API server's pods were not all read"
-		}
+	switch {
+	case !ev.PodsComplete:
+		r.unknown(Kinds, "the API server's pods were not all read")
+		return r
+	case len(ev.Pods) == 0:
+		// The check's own pod is one: a listing of none is wrong evidence.
+		r.unknown(Kinds, "the API server lists no pod at all")
 		return r
 	}
 	byKey := make(map[string]*Pod, len(ev.Pods))
@@ -152,24 +188,55 @@ func Check(ev Evidence, gone Gone) Report {
 		byKey[ev.Pods[i].Key()] = &ev.Pods[i]
 	}
 	r.Findings = append(r.Findings, sharedAddresses(ev.Pods)...)
-	r.Findings = append(r.Findings, annotationMismatches(ev.Pods)...)
+	annotated := slices.ContainsFunc(ev.Pods, func(p Pod) bool { return p.Running && p.Annotated != nil })
 	switch {
 	case !ev.AllocsComplete:
-		r.Unknown[EarlyRelease] = "Calico's allocations were not all read"
-		r.Unknown[GoneOwner] = r.Unknown[EarlyRelease]
-		return r
+		r.unknown([]Kind{EarlyRelease, GoneOwner}, "Calico's allocations were not all read")
 	case massEvidence(ev) != "":
-		r.Unknown[EarlyRelease] = massEvidence(ev)
-		r.Unknown[GoneOwner] = massEvidence(ev)
-		return r
+		r.unknown([]Kind{EarlyRelease, GoneOwner}, massEvidence(ev))
 	}
-	r.Findings = append(r.Findings, earlyReleases(ev)...)
-	if gone == nil {
+	if ev.Unannotated {
+		r.NotApplicable = []Kind{AnnotationMismatch, EarlyRelease}
+		r.unknown(r.NotApplicable, "not judged on Calico's etcd datastore, where Calico does not annotate pods")
+	}
+	if !annotated && slices.ContainsFunc(ev.Allocs, func(al Allocation) bool { return al.Pod != "" }) {
+		// Calico annotates pods on its Kubernetes datastore only: on
+		// etcd, two kinds have nothing to judge by.
+		r.unknown([]Kind{AnnotationMismatch, EarlyRelease}, "no running pod carries Calico's annotation while Calico holds addresses for pods (Calico writes it on its Kubernetes datastore only)")
+	}
+	if r.Unknown[AnnotationMismatch] == "" {
+		r.Findings = append(r.Findings, annotationMismatches(ev.Pods)...)
+	}
+	if r.Unknown[EarlyRelease] == "" {
+		r.Findings = append(r.Findings, earlyReleases(ev)...)
+	}
+	switch {
+	case r.Unknown[GoneOwner] != "":
+	case gone == nil:
 		r.Unknown[GoneOwner] = "no memory of earlier periods"
-		return r
+	default:
+		r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
+		if span := ev.Now.Sub(gone.started); span < leakGrace(ev) {
+			r.Warming = true
+			r.Unknown[GoneOwner] = fmt.Sprintf("the memory of missing owners spans %s of the leak grace %s (a restart, or a new holder of the Lease)", span.Round(time.Second), leakGrace(ev))
+		}
 	}
-	r.Findings = append(r.Findings, goneOwners(ev, byKey, gone)...)
 	return r
+}
+
+func (r *Report) unknown(kinds []Kind, why string) {
+	for _, k := range kinds {
+		if r.Unknown[k] == "" {
+			r.Unknown[k] = why
+		}
+	}
+}
+
+func leakGrace(ev Evidence) time.Duration {
+	if ev.LeakGrace <= 0 {
+		return DefaultLeakGrace
+	}
+	return ev.LeakGrace
 }
 
 // Confirm is first with its Confirmed findings kept only where second,
@@ -217,7 +284,7 @@ func earlyReleases(ev Evidence) []Finding {
 	var out []Finding
 	for i := range ev.Pods {
 		p := &ev.Pods[i]
-		if !p.Running || p.Annotated == nil {
+		if !p.Running || p.Annotated == nil || p.NoIPAM {
 			continue
 		}
 		for _, a := range p.Status {
@@ -228,7 +295,7 @@ func earlyReleases(ev Evidence) []Finding {
 			switch al, held := byAddr[a]; {
 			case !held:
 				why = fmt.Sprintf("%s runs with %s, which Calico's datastore does not hold: freed behind its back, the next pod start may be given it", p.Key(), a)
-			case al.Pod != "" && al.Namespace+"/"+al.Pod != p.Key():
+			case al.Pod != "" && !al.ownedBy(p.Key()):
 				why = fmt.Sprintf("%s runs with %s, which Calico holds under %s for %s/%s: given again", p.Key(), a, al.Handle, al.Namespace, al.Pod)
 			}
 			if why != "" {
@@ -327,10 +394,10 @@ func sameSet(a, b []netip.Addr) bool {
 // allocation's node whose status lists the address, or lists none yet
 // (its ADD at work): a StatefulSet pod recreated elsewhere, or with
 // another address, does not hide its former incarnation's leak.
-func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
-	grace := ev.LeakGrace
-	if grace <= 0 {
-		grace = DefaultLeakGrace
+func goneOwners(ev Evidence, byKey map[string]*Pod, gone *Gone) []Finding {
+	grace := leakGrace(ev)
+	if gone.started.IsZero() {
+		gone.started = ev.Now
 	}
 	seen := map[netip.Addr]bool{}
 	var out []Finding
@@ -343,10 +410,10 @@ func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
 			continue
 		}
 		seen[al.Addr] = true
-		g, ok := gone[al.Addr]
+		g, ok := gone.owners[al.Addr]
 		if !ok || g.owner != owner {
 			g = goneSince{owner: owner, since: ev.Now}
-			gone[al.Addr] = g
+			gone.owners[al.Addr] = g
 		}
 		if missing := ev.Now.Sub(g.since); missing >= grace {
 			out = append(out, Finding{Kind: GoneOwner, Address: al.Addr, Pods: []string{owner}, Nodes: []string{al.Node},
@@ -354,9 +421,9 @@ func goneOwners(ev Evidence, byKey map[string]*Pod, gone Gone) []Finding {
 					al.Addr, al.Handle, owner, missing.Round(time.Second), grace)})
 		}
 	}
-	for addr := range gone {
+	for addr := range gone.owners {
 		if !seen[addr] {
-			delete(gone, addr) // released, or its owner is back
+			delete(gone.owners, addr) // released, or its owner is back
 		}
 	}
 	return sorted(out)

@@ -61,7 +61,7 @@ func TestCheck(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tt.ev.Now = now
-		r := detect.Check(tt.ev, detect.Gone{})
+		r := detect.Check(tt.ev, detect.NewGone())
 		if got := brief(r); !slices.Equal(got, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
@@ -95,7 +95,11 @@ func TestEarlyRelease(t *testing.T) {
 		{"freed behind its back", []detect.Pod{pod("a", "n1", "10.0.0.1"), pod("b", "n1", "10.0.0.2")}, held, true, []string{"early-release 10.0.0.2 default/b"}, true},
 		{"held for another pod", []detect.Pod{pod("b", "n1", "10.0.0.1")}, held, true, []string{"early-release 10.0.0.1 default/b"}, true},
 		{"held under no pod's name", []detect.Pod{pod("a", "n1", "10.0.0.1")}, []detect.Allocation{alloc("10.0.0.1", "", "")}, true, nil, true},
-		{"not Calico's pod", []detect.Pod{func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.Annotated = nil; return p }()}, held, true, nil, true},
+		{"not Calico's pod", []detect.Pod{pod("a", "n1", "10.0.0.1"), func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.Annotated = nil; return p }()}, held, true, nil, true},
+		{"addresses of its own (ipAddrsNoIpam)", []detect.Pod{pod("a", "n1", "10.0.0.1"), func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.NoIPAM = true; return p }()}, held, true, nil, true},
+		{"a live migration's target, the alternate owner", []detect.Pod{vmPod("src", "10.0.0.1"), vmPod("dst", "10.0.0.1")},
+			[]detect.Allocation{{Addr: netip.MustParseAddr("10.0.0.1"), Handle: "k8s-pod-network.vmi.x", Namespace: "default", Pod: "src", AltNamespace: "default", AltPod: "dst"}}, true, nil, true},
+		{"no pod carries Calico's annotation (the etcd datastore)", []detect.Pod{func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.Annotated = nil; return p }()}, held, true, nil, false},
 		{"allocations not all read", []detect.Pod{pod("b", "n1", "10.0.0.2")}, held, false, nil, false},
 		{"no allocation at all beside Calico's pods", []detect.Pod{pod("b", "n1", "10.0.0.2")}, nil, true, nil, false},
 	}
@@ -106,6 +110,43 @@ func TestEarlyRelease(t *testing.T) {
 		}
 		if _, known := r.Count(detect.EarlyRelease); known != tt.known {
 			t.Errorf("%s: known %v, want %v", tt.name, known, tt.known)
+		}
+	}
+}
+
+func vmPod(name, addr string) detect.Pod {
+	p := pod(name, "n1", addr)
+	p.VM = "default/vm1"
+	return p
+}
+
+// Evidence that cannot be what runs is never clean: no pod at all makes
+// every kind unknown, and a memory of missing owners younger than the
+// leak grace (a restart, a new holder of the Lease) leaves gone-owner
+// unknown, not 0, until it spans the grace.
+func TestUnknownUntilTheEvidenceCanSpeak(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	live := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.1"), Handle: "k8s-pod-network.a", Namespace: "default", Pod: "a", Node: "n1"}
+	r := detect.Check(detect.Evidence{PodsComplete: true, AllocsComplete: true, Now: now}, detect.NewGone())
+	for _, k := range detect.Kinds {
+		if _, known := r.Count(k); known {
+			t.Errorf("no pod at all: %s known", k)
+		}
+	}
+	unannotated := func() detect.Pod { p := pod("b", "n1", "10.0.0.2"); p.Annotated = nil; return p }()
+	etcd := detect.Check(detect.Evidence{Pods: []detect.Pod{unannotated}, PodsComplete: true, Allocs: []detect.Allocation{live}, AllocsComplete: true, Now: now, Unannotated: true}, nil)
+	if !slices.Equal(etcd.NotApplicable, []detect.Kind{detect.AnnotationMismatch, detect.EarlyRelease}) || len(etcd.Findings) != 0 {
+		t.Errorf("on Calico's etcd datastore: not applicable %v, findings %v; want annotation-mismatch and early-release, none", etcd.NotApplicable, brief(etcd))
+	}
+	gone := detect.NewGone()
+	ev := detect.Evidence{Pods: []detect.Pod{pod("a", "n1", "10.0.0.1")}, PodsComplete: true, Allocs: []detect.Allocation{live}, AllocsComplete: true, LeakGrace: 15 * time.Minute}
+	for _, step := range []struct {
+		at    time.Duration
+		known bool
+	}{{0, false}, {14 * time.Minute, false}, {15 * time.Minute, true}} {
+		ev.Now = now.Add(step.at)
+		if _, known := detect.Check(ev, gone).Count(detect.GoneOwner); known != step.known {
+			t.Errorf("a memory of %s: gone-owner known %v, want %v", step.at, known, step.known)
 		}
 	}
 }
@@ -155,7 +196,7 @@ func TestGoneOwner(t *testing.T) {
 	leak := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.5"), Handle: "k8s-pod-network.abc", Namespace: "default", Pod: "gone", Node: "n1"}
 	live := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.1"), Handle: "k8s-pod-network.def", Namespace: "default", Pod: "a", Node: "n1"}
 	tunnel := detect.Allocation{Addr: netip.MustParseAddr("10.0.0.63"), Handle: "ipip-tunnel-addr-n1", Node: "n1"}
-	gone := detect.Gone{}
+	gone := detect.NewGone()
 	check := func(at time.Duration, pods []detect.Pod, allocs ...detect.Allocation) []string {
 		return brief(detect.Check(detect.Evidence{Pods: pods, PodsComplete: true, Allocs: allocs, AllocsComplete: true, Now: start.Add(at), LeakGrace: 15 * time.Minute}, gone))
 	}
@@ -181,7 +222,7 @@ func TestGoneOwner(t *testing.T) {
 			t.Errorf("at %s: %v, want %v", s.at, got, s.want)
 		}
 	}
-	if got := check(50*time.Minute, running, live); len(got) != 0 || len(gone) != 0 {
+	if got := check(50*time.Minute, running, live); len(got) != 0 || gone.Len() != 0 {
 		t.Errorf("released: %v, remembered %v", got, gone)
 	}
 	r := detect.Check(detect.Evidence{Pods: running, PodsComplete: true, Allocs: []detect.Allocation{leak}, AllocsComplete: false, Now: start.Add(time.Hour)}, gone)
@@ -197,7 +238,7 @@ func TestGoneOwner(t *testing.T) {
 		"no allocation at all": {Pods: running, PodsComplete: true, AllocsComplete: true},
 	} {
 		ev.Now = start.Add(2 * time.Hour)
-		if _, known := detect.Check(ev, detect.Gone{}).Count(detect.GoneOwner); known {
+		if _, known := detect.Check(ev, detect.NewGone()).Count(detect.GoneOwner); known {
 			t.Errorf("%s: owners judged", name)
 		}
 	}

@@ -8,11 +8,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Calico's CNI plugin writes these annotations on each pod it sets up
-// (on its Kubernetes datastore, and on etcd with a kubeconfig).
+// Calico's CNI plugin writes the first two on each pod it sets up on its
+// Kubernetes datastore (the pod holds its workload endpoint); a pod may
+// carry the third, addresses Calico gives it outside its IPAM.
 const (
 	AnnotationPodIP  = "cni.projectcalico.org/podIP"
 	AnnotationPodIPs = "cni.projectcalico.org/podIPs"
+	AnnotationNoIPAM = "cni.projectcalico.org/ipAddrsNoIpam"
 )
 
 // FromPod is what the check reads of a pod: its status's addresses, and
@@ -39,6 +41,7 @@ func FromPod(p *corev1.Pod) Pod {
 		}
 	}
 	out.Annotated, out.AnnotationErr = annotated(p.Annotations)
+	out.NoIPAM = p.Annotations[AnnotationNoIPAM] != ""
 	return out
 }
 

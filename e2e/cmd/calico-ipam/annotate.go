@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -30,7 +31,14 @@ var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 func annotatePod(stdin []byte, k8s podArgs, containerID string, res *current.Result) error {
 	var ips []string
 	for _, ip := range res.IPs {
-		ips = append(ips, ip.Address.String())
+		// One address each (/32, /128), as Calico writes them, not the
+		// block's mask of the result.
+		a, ok := netip.AddrFromSlice(ip.Address.IP)
+		if !ok {
+			return fmt.Errorf("the IPAM result's address %v", ip.Address)
+		}
+		a = a.Unmap()
+		ips = append(ips, netip.PrefixFrom(a, a.BitLen()).String())
 	}
 	if len(ips) == 0 {
 		return nil

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/metrics"
+	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/detect"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeconfig"
 )
@@ -103,7 +105,8 @@ func Run(args []string, stdout, stderr io.Writer) int {
 		return cmd.Fail(err)
 	}
 	s := Sources{Kube: client, Allocations: CalicoAllocations(calico.Settings()), LeakGrace: opts.leakGrace, Settle: opts.settle,
-		Log: slog.New(slog.NewTextHandler(stderr, nil))}
+		Unannotated: calico.Datastore == datastore.Etcd,
+		Log:         slog.New(slog.NewTextHandler(stderr, nil))}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if opts.every == 0 {
@@ -144,6 +147,8 @@ func once(ctx context.Context, s Sources, stdout io.Writer) int {
 	}
 	for _, k := range detect.Kinds {
 		switch why := r.Unknown[k]; {
+		case slices.Contains(r.NotApplicable, k):
+			fmt.Fprintf(stdout, "%s not judged: %s\n", k, why)
 		case k == detect.GoneOwner:
 			fmt.Fprintf(stdout, "%s not judged: it takes rounds --leak-grace apart (--every)\n", k)
 		case why != "":
@@ -177,6 +182,9 @@ func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "safe-ipam detect: serving metrics at %s\n", bound)
 	}
 	rounds := func(ctx context.Context) {
+		if ctx.Err() != nil {
+			return
+		}
 		leading.Store(true)
 		defer leading.Store(false)
 		beat.Beat()
@@ -186,7 +194,7 @@ func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
 			s.Metrics = NewMetrics(reg)
 			defer s.Metrics.Unregister(reg)
 		}
-		gone := detect.Gone{}
+		gone := detect.NewGone()
 		for {
 			rctx, cancel := context.WithTimeout(ctx, o.every+o.settle)
 			Round(rctx, s, gone)

@@ -10,8 +10,9 @@ import (
 	admindetect "github.com/safe-ipam/safe-ipam/ipam/admin/detect"
 )
 
-// safe-ipam detect, once, on Calico's Kubernetes datastore: a clean
-// cluster exits 0, saying gone-owner needs --every; two running pods on
+// safe-ipam detect, once, on Calico's Kubernetes datastore: a cluster of
+// no pod at all is unknown (exit 2: the check's own pod would be one); a
+// clean one exits 0, saying gone-owner needs --every; two running pods on
 // two nodes with one address are a finding (exit 1); an identity the API
 // server refuses the pods makes the kinds unknown (exit 2), never clean.
 func TestDetectOnce(t *testing.T) {
@@ -24,8 +25,14 @@ func TestDetectOnce(t *testing.T) {
 		code := admindetect.Run([]string{"--datastore", "kubernetes", "--kubeconfig", kubeconfig}, &out, &errOut)
 		return code, out.String() + errOut.String()
 	}
+	if code, out := run(srv.Kubeconfig); code != 2 || !strings.Contains(out, "lists no pod at all") {
+		t.Fatalf("a cluster of no pod: exit %d, want 2\n%s", code, out)
+	}
+	if _, err := srv.RunPod("kube-system", "detect", "n1", "10.0.0.9"); err != nil {
+		t.Fatal(err)
+	}
 	if code, out := run(srv.Kubeconfig); code != 0 || !strings.Contains(out, "gone-owner not judged") {
-		t.Fatalf("an empty cluster: exit %d\n%s", code, out)
+		t.Fatalf("a clean cluster: exit %d\n%s", code, out)
 	}
 	for _, p := range []struct{ name, node string }{{"a", "n1"}, {"b", "n2"}} {
 		if _, err := srv.RunPod("default", p.name, p.node, "10.0.0.1"); err != nil {

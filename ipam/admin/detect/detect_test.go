@@ -3,6 +3,7 @@ package detect_test
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,7 @@ func TestReadPodsAndObserve(t *testing.T) {
 	if err != nil || len(pods) != 4 {
 		t.Fatalf("read %d pods (%v), want 4", len(pods), err)
 	}
-	r := detect.Check(detect.Evidence{Pods: pods, PodsComplete: true}, detect.Gone{})
+	r := detect.Check(detect.Evidence{Pods: pods, PodsComplete: true}, detect.NewGone())
 	reg := prometheus.NewRegistry()
 	m := admindetect.NewMetrics(reg)
 	m.Observe(r)
@@ -67,6 +68,16 @@ safe_ipam_detect_unknown{kind="shared-address"} 0
 	}
 	if got := testutil.ToFloat64(m.Rounds.WithLabelValues("unknown")); got != 1 {
 		t.Errorf("rounds with an unknown kind: %v, want 1", got)
+	}
+	// On Calico's etcd datastore two kinds do not apply: no series, and
+	// the round is ok once the rest are known.
+	m.Observe(detect.Report{Unknown: map[detect.Kind]string{detect.AnnotationMismatch: "etcd", detect.EarlyRelease: "etcd"},
+		NotApplicable: []detect.Kind{detect.AnnotationMismatch, detect.EarlyRelease}})
+	if n := testutil.CollectAndCount(m.Findings); n != 2 {
+		t.Errorf("%d findings series on etcd, want 2 (shared-address, gone-owner)", n)
+	}
+	if got := testutil.ToFloat64(m.Rounds.WithLabelValues("ok")); got != 1 {
+		t.Errorf("ok rounds on etcd: %v, want 1", got)
 	}
 
 	// Each finding is an Event on its pods and their nodes; posted again
@@ -107,5 +118,16 @@ safe_ipam_detect_unknown{kind="shared-address"} 0
 	}
 	if pods, err := admindetect.ReadPods(ctx, refused, 0); err == nil {
 		t.Fatalf("an identity that may not list pods read %d pods and no error", len(pods))
+	}
+}
+
+// A round posts Events for at most EventsPerKind findings of a kind.
+func TestEventsPerKindAreBounded(t *testing.T) {
+	var r detect.Report
+	for i := 0; i < admindetect.EventsPerKind+10; i++ {
+		r.Findings = append(r.Findings, detect.Finding{Kind: detect.GoneOwner, Address: netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), Pods: []string{"default/gone"}, Nodes: []string{"n1"}})
+	}
+	if got := len(admindetect.EventsFor(r, nil)); got != admindetect.EventsPerKind {
+		t.Errorf("%d Events for %d findings, want %d (one on the node each)", got, len(r.Findings), admindetect.EventsPerKind)
 	}
 }

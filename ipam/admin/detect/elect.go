@@ -3,10 +3,12 @@ package detect
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,8 +45,14 @@ func (e election) check() error {
 	return nil
 }
 
+// errLostLease ends an instance that held the Lease and lost it: as
+// Kubernetes' own controllers do, it exits, and its restart runs for the
+// Lease again with nothing of the lost term left running.
+var errLostLease = errors.New("this instance lost the Lease: it exits, to run for it again from a clean start")
+
 // run calls lead with a context that ends when this instance no longer
-// holds the Lease, and runs for it again, until ctx ends.
+// holds the Lease; it returns once lead has returned: nil when ctx ended,
+// errLostLease when the Lease was lost.
 func (e election) run(ctx context.Context, client kubernetes.Interface, log *slog.Logger, lead func(context.Context)) error {
 	ns, name, _ := strings.Cut(e.Lease, "/")
 	id := cmp.Or(e.Identity, os.Getenv("POD_NAME"))
@@ -52,13 +60,19 @@ func (e election) run(ctx context.Context, client kubernetes.Interface, log *slo
 		host, _ := os.Hostname()
 		id = fmt.Sprintf("%s_%d", host, os.Getpid())
 	}
+	led := make(chan struct{})
+	var started atomic.Bool
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Client: client.CoordinationV1(),
 			LockConfig: resourcelock.ResourceLockConfig{Identity: id}},
 		LeaseDuration: e.LeaseDuration, RenewDeadline: e.RenewDeadline, RetryPeriod: e.RetryPeriod,
 		ReleaseOnCancel: true, Name: e.Lease,
 		Callbacks: leaderelection.LeaderCallbacks{
+			// client-go runs it in a goroutine of its own, and does not
+			// wait for it: run does.
 			OnStartedLeading: func(ctx context.Context) {
+				started.Store(true)
+				defer close(led)
 				log.Info("this instance holds the Lease: it runs the rounds", "lease", e.Lease, "identity", id)
 				lead(ctx)
 			},
@@ -69,8 +83,15 @@ func (e election) run(ctx context.Context, client kubernetes.Interface, log *slo
 		return fmt.Errorf("--lease %s: %w", e.Lease, err)
 	}
 	log.Info("waiting for the Lease", "lease", e.Lease, "identity", id)
-	for ctx.Err() == nil {
-		elector.Run(ctx)
+	elector.Run(ctx)
+	// A term whose goroutine had not begun when Run returned begins with
+	// its context ended, and lead returns at once; one term per process
+	// (errLostLease) so no two terms share the metrics.
+	if started.Load() {
+		<-led
 	}
-	return nil
+	if ctx.Err() != nil {
+		return nil
+	}
+	return errLostLease
 }

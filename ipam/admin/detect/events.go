@@ -39,16 +39,27 @@ type Event struct {
 	Address string
 }
 
+// EventsPerKind is how many findings of one kind a round posts Events
+// for: a mass of findings (a datastore restored from an old backup) is a
+// log line each and its count in the metrics, not thousands of writes to
+// the API server every period.
+const EventsPerKind = 50
+
 // EventsFor are a report's Events: one on each pod a finding involves
 // that the API server holds (a gone owner has none), and one on each
-// node named, with the finding's evidence as the message.
+// node named, with the finding's evidence as the message; for the first
+// EventsPerKind findings of each kind.
 func EventsFor(r detect.Report, pods []detect.Pod) []Event {
 	byKey := make(map[string]*detect.Pod, len(pods))
 	for i := range pods {
 		byKey[pods[i].Key()] = &pods[i]
 	}
 	var out []Event
+	posted := map[detect.Kind]int{}
 	for _, f := range r.Findings {
+		if posted[f.Kind]++; posted[f.Kind] > EventsPerKind {
+			continue
+		}
 		reason := Reasons[f.Kind]
 		msg := fmt.Sprintf("%s %s: %s", f.Kind, f.Address, f.Why)
 		nodes := map[string]bool{}
@@ -91,7 +102,8 @@ func post(ctx context.Context, client kubernetes.Interface, e Event, now time.Ti
 	// The UID too: a pod recreated under its name is another object,
 	// whose Events kubectl describe finds by its UID.
 	sum := sha256.Sum256([]byte(e.Object.Kind + "/" + e.Object.Namespace + "/" + e.Object.Name + "/" + string(e.Object.UID) + "/" + e.Reason + "/" + e.Address))
-	name := e.Object.Name + "." + hex.EncodeToString(sum[:8])
+	// A name is at most 253 characters; the hash keeps it one object's.
+	name := e.Object.Name[:min(len(e.Object.Name), 253-17)] + "." + hex.EncodeToString(sum[:8])
 	ts := metav1.NewTime(now)
 	events := client.CoreV1().Events(ns)
 	// Read first: a finding that stands is an Event that exists, and

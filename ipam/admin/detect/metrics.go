@@ -1,6 +1,8 @@
 package detect
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/safe-ipam/safe-ipam/ipam/detect"
@@ -27,9 +29,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Unknown: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "unknown",
 			Help: "1 for a kind the last round could not judge (a listing it could not read whole), else 0."}, []string{"kind"}),
 		Rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "rounds_total",
-			Help: "Rounds of the continuous check, by result (ok: every kind judged; unknown: some could not be)."}, []string{"result"}),
+			Help: "Rounds of the continuous check, by result (ok: every kind judged, but gone-owner while its memory is younger than the leak grace; unknown: some could not be)."}, []string{"result"}),
 		LastRound: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "safe_ipam", Subsystem: "detect", Name: "last_success_timestamp_seconds",
-			Help: "When a round of the continuous check last judged every kind (Unix time)."}),
+			Help: "When a round of the continuous check last ended ok (Unix time)."}),
 	}
 	for _, k := range detect.Kinds {
 		m.Unknown.WithLabelValues(string(k)).Set(1)
@@ -54,13 +56,20 @@ func (m *Metrics) Observe(r detect.Report) {
 	result := "ok"
 	for _, k := range detect.Kinds {
 		n, known := r.Count(k)
+		if slices.Contains(r.NotApplicable, k) {
+			m.Findings.DeleteLabelValues(string(k))
+			m.Unknown.DeleteLabelValues(string(k))
+			continue
+		}
 		if known {
 			m.Findings.WithLabelValues(string(k)).Set(float64(n))
 			m.Unknown.WithLabelValues(string(k)).Set(0)
 			continue
 		}
 		m.Unknown.WithLabelValues(string(k)).Set(1)
-		result = "unknown"
+		if !(k == detect.GoneOwner && r.Warming) {
+			result = "unknown"
+		}
 	}
 	m.Rounds.WithLabelValues(result).Inc()
 	if result == "ok" {

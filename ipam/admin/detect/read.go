@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/safe-ipam/safe-ipam/ipam/admin/snapshot"
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 	"github.com/safe-ipam/safe-ipam/ipam/detect"
 )
@@ -48,7 +49,9 @@ func ReadPods(ctx context.Context, client kubernetes.Interface, page int64) ([]d
 func Allocations(snap *snapshot.Snapshot) []detect.Allocation {
 	out := make([]detect.Allocation, 0, snap.Allocations.Len())
 	for _, al := range snap.Allocations.All() {
-		out = append(out, detect.Allocation{Addr: al.Addr, Handle: al.Handle, Namespace: al.Namespace, Pod: al.Pod, Node: al.Node})
+		alt := al.Alternate()
+		out = append(out, detect.Allocation{Addr: al.Addr, Handle: al.Handle, Namespace: al.Namespace, Pod: al.Pod, Node: al.Node,
+			AltNamespace: alt[calico.AttrNamespace], AltPod: alt[calico.AttrPod]})
 	}
 	return out
 }

@@ -18,6 +18,8 @@ type Sources struct {
 	Allocations func(ctx context.Context) ([]detect.Allocation, error)
 	Page        int64
 	LeakGrace   time.Duration
+	// Unannotated: Calico's datastore is etcd (detect.Evidence).
+	Unannotated bool
 	// Settle is how long a round waits before its second look at what it
 	// suspects (detect.Confirm); 0: no second look, every finding kept.
 	Settle  time.Duration
@@ -30,7 +32,7 @@ type Sources struct {
 // time later at what it suspects, and reports each finding as a log line
 // and Events, and the round as metrics. gone is the memory of earlier
 // rounds. It reports; it never releases.
-func Round(ctx context.Context, s Sources, gone detect.Gone) detect.Report {
+func Round(ctx context.Context, s Sources, gone *detect.Gone) detect.Report {
 	now := time.Now()
 	ev, r := s.look(ctx, now, gone)
 	if r.Suspects() && s.Settle > 0 {
@@ -60,8 +62,8 @@ func Round(ctx context.Context, s Sources, gone detect.Gone) detect.Report {
 }
 
 // look reads both listings once and judges them.
-func (s Sources) look(ctx context.Context, now time.Time, gone detect.Gone) (detect.Evidence, detect.Report) {
-	ev := detect.Evidence{Now: now, LeakGrace: s.LeakGrace}
+func (s Sources) look(ctx context.Context, now time.Time, gone *detect.Gone) (detect.Evidence, detect.Report) {
+	ev := detect.Evidence{Now: now, LeakGrace: s.LeakGrace, Unannotated: s.Unannotated}
 	pods, err := ReadPods(ctx, s.Kube, s.Page)
 	if err != nil {
 		s.Log.Error("the pods could not be read: every kind unknown this round", "error", err)

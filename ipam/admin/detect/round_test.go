@@ -37,7 +37,7 @@ func TestRound(t *testing.T) {
 	m := admindetect.NewMetrics(prometheus.NewRegistry())
 	s := admindetect.Sources{Kube: srv.Client(), LeakGrace: time.Nanosecond, Metrics: m, Log: slog.New(slog.NewTextHandler(&log, nil)),
 		Allocations: func(context.Context) ([]detect.Allocation, error) { return []detect.Allocation{leak, live}, readErr }}
-	gone := detect.Gone{}
+	gone := detect.NewGone()
 	if n, _ := admindetect.Round(ctx, s, gone).Count(detect.GoneOwner); n != 0 {
 		t.Fatalf("the first round that misses the owner reports it: %d", n)
 	}
@@ -89,7 +89,7 @@ func TestRoundLooksAgain(t *testing.T) {
 			}
 			return []detect.Allocation{other, started}, nil
 		}}
-	r := admindetect.Round(ctx, s, detect.Gone{})
+	r := admindetect.Round(ctx, s, detect.NewGone())
 	if looks != 2 {
 		t.Fatalf("Calico's allocations read %d times, want 2 (a second look)", looks)
 	}

@@ -47,6 +47,7 @@ func (m ConflistMode) Install(n Node, self string) (*Plan, error) {
 			if err := requireSum(c.Path); err != nil {
 				return nil, err
 			}
+			l.steadyAgain(p, c)
 			continue
 		}
 		if err := keepOriginal(p, c.Path); err != nil {
@@ -153,14 +154,26 @@ func (l *leaving) route(p *Plan, action string, c *cninode.Conf, path string, pe
 	return nil
 }
 
-// finish ends the switch: the pause for the runtimes, calico-ipam back,
-// the configs in their steady form.
+// switchWaits is how many Node.ReloadWait a switch pauses before
+// calico-ipam goes back: a call that read Calico's config before the
+// pause reaches calico-ipam only after its main plugin's own work (on the
+// Kubernetes datastore a DEL asks the API server first), which the pause
+// must outlast. One switch per node, once: 10 seconds with the default.
+const switchWaits = 5
+
+// finish ends the switch: the pause for the runtimes and the calls under
+// way, calico-ipam back, the configs in their steady form.
 func (l *leaving) finish(p *Plan, reload time.Duration) {
 	if l == nil {
 		return
 	}
 	if reload > 0 {
-		p.add(Step{Path: l.restore[0].Path, Action: fmt.Sprintf("wait %s for the runtimes to read the routed configs", reload), pause: reload})
+		at := l.restore[0].Path
+		if len(l.steady) > 0 {
+			at = l.steady[0].Path // the pause syncs its dir: the configs' renames land first
+		}
+		wait := switchWaits * reload
+		p.add(Step{Path: at, Action: fmt.Sprintf("wait %s for the runtimes to read the routed configs, and the calls under way to end", wait), pause: wait})
 	}
 	p.Steps = append(p.Steps, l.restore...)
 	p.Steps = append(p.Steps, l.steady...)
@@ -264,17 +277,44 @@ func namesSafeIPAM(c *cninode.Conf) bool {
 // stillRouted says whether the file at path is exactly what install made
 // of the original it kept.
 func stillRouted(path string) (bool, error) {
-	orig := cninode.ReadConf(backupPath(path))
-	if orig.Err != nil {
-		return false, nil
-	}
-	want, err := routeThroughSafeIPAM(orig)
-	if err != nil {
-		return false, nil
-	}
 	cur, err := bounded.Read(path, bounded.Small)
 	if err != nil {
 		return false, fmt.Errorf("reading %w", err)
 	}
-	return bytes.Equal(cur, want), nil
+	steady, moving := routedForms(path)
+	return steady != nil && (bytes.Equal(cur, steady) || bytes.Equal(cur, moving)), nil
+}
+
+// routedForms are what install makes of the original kept for path: its
+// steady form, and the form a switch from takeover writes first (nil,
+// nil when the original does not read).
+func routedForms(path string) (steady, moving []byte) {
+	orig := cninode.ReadConf(backupPath(path))
+	if orig.Err != nil {
+		return nil, nil
+	}
+	steady, err := routeThroughSafeIPAM(orig)
+	if err != nil {
+		return nil, nil
+	}
+	if moving, err = routeWhileLeavingTakeover(orig); err != nil {
+		return nil, nil
+	}
+	return steady, moving
+}
+
+// steadyAgain plans the steady form of a config a switch from takeover
+// left in its first form (the run was cut short, in its pause or after):
+// at once when calico-ipam is Calico's again (l nil), else once it is.
+func (l *leaving) steadyAgain(p *Plan, c *cninode.Conf) {
+	steady, moving := routedForms(c.Path)
+	if moving == nil || !bytes.Equal(c.Raw, moving) {
+		return
+	}
+	s := writeStep("route calico-ipam through safe-ipam in its steady form (a switch from takeover was cut short)", c.Path, steady, c.Perm)
+	if l == nil {
+		p.add(s)
+		return
+	}
+	l.steady = append(l.steady, s)
 }

@@ -25,17 +25,7 @@ func TestASwitchFromTakeoverRoutesEveryCallThroughSafeIPAM(t *testing.T) {
 	for _, m := range []Mode{ConflistMode{SwitchFromTakeover: true}, OwnConflistMode{SwitchFromTakeover: true}} {
 		t.Run(m.Name(), func(t *testing.T) {
 			f := newFixture(t)
-			if _, err := Install(f.node, TakeoverMode{}, f.self, false); err != nil {
-				t.Fatal(err)
-			}
-			f.node.ReloadWait = time.Millisecond
-			p, err := m.Install(f.node, f.self)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range p.Steps {
-				must(t, p.Steps[i].stage())
-			}
+			p := stagedSwitch(t, f, m)
 			held := []string{firstConf(t, f)}
 			for i := range p.Steps {
 				s := &p.Steps[i]
@@ -113,4 +103,70 @@ func reachesCalicoThroughSafeIPAM(f *fixture, raw string) error {
 		return nil
 	}
 	return fmt.Errorf("no Calico plugin in %s", raw)
+}
+
+// A switch cut short (the install killed in its pause, or after
+// calico-ipam went back) leaves configs in their first form: the next
+// install (a watch's too, once calico-ipam is Calico's) gives them their
+// steady form, and uninstall takes them off, back to Calico's files.
+func TestASwitchCutShortIsFinishedOrUndone(t *testing.T) {
+	for _, m := range []Mode{ConflistMode{SwitchFromTakeover: true}, OwnConflistMode{SwitchFromTakeover: true}} {
+		for _, cut := range []string{"in the pause", "after calico-ipam went back"} {
+			t.Run(m.Name()+", "+cut, func(t *testing.T) {
+				f := newFixture(t)
+				calico := f.snapshot(t)
+				p := stagedSwitch(t, f, m)
+				restored := false
+				for i := range p.Steps {
+					s := &p.Steps[i]
+					if (cut == "in the pause" && s.pause > 0) || (restored && s.rename == "") {
+						break
+					}
+					must(t, s.commit())
+					restored = restored || s.rename != ""
+				}
+				p.discard()
+				again := m
+				if restored {
+					again, _ = ModeNamed(m.Name()) // a watch's install: no switch
+				}
+				if _, err := Install(f.node, again, f.self, false); err != nil {
+					t.Fatalf("install after the cut: %v", err)
+				}
+				protected := conflistProtected
+				if m.Name() == ModeOwnConflist {
+					protected = ownConflistProtected
+				}
+				if err := protected(t, f); err != nil {
+					t.Fatalf("after the cut and an install: %v", err)
+				}
+				for _, name := range ModeNames {
+					um, err := ModeNamed(name)
+					must(t, err)
+					if _, err := Uninstall(f.node, um, false); err != nil {
+						t.Fatalf("%s uninstall: %v", name, err)
+					}
+				}
+				assertSame(t, "after uninstall", f.snapshot(t), calico)
+			})
+		}
+	}
+}
+
+// stagedSwitch installs takeover mode on f, then plans m's switch from it
+// and stages every step, for the test to land them one at a time.
+func stagedSwitch(t *testing.T, f *fixture, m Mode) *Plan {
+	t.Helper()
+	if _, err := Install(f.node, TakeoverMode{}, f.self, false); err != nil {
+		t.Fatal(err)
+	}
+	f.node.ReloadWait = time.Millisecond
+	p, err := m.Install(f.node, f.self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range p.Steps {
+		must(t, p.Steps[i].stage())
+	}
+	return p
 }

@@ -177,6 +177,10 @@ func installBinary(p *Plan, path, self string) error {
 func uninstallFile(p *Plan, path string, ours func() (bool, error)) ([]string, error) {
 	orig, absent := exists(backupPath(path)), exists(absentPath(path))
 	if !orig && !absent {
+		if exists(sumPath(path)) {
+			// A restore cut short between its rename and this.
+			p.add(removeStep("drop the original's SHA-256, left by a restore cut short", sumPath(path)))
+		}
 		return nil, nil
 	}
 	var notes []string
