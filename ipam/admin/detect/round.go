@@ -35,6 +35,7 @@ type Sources struct {
 func Round(ctx context.Context, s Sources, gone *detect.Gone) detect.Report {
 	now := time.Now()
 	ev, r := s.look(ctx, now, gone)
+	ev.Allocs = nil // judged: only the pods are needed on, for the Events
 	if r.Suspects() && s.Settle > 0 {
 		s.Log.Info("a second look at the findings once they had time to settle", "settle", s.Settle)
 		select {
