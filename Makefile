@@ -19,7 +19,7 @@ TOOLS := github.com/containernetworking/cni/cnitool \
          github.com/containernetworking/plugins/plugins/main/loopback \
          github.com/containernetworking/plugins/plugins/ipam/host-local
 
-.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries helm lint demo bench scale scale-audit chaos clean
+.PHONY: all build image tools test unit e2e e2e-runtime e2e-kubernetes e2e-cluster kube-binaries helm lint demo bench scale scale-audit scale-detect chaos clean
 
 all: build
 
@@ -150,3 +150,13 @@ scale:
 AUDIT ?= 1000000
 scale-audit:
 	$(GO) run ./e2e/cmd/scale -audit $(AUDIT)
+
+# One round of `safe-ipam detect` (the cluster-wide check: one instance
+# per cluster, every 2 minutes) against NODES x PODS running pods in a real
+# kube-apiserver and their addresses in Calico's DATASTORE (a real etcd,
+# or the API server's CRDs): requests, bytes, wall time and peak RSS, and
+# the load at its period extrapolated to 5,000 x 100 (docs/performance.md).
+# NODES=5000 PODS=100 measures 500,000 pods directly (slow: planting them
+# takes most of the time).
+scale-detect:
+	$(GO) run ./e2e/cmd/scale -detect -datastore $(DATASTORE) -nodes $(NODES) -pods $(PODS)

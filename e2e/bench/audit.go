@@ -77,7 +77,7 @@ func MeasureAudit(ctx context.Context, cli *clientv3.Client, endpoint, binDir, d
 	if rep.Summary.Allocations < n {
 		return nil, fmt.Errorf("audit saw %d allocations, seeded %d", rep.Summary.Allocations, n)
 	}
-	rss, err := readPeakRSS(rssFile)
+	rss, err := ReadPeakRSS(rssFile)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func SeedAudit(ctx context.Context, cli *clientv3.Client, n int) error {
 	base := netip.MustParseAddr("10.128.0.0")
 	now := time.Now().UTC()
 	for start := 0; start < n; start += 64 {
-		cidr := netip.PrefixFrom(addOffset(base, start), 26)
+		cidr := netip.PrefixFrom(AddOffset(base, start), 26)
 		b, err := calico.NewBlock(cidr, uint64(now.UnixNano()))
 		if err != nil {
 			return err
@@ -138,7 +138,8 @@ func calicoResult(ip netip.Addr, block netip.Prefix) ([]byte, error) {
 		Routes: []*types.Route{{Dst: net.IPNet{IP: block.Addr().AsSlice(), Mask: mask}}}})
 }
 
-func addOffset(a netip.Addr, off int) netip.Addr {
+// AddOffset is the IPv4 address off addresses after a.
+func AddOffset(a netip.Addr, off int) netip.Addr {
 	b := a.As4()
 	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	v += uint32(off)

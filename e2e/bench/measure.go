@@ -343,10 +343,10 @@ func (r *rig) measured(cmd *exec.Cmd) {
 	cmd.Path = cmd.Args[0]
 }
 
-func (r *rig) peakRSS() (int64, error) { return readPeakRSS(filepath.Join(r.dir, "peakrss")) }
+func (r *rig) peakRSS() (int64, error) { return ReadPeakRSS(filepath.Join(r.dir, "peakrss")) }
 
-// readPeakRSS reads the KiB peakrss wrote to path.
-func readPeakRSS(path string) (int64, error) {
+// ReadPeakRSS reads the KiB peakrss wrote to path.
+func ReadPeakRSS(path string) (int64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err

@@ -120,11 +120,15 @@ func (c *etcdCluster) forget(ctx context.Context, i int, limit time.Duration) (t
 }
 
 // inParallel runs do for 0..n-1, eight at a time; the first error wins.
-func inParallel(n int, do func(i int) error) error {
+func inParallel(n int, do func(i int) error) error { return concurrently(n, 8, do) }
+
+// concurrently runs do for 0..n-1, workers at a time; the first error
+// wins.
+func concurrently(n, workers int, do func(i int) error) error {
 	errs := make(chan error, n)
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range 8 {
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -216,43 +216,66 @@ func (c *kubeCluster) forget(context.Context, int, time.Duration) (time.Duration
 	return 0, nil
 }
 
-// served reads the API server's /metrics: the requests for Nodes and
-// Calico's resources (crd.projectcalico.org), and the bytes of their
+// served reads what the API server served safe-ipam: the requests for
+// Nodes and Calico's resources (crd.projectcalico.org), its claims, the
+// sweeps' Lease and doctor's access reviews, and the bytes of their
 // responses. Its own requests (leases, its controllers) are not counted.
 func (c *kubeCluster) served(ctx context.Context) (Served, error) {
-	raw, err := c.srv.Client().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return Served{}, fmt.Errorf("the API server's metrics: %w", err)
-	}
+	by, err := apiServed(ctx, c.srv)
 	var s Served
+	for res, v := range by {
+		if safeIPAMs(res) {
+			s = s.Add(v)
+		}
+	}
+	return s, err
+}
+
+// apiResource is a group and resource the API server counts requests of.
+type apiResource struct{ group, resource string }
+
+// apiServed reads the API server's /metrics: by group and resource, its
+// requests (apiserver_request_total) and the bytes of their responses
+// (apiserver_response_sizes, of GETs and LISTs).
+func apiServed(ctx context.Context, srv *kubetest.Server) (map[apiResource]Served, error) {
+	raw, err := srv.Client().Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the API server's metrics: %w", err)
+	}
+	by := map[apiResource]Served{}
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		name, labels, value, ok := sample(sc.Text())
-		if !ok || !safeIPAMs(labels) {
+		if !ok {
 			continue
 		}
+		res := apiResource{labels["group"], labels["resource"]}
+		s := by[res]
 		switch name {
 		case "apiserver_request_total":
 			s.Requests += value
 		case "apiserver_response_sizes_sum":
 			s.Bytes += value
+		default:
+			continue
 		}
+		by[res] = s
 	}
-	return s, sc.Err()
+	return by, sc.Err()
 }
 
-// safeIPAMs says whether a request counter's labels are of what
-// safe-ipam asks on this datastore: Nodes, Calico's resources, its
-// AddressClaims, the sweeps' Lease, doctor's access reviews.
-func safeIPAMs(labels map[string]string) bool {
-	switch labels["group"] {
+// safeIPAMs says whether requests for res are of what safe-ipam asks on
+// this datastore: Nodes, Calico's resources, its AddressClaims, the
+// sweeps' Lease, doctor's access reviews.
+func safeIPAMs(res apiResource) bool {
+	switch res.group {
 	case calico.KDDGroup, claims.Group, "authorization.k8s.io":
 		return true
 	case "coordination.k8s.io":
-		return labels["resource"] == "leases"
+		return res.resource == "leases"
 	case "":
-		return labels["resource"] == "nodes"
+		return res.resource == "nodes"
 	}
 	return false
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	admindetect "github.com/safe-ipam/safe-ipam/ipam/admin/detect"
 	"github.com/safe-ipam/safe-ipam/ipam/admin/install"
 	"github.com/safe-ipam/safe-ipam/ipam/calico/datastore"
 )
@@ -142,4 +143,140 @@ func (r *Result) WriteTable(w io.Writer) {
 		target += fmt.Sprintf(", <= %.0f MB/s", TargetMBs)
 	}
 	fmt.Fprintf(w, "\nat 5000 x 100, bound: %.1f requests/s, %.3f MB/s: %s the target (%s)\n", big.Requests, big.MBs, verdict, target)
+}
+
+// DetectPeriod is safe-ipam detect's --every in its Deployment: one
+// round a period, by the one elected instance of the cluster.
+const DetectPeriod = 2 * time.Minute
+
+// calicoScanPage is the page of Calico's datastore scan
+// (datastore.EtcdStore's keys, datastore.KubeStore's objects).
+const calicoScanPage = 2000
+
+// DetectTargetKiB is issue 47's bound on the instance's memory at
+// 500,000 pods.
+const DetectTargetKiB = 1 << 20
+
+// podPages are the requests of the round's listing of pods pods, 500 a
+// page.
+func podPages(pods int) float64 { return max(1, math.Ceil(float64(pods)/admindetect.DefaultPage)) }
+
+// calicoItems are the objects of Calico's IPAM data at nodes x pods: a
+// handle per pod, each block and its affinity.
+func (r *DetectResult) calicoItems(nodes, pods int) (handles, blocks float64) {
+	size := 1 << (32 - r.Opts.BlockSize)
+	return float64(nodes * pods), float64(nodes * ((pods + size - 1) / size))
+}
+
+// calicoRequests are the requests of Calico's scan at nodes x pods. On
+// the Kubernetes datastore, a page of 2,000 objects a request, each of
+// the three resources listed apart. On etcd one scan of its keys, each
+// request over a window of about a page (package etcdrange), which holds
+// fewer keys than a page as often as not: the measured requests grow
+// with the keys.
+func (r *DetectResult) calicoRequests(nodes, pods int) float64 {
+	if r.Opts.Datastore == datastore.Kubernetes {
+		return r.Calico.Requests - r.kddPages(r.Opts.Nodes, r.Opts.Pods) + r.kddPages(nodes, pods)
+	}
+	handles, blocks := r.calicoItems(nodes, pods)
+	h0, b0 := r.calicoItems(r.Opts.Nodes, r.Opts.Pods)
+	return r.Calico.Requests * (handles + 2*blocks) / (h0 + 2*b0)
+}
+
+// kddPages are the pages of Calico's three resources listed apart, at
+// least one each.
+func (r *DetectResult) kddPages(nodes, pods int) float64 {
+	handles, blocks := r.calicoItems(nodes, pods)
+	page := func(items float64) float64 { return max(1, math.Ceil(items/calicoScanPage)) }
+	return page(handles) + 2*page(blocks)
+}
+
+// Extrapolate is one round at nodes x pods from the measured one:
+//
+//	requests = e + p - pages(N0·P0) + pages(N·P) + c(N,P)
+//	bytes    = b · N·P / (N0·P0)
+//
+// with p the measured listing of pods, pages(n) its pages of 500; e the
+// Events (none on a clean cluster); c Calico's scan (on the Kubernetes
+// datastore its measured requests less its pages of 2,000 at the
+// measured size, plus those at N x P; on etcd its measured requests grown
+// with its keys); b the round's bytes: each listing reads what grows with
+// the pods and their addresses. One instance per cluster: nothing grows
+// with N². Per second, both are divided by DetectPeriod.
+func (r *DetectResult) Extrapolate(nodes, pods int) Served {
+	return r.PodsAt(nodes, pods).Add(r.CalicoAt(nodes, pods))
+}
+
+// PodsAt is the round's part at nodes x pods that the API server serves
+// on either datastore: the listing of the pods, and the Events.
+func (r *DetectResult) PodsAt(nodes, pods int) Served {
+	served := r.PodList.Add(r.Events)
+	return Served{Requests: served.Requests - podPages(r.Opts.Nodes*r.Opts.Pods) + podPages(nodes*pods), Bytes: served.Bytes * r.growth(nodes, pods)}
+}
+
+// CalicoAt is the round's scan of Calico's IPAM data at nodes x pods.
+func (r *DetectResult) CalicoAt(nodes, pods int) Served {
+	return Served{Requests: r.calicoRequests(nodes, pods), Bytes: r.Calico.Bytes * r.growth(nodes, pods)}
+}
+
+// growth is how many times the measured pods nodes x pods are.
+func (r *DetectResult) growth(nodes, pods int) float64 {
+	return float64(nodes*pods) / float64(r.Opts.Nodes*r.Opts.Pods)
+}
+
+// WriteTable prints the round measured, the formula and the
+// extrapolations.
+func (r *DetectResult) WriteTable(w io.Writer) {
+	o := r.Opts
+	fmt.Fprintf(w, "detect (%s): %d nodes x %d pods: %d running pods (%d bytes each as JSON), %d allocations in %d /%d blocks; one round of `safe-ipam detect` (the admin binary, once), as the elected instance runs it every %s\n",
+		o.Datastore, o.Nodes, o.Pods, r.Pods, r.PodBytes, r.Allocations, r.Blocks, o.BlockSize, DetectPeriod)
+	fmt.Fprintf(w, "\nmeasured on %s:\n", r.About)
+	fmt.Fprintf(w, "  %-50s %10s %12s\n", "", "requests", "bytes")
+	row := func(what string, s Served) { fmt.Fprintf(w, "  %-50s %10.0f %12.0f\n", what, s.Requests, s.Bytes) }
+	row(fmt.Sprintf("the pods (LIST, %d a page)", admindetect.DefaultPage), r.PodList)
+	row("Events (none on a clean cluster)", r.Events)
+	row("Calico's IPAM data (one scan)", r.Calico)
+	row("the round", r.Round())
+	verdict := "clean"
+	if r.Exit != 0 {
+		verdict = "NOT clean:\n" + r.Output
+	}
+	fmt.Fprintf(w, "  the round took %.1f s; peak RSS %d MiB (%.2f KiB a pod); exit %d, %s\n", r.Seconds, r.PeakRSSKiB>>10, float64(r.PeakRSSKiB)/float64(max(r.Pods, 1)), r.Exit, verdict)
+	round := r.Round()
+	fmt.Fprintf(w, "\nformula (N nodes, P pods each; T = %s, one instance per cluster):\n", DetectPeriod)
+	fmt.Fprintf(w, "  requests/round = %.0f - %.0f + pages(N*P) + c(N,P),  bytes/round = %.0f * N*P/%d;  per second: / T\n",
+		r.Events.Requests+r.PodList.Requests, podPages(o.Nodes*o.Pods), round.Bytes, o.Nodes*o.Pods)
+	handles, blocks := r.calicoItems(o.Nodes, o.Pods)
+	if o.Datastore == datastore.Kubernetes {
+		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f - %.0f + one per %d IPAMHandles, IPAMBlocks and BlockAffinities, each listed apart)\n\n",
+			admindetect.DefaultPage, r.Calico.Requests, r.kddPages(o.Nodes, o.Pods), calicoScanPage)
+	} else {
+		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f * K/%.0f, K the keys of Calico's IPAM data: a handle per pod, each block and its affinity)\n\n",
+			admindetect.DefaultPage, r.Calico.Requests, handles+2*blocks)
+	}
+	fmt.Fprintf(w, "  %-22s %16s %10s %12s %10s\n", "cluster", "requests/round", "MB/round", "requests/s", "MB/s")
+	t := DetectPeriod.Seconds()
+	for i, c := range [][2]int{{o.Nodes, o.Pods}, {500, 30}, {1000, 50}, {5000, 100}} {
+		if i > 0 && c == [2]int{o.Nodes, o.Pods} {
+			continue
+		}
+		s := r.Extrapolate(c[0], c[1])
+		fmt.Fprintf(w, "  %-22s %16.0f %10.1f %12.2f %10.3f\n", fmt.Sprintf("%d nodes x %d pods", c[0], c[1]), s.Requests, s.Bytes/1e6, s.Requests/t, s.Bytes/1e6/t)
+	}
+	p, c := r.PodsAt(5000, 100).Div(t), r.CalicoAt(5000, 100).Div(t)
+	calicoServer := "its etcd"
+	if o.Datastore == datastore.Kubernetes {
+		calicoServer = "the API server"
+	}
+	fmt.Fprintf(w, "  at 5000 x 100, per second: the pods %.2f requests, %.3f MB from the API server; Calico's scan %.2f requests, %.3f MB from %s\n",
+		p.Requests, p.Bytes/1e6, c.Requests, c.Bytes/1e6, calicoServer)
+	if r.Pods >= 500_000 {
+		verdict := "meets"
+		if r.PeakRSSKiB >= DetectTargetKiB {
+			verdict = "MISSES"
+		}
+		fmt.Fprintf(w, "\nat %d pods, peak RSS %d MiB: %s the target (under 1 GiB at 500,000 pods)\n", r.Pods, r.PeakRSSKiB>>10, verdict)
+	} else {
+		fmt.Fprintf(w, "\nthe memory target (under 1 GiB at 500,000 pods) is measured at that size: -detect -nodes 5000 -pods 100\n")
+	}
 }

@@ -9,7 +9,10 @@
 // periods changed): install, the watch and its readiness probe, gc. The
 // datastore's own counters say what it served each, and the report
 // extrapolates the steady state to 1,000 and 5,000 nodes with its
-// formula. Its small configurations run in `make test` (scale_test.go).
+// formula. MeasureDetect is `make scale-detect`: one round of the
+// cluster-wide check, safe-ipam detect, against N x P running pods in a
+// real kube-apiserver and their addresses in Calico's datastore. Its
+// small configurations run in `make test` (scale_test.go).
 package scale
 
 import (

@@ -2,6 +2,7 @@ package scale_test
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ func TestMain(m *testing.M) {
 		bin = dir
 		return gobuild.Build{Out: dir + string(filepath.Separator), Pkgs: []string{"github.com/safe-ipam/safe-ipam/plugin/safe-ipam",
 			"github.com/safe-ipam/safe-ipam/plugin/safe-ipam-etcd", "github.com/safe-ipam/safe-ipam/plugin/safe-ipam-admin",
-			"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam"}}.Run(ctx)
+			"github.com/safe-ipam/safe-ipam/e2e/cmd/calico-ipam", "github.com/safe-ipam/safe-ipam/e2e/cmd/peakrss"}}.Run(ctx)
 	}}).Main(m)
 }
 
@@ -93,5 +94,59 @@ func TestScaleSmallKubernetes(t *testing.T) {
 	}
 	if res.Watch.Requests == 0 || res.Watch.Requests > 2 || res.Check.Requests <= res.Watch.Requests {
 		t.Errorf("a later full check of the watch made %v requests, the first %v; want the Node and one block (2), fewer than the first", res.Watch.Requests, res.Check.Requests)
+	}
+}
+
+// make scale-detect's small configuration, on both datastores: one round
+// of safe-ipam detect (the admin binary, once) against 600 running pods
+// on 20 nodes, their addresses in Calico's /28 blocks (two a node). The
+// planted cluster is clean (exit 0, no Event posted); the round lists
+// the pods a page of 500 at a time and Calico's IPAM data in one scan
+// (etcd: one range; the Kubernetes datastore: one list of each of its
+// three resources); the extrapolation adds a request a page, and on etcd
+// grows Calico's scan with its keys (issue 47's cost). Its peak RSS is
+// reported, not judged: the target is at 500,000 pods.
+func TestDetectSmall(t *testing.T) {
+	for _, ds := range []struct {
+		name        string
+		calicoLists float64
+	}{{"etcdv3", 1}, {"kubernetes", 3}} {
+		t.Run(ds.name, func(t *testing.T) {
+			t.Parallel()
+			var log strings.Builder
+			res, err := scale.MeasureDetect(context.Background(), scale.DetectOptions{Datastore: ds.name, Nodes: 20, Pods: 30, BlockSize: 28,
+				Bin: bin, Dir: t.TempDir(), Log: &log})
+			if err != nil {
+				t.Fatalf("%v\n%s", err, log.String())
+			}
+			var table strings.Builder
+			res.WriteTable(&table)
+			t.Log(table.String())
+			if res.Exit != 0 || res.Events.Requests != 0 {
+				t.Errorf("a clean cluster: exit %d, %v Event requests; want 0 and none\n%s", res.Exit, res.Events.Requests, res.Output)
+			}
+			if res.Pods != 600 || res.Allocations != 600 || res.Blocks != 40 || res.PodBytes < 2000 {
+				t.Errorf("planted %d pods of %d bytes, %d allocations in %d blocks; want 600 pods of a real pod's size (some KB), 600 allocations in 40 blocks",
+					res.Pods, res.PodBytes, res.Allocations, res.Blocks)
+			}
+			if res.PodList.Requests != 2 || res.PodList.Bytes < 600*100 {
+				t.Errorf("the pods' listing: %v; want 2 pages (600 pods, 500 a page) of some hundred bytes a pod", res.PodList)
+			}
+			if res.Calico.Requests != ds.calicoLists || res.Calico.Bytes < 600*100 {
+				t.Errorf("Calico's scan: %v; want %v requests of some hundred bytes an allocation", res.Calico, ds.calicoLists)
+			}
+			if res.PeakRSSKiB == 0 {
+				t.Error("no peak RSS read")
+			}
+			// 500,000 pods: 1,000 pages of pods; Calico's 500,000 handles
+			// and 35,000 /28 blocks with their affinities: on Kubernetes
+			// 2,000 a page, each resource's last page apart; on etcd the
+			// scan's requests grown with its keys (570,000 of 680).
+			big := res.Extrapolate(5000, 100)
+			want := map[string]float64{"etcdv3": 1000 + res.Calico.Requests*570_000/680, "kubernetes": 1000 + 250 + 2*18}[ds.name]
+			if math.Abs(big.Requests-want) > 1e-6 || math.Abs(big.Bytes/(res.Round().Bytes*500_000/600)-1) > 1e-9 {
+				t.Errorf("a round at 5,000 x 100: %v; want %v requests and the bytes grown with the pods", big, want)
+			}
+		})
 	}
 }

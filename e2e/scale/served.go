@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/stats"
 )
 
 // Served is what the datastore served, by its own counters. etcd: the
@@ -21,6 +23,9 @@ type Served struct {
 
 // Sub is s less t.
 func (s Served) Sub(t Served) Served { return Served{s.Requests - t.Requests, s.Bytes - t.Bytes} }
+
+// Add is s and t together.
+func (s Served) Add(t Served) Served { return Served{s.Requests + t.Requests, s.Bytes + t.Bytes} }
 
 // Div is s divided by n.
 func (s Served) Div(n float64) Served { return Served{s.Requests / n, s.Bytes / n} }
@@ -48,6 +53,35 @@ func servedByEtcd(g prometheus.Gatherer) (Served, error) {
 		}
 	}
 	return s, nil
+}
+
+// grpcServed counts what one gRPC service served, as a stats handler of
+// its server: the messages it received (a unary request is one; each
+// message on a stream is one, as grpc_server_msg_received_total counts
+// them) and the bytes of the messages it sent (as
+// etcd_network_client_grpc_sent_bytes_total counts them). Those two are
+// the process's, shared by every etcd it embeds; this is one server's.
+type grpcServed struct {
+	received, sent atomic.Int64
+}
+
+func (g *grpcServed) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+func (g *grpcServed) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch s := s.(type) {
+	case *stats.InPayload:
+		g.received.Add(1)
+	case *stats.OutPayload:
+		g.sent.Add(int64(s.Length))
+	}
+}
+
+func (g *grpcServed) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+func (g *grpcServed) HandleConn(context.Context, stats.ConnStats) {}
+
+func (g *grpcServed) served() Served {
+	return Served{Requests: float64(g.received.Load()), Bytes: float64(g.sent.Load())}
 }
 
 // proxy forwards one node's connections to the datastore and counts the

@@ -2,7 +2,9 @@
 // Calico's datastore, measured on a real etcd or kube-apiserver with
 // several simulated nodes and extrapolated to 1,000 and 5,000 nodes. See
 // package scale. With -audit N (`make scale-audit`) it measures instead
-// `safe-ipam audit` of N allocations and records in Calico's etcd.
+// `safe-ipam audit` of N allocations and records in Calico's etcd; with
+// -detect (`make scale-detect`), one round of `safe-ipam detect` against
+// the nodes' pods and their addresses in Calico's datastore.
 package main
 
 import (
@@ -30,14 +32,15 @@ func main() {
 	flag.IntVar(&o.Periods, "periods", 3, "gc periods measured per phase")
 	flag.StringVar(&o.Manifest, "manifest", "deploy/safe-ipam.yaml", "the DaemonSet whose commands run")
 	audit := flag.Int("audit", 0, "instead, time `safe-ipam audit --json` of this many allocations and records in Calico's etcd, and its peak RSS")
+	detect := flag.Bool("detect", false, "instead, measure one round of `safe-ipam detect` against nodes x pods running pods and their addresses in Calico's datastore: requests, bytes, wall time, peak RSS")
 	flag.Parse()
-	if err := run(o, *audit); err != nil {
+	if err := run(o, *audit, *detect); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(o scale.Options, audit int) error {
+func run(o scale.Options, audit int, detect bool) error {
 	dir, err := os.MkdirTemp("", "safe-ipam-scale-")
 	if err != nil {
 		return err
@@ -51,6 +54,15 @@ func run(o scale.Options, audit int) error {
 	}
 	if audit > 0 {
 		return measureAudit(o, audit)
+	}
+	if detect {
+		res, err := scale.MeasureDetect(context.Background(), scale.DetectOptions{Datastore: o.Datastore, Nodes: o.Nodes, Pods: o.Pods,
+			BlockSize: o.BlockSize, Bin: o.Bin, Dir: o.Dir, Log: o.Log})
+		if err != nil {
+			return err
+		}
+		res.WriteTable(os.Stdout)
+		return nil
 	}
 	res, err := scale.Run(context.Background(), o)
 	if err != nil {

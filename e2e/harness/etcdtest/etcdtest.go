@@ -24,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // Options tune a server.
@@ -36,6 +37,13 @@ type Options struct {
 	// signed by the server's CA, as Calico's etcd clusters do. The files
 	// are generated in the data directory's tls/ and named by Server.TLS.
 	TLS bool
+	// GRPC are options of the server's gRPC service: a stats handler
+	// counts what this server alone served, where etcd's own counters
+	// are the process's, shared by every etcd it embeds.
+	GRPC []grpc.ServerOption
+	// QuotaBytes is the backend's size limit (0: etcd's default, 2 GiB):
+	// a store of hundreds of thousands of pods is larger.
+	QuotaBytes int64
 }
 
 // Server is one embedded etcd member.
@@ -175,6 +183,8 @@ func (s *Server) start() error {
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: s.TLS.serverCertFile, KeyFile: s.TLS.serverKeyFile,
 			TrustedCAFile: s.TLS.CAFile, ClientCertAuth: true}
 	}
+	cfg.GRPCAdditionalServerOptions = s.opts.GRPC
+	cfg.QuotaBackendBytes = s.opts.QuotaBytes
 	if s.opts.Fast {
 		cfg.TickMs, cfg.ElectionMs = 10, 100
 		cfg.UnsafeNoFsync = true

@@ -73,11 +73,17 @@ func Start(t testing.TB) *Server {
 // New runs a server whose files (etcd data, keys, log) live in dir;
 // flags are given to kube-apiserver after its own.
 func New(dir string, flags ...string) (*Server, error) {
+	return NewWith(dir, etcdtest.Options{Fast: true}, flags...)
+}
+
+// NewWith is New with the options of the etcd the server stores its
+// objects in.
+func NewWith(dir string, store etcdtest.Options, flags ...string) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := etcdtest.NewWith(filepath.Join(dir, "etcd"), etcdtest.Options{Fast: true})
+	etcd, err := etcdtest.NewWith(filepath.Join(dir, "etcd"), store)
 	if err != nil {
 		return nil, fmt.Errorf("kubetest: etcd: %w", err)
 	}
