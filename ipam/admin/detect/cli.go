@@ -1,6 +1,7 @@
 package detect
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -119,20 +120,14 @@ func Run(args []string, stdout, stderr io.Writer) int {
 // datastore flags resolved, --kubeconfig, else the pod's service
 // account's ("": kubeconfig.Load reads it, bounded).
 func kubeClient(paths ...string) (kubernetes.Interface, error) {
-	path := ""
-	for _, p := range paths {
-		if path == "" {
-			path = p
-		}
-	}
+	path := cmp.Or(paths...)
 	cfg, err := kubeconfig.Load(path)
 	if err != nil {
 		return nil, fmt.Errorf("the Kubernetes API (--kubeconfig %q): %w", path, err)
 	}
 	// client-go's default, 5 requests/s, makes the 1,000 pages of 500,000
-	// pods take 200 s, longer than the period: one instance per cluster
-	// may read faster (docs/performance.md).
-	cfg.QPS, cfg.Burst = 50, 100
+	// pods take 200 s, longer than the period (docs/performance.md).
+	cfg.QPS, cfg.Burst = datastore.KubeQPS, datastore.KubeBurst
 	return kubernetes.NewForConfig(cfg)
 }
 

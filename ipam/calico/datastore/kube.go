@@ -23,12 +23,13 @@ import (
 // not answer is unreadable, never empty.
 const DefaultKubeTimeout = 30 * time.Second
 
-// A repair reads and writes a few objects per action; client-go's default
-// of 5 requests a second would make a large one run into the command's
-// time limit. These match what a calico-ipam per node may use.
+// A repair reads and writes a few objects per action, and detect pages
+// through every pod; client-go's default of 5 requests a second would
+// make either run past its time limit. These match what a calico-ipam per
+// node may use.
 const (
-	kubeQPS   = float32(50)
-	kubeBurst = 100
+	KubeQPS   = float32(50)
+	KubeBurst = 100
 )
 
 // Calico's KDD IPAM resources.
@@ -66,7 +67,7 @@ func NewKube(path string, timeout time.Duration) (*KubeStore, error) {
 		timeout = DefaultKubeTimeout
 	}
 	cfg.Timeout = timeout
-	cfg.QPS, cfg.Burst = kubeQPS, kubeBurst
+	cfg.QPS, cfg.Burst = KubeQPS, KubeBurst
 	return NewKubeForConfig(cfg)
 }
 
