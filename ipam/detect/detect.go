@@ -244,7 +244,8 @@ func leakGrace(ev Evidence) time.Duration {
 // makes them again, on the same address and pods. A confirmed kind
 // second could not judge is unknown.
 func Confirm(first, second Report) Report {
-	out := Report{Unknown: maps.Clone(first.Unknown)}
+	out := first // its Warming and NotApplicable too: the first look judged those
+	out.Unknown, out.Findings = maps.Clone(first.Unknown), nil
 	for _, k := range Confirmed {
 		if why := second.Unknown[k]; why != "" && out.Unknown[k] == "" {
 			out.Unknown[k] = "the second look: " + why

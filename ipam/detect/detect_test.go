@@ -159,7 +159,7 @@ func TestConfirm(t *testing.T) {
 	f := func(k detect.Kind, addr string, pods ...string) detect.Finding {
 		return detect.Finding{Kind: k, Address: netip.MustParseAddr(addr), Pods: pods}
 	}
-	first := detect.Report{Unknown: map[detect.Kind]string{}, Findings: []detect.Finding{
+	first := detect.Report{Unknown: map[detect.Kind]string{}, Warming: true, NotApplicable: []detect.Kind{detect.AnnotationMismatch}, Findings: []detect.Finding{
 		f(detect.SharedAddress, "10.0.0.1", "default/a", "default/b"),
 		f(detect.EarlyRelease, "10.0.0.2", "default/c"),
 		f(detect.AnnotationMismatch, "10.0.0.3", "default/d"),
@@ -175,6 +175,9 @@ func TestConfirm(t *testing.T) {
 	}
 	if _, known := got.Count(detect.GoneOwner); !known {
 		t.Error("the second look's lack of memory made gone-owner unknown")
+	}
+	if !got.Warming || !slices.Equal(got.NotApplicable, first.NotApplicable) {
+		t.Errorf("confirmed: warming %v, not applicable %v; want the first look's", got.Warming, got.NotApplicable)
 	}
 	second.Unknown[detect.EarlyRelease] = "Calico's allocations were not all read"
 	if _, known := detect.Confirm(first, second).Count(detect.EarlyRelease); known {
