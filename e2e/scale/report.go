@@ -161,34 +161,28 @@ const DetectTargetKiB = 1 << 20
 // page.
 func podPages(pods int) float64 { return max(1, math.Ceil(float64(pods)/admindetect.DefaultPage)) }
 
-// calicoItems are the objects of Calico's IPAM data at nodes x pods: a
-// handle per pod, each block and its affinity.
-func (r *DetectResult) calicoItems(nodes, pods int) (handles, blocks float64) {
+// calicoBlocks are the blocks of Calico's IPAM data at nodes x pods, all
+// its scan reads (snapshot.LoadBlocks): each node's pods fill its own.
+func (r *DetectResult) calicoBlocks(nodes, pods int) float64 {
 	size := 1 << (32 - r.Opts.BlockSize)
-	return float64(nodes * pods), float64(nodes * ((pods + size - 1) / size))
+	return float64(nodes * ((pods + size - 1) / size))
 }
 
 // calicoRequests are the requests of Calico's scan at nodes x pods. On
-// the Kubernetes datastore, a page of 2,000 objects a request, each of
-// the three resources listed apart. On etcd one scan of its keys, each
-// request over a window of about a page (package etcdrange), which holds
-// fewer keys than a page as often as not: the measured requests grow
-// with the keys.
+// the Kubernetes datastore, a page of 2,000 IPAMBlocks a request. On etcd
+// one scan of the blocks' keys, each request over a window of about a
+// page (package etcdrange), which holds fewer keys than a page as often
+// as not: the measured requests grow with the blocks.
 func (r *DetectResult) calicoRequests(nodes, pods int) float64 {
 	if r.Opts.Datastore == datastore.Kubernetes {
 		return r.Calico.Requests - r.kddPages(r.Opts.Nodes, r.Opts.Pods) + r.kddPages(nodes, pods)
 	}
-	handles, blocks := r.calicoItems(nodes, pods)
-	h0, b0 := r.calicoItems(r.Opts.Nodes, r.Opts.Pods)
-	return r.Calico.Requests * (handles + 2*blocks) / (h0 + 2*b0)
+	return r.Calico.Requests * r.calicoBlocks(nodes, pods) / r.calicoBlocks(r.Opts.Nodes, r.Opts.Pods)
 }
 
-// kddPages are the pages of Calico's three resources listed apart, at
-// least one each.
+// kddPages are the pages of the IPAMBlocks' list, at least one.
 func (r *DetectResult) kddPages(nodes, pods int) float64 {
-	handles, blocks := r.calicoItems(nodes, pods)
-	page := func(items float64) float64 { return max(1, math.Ceil(items/calicoScanPage)) }
-	return page(handles) + 2*page(blocks)
+	return max(1, math.Ceil(r.calicoBlocks(nodes, pods)/calicoScanPage))
 }
 
 // Extrapolate is one round at nodes x pods from the measured one:
@@ -246,13 +240,12 @@ func (r *DetectResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nformula (N nodes, P pods each; T = %s, one instance per cluster):\n", DetectPeriod)
 	fmt.Fprintf(w, "  requests/round = %.0f - %.0f + pages(N*P) + c(N,P),  bytes/round = %.0f * N*P/%d;  per second: / T\n",
 		r.Events.Requests+r.PodList.Requests, podPages(o.Nodes*o.Pods), round.Bytes, o.Nodes*o.Pods)
-	handles, blocks := r.calicoItems(o.Nodes, o.Pods)
 	if o.Datastore == datastore.Kubernetes {
-		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f - %.0f + one per %d IPAMHandles, IPAMBlocks and BlockAffinities, each listed apart)\n\n",
+		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f - %.0f + one per %d IPAMBlocks, the only objects of Calico's it reads)\n\n",
 			admindetect.DefaultPage, r.Calico.Requests, r.kddPages(o.Nodes, o.Pods), calicoScanPage)
 	} else {
-		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f * K/%.0f, K the keys of Calico's IPAM data: a handle per pod, each block and its affinity)\n\n",
-			admindetect.DefaultPage, r.Calico.Requests, handles+2*blocks)
+		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f * B/%.0f, B Calico's blocks, the only keys of its IPAM data it reads)\n\n",
+			admindetect.DefaultPage, r.Calico.Requests, r.calicoBlocks(o.Nodes, o.Pods))
 	}
 	fmt.Fprintf(w, "  %-22s %16s %10s %12s %10s\n", "cluster", "requests/round", "MB/round", "requests/s", "MB/s")
 	t := DetectPeriod.Seconds()

@@ -14,7 +14,9 @@ import (
 )
 
 // Calico's allocations are read with their owners from its datastore
-// (etcd here) in one scan; a block document that does not decode fails
+// (etcd here) in one scan of its blocks alone (a handle, which does not
+// say who holds an address, is not read, even one that does not
+// decode); a block document that does not decode fails
 // the read (its allocations are unread: the listing is not whole, and
 // gone-owner is unknown that round, never clean).
 func TestCalicoAllocations(t *testing.T) {
@@ -31,6 +33,9 @@ func TestCalicoAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := b.Store.Write(ctx, datastore.Change{Blocks: []*datastore.Block{{Block: blk}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Client().Put(ctx, calico.HandleKey("k8s-pod-network.unread"), "{not JSON"); err != nil {
 		t.Fatal(err)
 	}
 	read := admindetect.CalicoAllocations(datastore.Settings{Type: datastore.Etcd, Endpoints: []string{srv.Endpoint()}})

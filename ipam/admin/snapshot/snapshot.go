@@ -163,7 +163,7 @@ type AffinityDoc struct {
 // the records are read beside it: the two readings, and etcd's serving
 // of them, overlap.
 func Load(ctx context.Context, ds datastore.Datastore, recs Records, network string) (*Snapshot, error) {
-	s := &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, handles: handles{index: map[string]int32{}}, names: map[string]string{}}
+	s := newSnapshot()
 	v := s.visitor()
 	var beside chan loaded // the records, when read beside the scan
 	rctx, cancelRecords := context.WithCancel(ctx)
@@ -210,6 +210,26 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	}
 	s.names = nil
 	return s, nil
+}
+
+// LoadBlocks reads Calico's blocks alone, their allocations and who
+// they name: no handle, affinity or record (Affinities stay empty), which
+// a reader of who holds each address does not need, and whose reading
+// would be most of the scan's cost (a handle per pod).
+func LoadBlocks(ctx context.Context, ds datastore.Datastore) (*Snapshot, error) {
+	s := newSnapshot()
+	v := s.visitor()
+	v.Handle, v.Affinity = nil, nil
+	p, err := ds.Scan(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	s.Revision, s.ResourceVersion, s.names = p.Revision, p.ResourceVersion, nil
+	return s, nil
+}
+
+func newSnapshot() *Snapshot {
+	return &Snapshot{Blocks: map[netip.Prefix]*BlockSummary{}, handles: handles{index: map[string]int32{}}, names: map[string]string{}}
 }
 
 // loaded is what Records.Load returned.

@@ -64,7 +64,10 @@ type Datastore interface {
 	Close() error
 }
 
-// Visitor receives what Scan reads. Every field but Read must be set.
+// Visitor receives what Scan reads. Every field but Read must be set,
+// except that Handle and Affinity may be nil together: the scan then
+// reads only the blocks (on etcd their prefix, on Kubernetes the
+// IPAMBlock list), which is all a reader of who holds each address needs.
 type Visitor struct {
 	// Read, when set, is told where the scan reads as soon as the scan
 	// knows it, before it visits anything, where the datastore can say
@@ -78,6 +81,9 @@ type Visitor struct {
 	Affinity    func(node string, cidr netip.Prefix)
 	Undecodable func(key string, err error)
 }
+
+// blocksOnly says the visitor wants only the blocks.
+func (v Visitor) blocksOnly() bool { return v.Handle == nil && v.Affinity == nil }
 
 // Point says where a scan read: etcd's revision (records in the same etcd
 // are read at it), or the Kubernetes resourceVersion of the lists.

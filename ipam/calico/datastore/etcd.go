@@ -50,8 +50,11 @@ func (e *EtcdStore) Scan(ctx context.Context, v Visitor) (Point, error) {
 		d.visit(v)
 		return nil
 	})
-	first := v.Read != nil
-	at, err := etcdrange.Prefix(ctx, e.Client, calico.IPAMPrefix, page, p.Revision, func(resp *clientv3.GetResponse) error {
+	first, prefix := v.Read != nil, calico.IPAMPrefix
+	if v.blocksOnly() {
+		prefix = calico.BlockPrefix
+	}
+	at, err := etcdrange.Prefix(ctx, e.Client, prefix, page, p.Revision, func(resp *clientv3.GetResponse) error {
 		if first {
 			first = false
 			v.Read(Point{Revision: resp.Header.Revision})

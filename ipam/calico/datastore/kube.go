@@ -1,6 +1,7 @@
 package datastore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 	"github.com/safe-ipam/safe-ipam/ipam/kubeconfig"
@@ -50,6 +52,8 @@ func calicoGVR(plural string) schema.GroupVersionResource {
 // Change.HandleFirst).
 type KubeStore struct {
 	Client dynamic.Interface
+	// lists reads the scans' list pages (kubelist.go).
+	lists rest.Interface
 	// Host names the API server in messages.
 	Host string
 	// PageSize is the objects per list page; 0 means 2000.
@@ -73,11 +77,20 @@ func NewKube(path string, timeout time.Duration) (*KubeStore, error) {
 
 // NewKubeForConfig is NewKube with a client config.
 func NewKubeForConfig(cfg *rest.Config) (*KubeStore, error) {
+	if cfg.RateLimiter == nil && cfg.QPS >= 0 {
+		// One limit for both clients, as for one.
+		cfg = rest.CopyConfig(cfg)
+		cfg.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(cmp.Or(cfg.QPS, rest.DefaultQPS), cmp.Or(cfg.Burst, rest.DefaultBurst))
+	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("Kubernetes API %s: %w", cfg.Host, err)
 	}
-	return &KubeStore{Client: dyn, Host: cfg.Host}, nil
+	lists, err := listClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("Kubernetes API %s: %w", cfg.Host, err)
+	}
+	return &KubeStore{Client: dyn, lists: lists, Host: cfg.Host}, nil
 }
 
 // Kind implements Datastore.
@@ -93,14 +106,17 @@ func (k *KubeStore) Close() error { return nil }
 // resourceVersion; a token that expired (410) fails the scan rather than
 // mix two moments.
 func (k *KubeStore) Scan(ctx context.Context, v Visitor) (Point, error) {
-	rv, err := k.list(ctx, blocksGVR, "", func(obj *unstructured.Unstructured) error { return visitBlock(obj, v) }, v)
+	rv, err := k.list(ctx, blocksGVR, "", func(o *object) error { return visitBlock(o, v) }, v)
 	if err != nil {
 		return Point{}, err
 	}
-	if _, err := k.list(ctx, handlesGVR, rv, func(obj *unstructured.Unstructured) error { return visitHandle(obj, v) }, v); err != nil {
+	if v.blocksOnly() {
+		return Point{ResourceVersion: rv}, nil
+	}
+	if _, err := k.list(ctx, handlesGVR, rv, func(o *object) error { return visitHandle(o, v) }, v); err != nil {
 		return Point{}, err
 	}
-	if _, err := k.list(ctx, affinitiesGVR, rv, func(obj *unstructured.Unstructured) error { return visitAffinity(obj, v) }, v); err != nil {
+	if _, err := k.list(ctx, affinitiesGVR, rv, func(o *object) error { return visitAffinity(o, v) }, v); err != nil {
 		return Point{}, err
 	}
 	return Point{ResourceVersion: rv}, nil
@@ -108,33 +124,32 @@ func (k *KubeStore) Scan(ctx context.Context, v Visitor) (Point, error) {
 
 // list pages through one resource, at exactly rv when it is set, and
 // returns the list's resourceVersion.
-func (k *KubeStore) list(ctx context.Context, gvr schema.GroupVersionResource, rv string, visit func(*unstructured.Unstructured) error, v Visitor) (string, error) {
+func (k *KubeStore) list(ctx context.Context, gvr schema.GroupVersionResource, rv string, visit func(*object) error, v Visitor) (string, error) {
 	opts := metav1.ListOptions{Limit: k.pageSize()}
 	if rv != "" {
 		opts.ResourceVersion, opts.ResourceVersionMatch = rv, metav1.ResourceVersionMatchExact
 	}
 	for {
-		page, err := k.Client.Resource(gvr).List(ctx, opts)
+		page, err := k.page(ctx, gvr, opts, func(o *object) {
+			if err := visit(o); err != nil {
+				v.Undecodable(gvr.Resource+"/"+o.Metadata.Name, err)
+			}
+		})
 		if err != nil {
-			return "", k.explain("listing", gvr, err)
+			return "", err
 		}
-		if page.GetResourceVersion() == "" {
+		if page.ResourceVersion == "" {
 			return "", fmt.Errorf("Kubernetes API %s: the list of %s carries no resourceVersion: not a complete answer", k.Host, gvr.Resource)
 		}
 		if rv == "" {
-			rv = page.GetResourceVersion()
+			rv = page.ResourceVersion
 		}
-		for i := range page.Items {
-			if err := visit(&page.Items[i]); err != nil {
-				v.Undecodable(gvr.Resource+"/"+page.Items[i].GetName(), err)
-			}
-		}
-		if page.GetContinue() == "" {
+		if page.Continue == "" {
 			return rv, nil
 		}
 		// The token carries the list's resourceVersion; the two must not
 		// both be set.
-		opts = metav1.ListOptions{Limit: k.pageSize(), Continue: page.GetContinue()}
+		opts = metav1.ListOptions{Limit: k.pageSize(), Continue: page.Continue}
 	}
 }
 
@@ -165,6 +180,10 @@ func spec(obj *unstructured.Unstructured, dst any) error {
 	if err != nil {
 		return err
 	}
+	return decodeSpec(raw, dst)
+}
+
+func decodeSpec(raw json.RawMessage, dst any) error {
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}
@@ -176,20 +195,29 @@ func decodeBlock(obj *unstructured.Unstructured) (*calico.Block, error) {
 	if err := spec(obj, &s); err != nil {
 		return nil, err
 	}
+	return blockNamed(obj.GetName(), &s)
+}
+
+// blockNamed is the block s holds, stored as name.
+func blockNamed(name string, s *calico.IPAMBlockSpec) (*calico.Block, error) {
 	b, err := s.Block()
 	if err != nil {
 		return nil, err
 	}
-	if want := calico.BlockName(b.CIDR); obj.GetName() != want {
-		return nil, fmt.Errorf("block %s is stored as %q, not %q", b.CIDR, obj.GetName(), want)
+	if want := calico.BlockName(b.CIDR); name != want {
+		return nil, fmt.Errorf("block %s is stored as %q, not %q", b.CIDR, name, want)
 	}
 	return b, nil
 }
 
 // visitBlock hands v a block; one marked deleted (the first half of
 // Calico's delete) is absent.
-func visitBlock(obj *unstructured.Unstructured, v Visitor) error {
-	b, err := decodeBlock(obj)
+func visitBlock(o *object, v Visitor) error {
+	var s calico.IPAMBlockSpec
+	if err := decodeSpec(o.Spec, &s); err != nil {
+		return err
+	}
+	b, err := blockNamed(o.Metadata.Name, &s)
 	if err != nil || b.Deleted {
 		return err
 	}
@@ -197,32 +225,31 @@ func visitBlock(obj *unstructured.Unstructured, v Visitor) error {
 	return nil
 }
 
-func visitHandle(obj *unstructured.Unstructured, v Visitor) error {
+func visitHandle(o *object, v Visitor) error {
 	var s calico.IPAMHandleSpec
-	if err := spec(obj, &s); err != nil || s.Deleted {
+	if err := decodeSpec(o.Spec, &s); err != nil || s.Deleted {
 		return err
 	}
-	id := handleID(obj, &s)
 	counts, err := json.Marshal(s.Block)
 	if err != nil {
 		return err
 	}
-	v.Handle(id, counts, Version(obj.GetResourceVersion()))
+	v.Handle(handleID(o.Metadata.Name, &s), counts, Version(o.Metadata.ResourceVersion))
 	return nil
 }
 
 // handleID is spec.handleID, which keeps the ID's case; the object's name
 // is its lowercase form, for an object written without one.
-func handleID(obj *unstructured.Unstructured, s *calico.IPAMHandleSpec) string {
+func handleID(name string, s *calico.IPAMHandleSpec) string {
 	if s.HandleID != "" {
 		return s.HandleID
 	}
-	return obj.GetName()
+	return name
 }
 
-func visitAffinity(obj *unstructured.Unstructured, v Visitor) error {
+func visitAffinity(o *object, v Visitor) error {
 	var s calico.BlockAffinitySpec
-	if err := spec(obj, &s); err != nil {
+	if err := decodeSpec(o.Spec, &s); err != nil {
 		return err
 	}
 	node, cidr, a, err := s.Affinity()
@@ -271,7 +298,7 @@ func (k *KubeStore) Handle(ctx context.Context, id string) (*Handle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handle{ID: handleID(obj, &s), Handle: s.Handle(), Version: Version(obj.GetResourceVersion()), doc: doc}, nil
+	return &Handle{ID: handleID(obj.GetName(), &s), Handle: s.Handle(), Version: Version(obj.GetResourceVersion()), doc: doc}, nil
 }
 
 // get reads one object; nil when it does not exist.
@@ -318,8 +345,8 @@ func (k *KubeStore) NodeExists(ctx context.Context, name string) (bool, error) {
 // at one resourceVersion.
 func (k *KubeStore) Nodes(ctx context.Context) ([]string, error) {
 	var names []string
-	_, err := k.list(ctx, gvrNodes, "", func(obj *unstructured.Unstructured) error {
-		names = append(names, obj.GetName())
+	_, err := k.list(ctx, gvrNodes, "", func(o *object) error {
+		names = append(names, o.Metadata.Name)
 		return nil
 	}, Visitor{Undecodable: func(string, error) {}})
 	if err != nil {

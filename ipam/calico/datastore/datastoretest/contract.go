@@ -158,6 +158,16 @@ func scanFinds(t *testing.T, b *Backend) {
 	if err != nil || h == nil || h.ID != "net1.Upper" || h.Handle.Total() != 1 || h.Version != got.versions["net1.Upper"] {
 		t.Errorf("handle net1.Upper read alone: %+v, %v", h, err)
 	}
+	// Without Handle and Affinity the scan reads the blocks alone: a
+	// handle or affinity handed to the nil visitors would panic.
+	blocks := map[netip.Prefix]int{}
+	p, err := ds.Scan(ctx(t), datastore.Visitor{
+		Block:       func(b *calico.Block) { blocks[b.CIDR] = len(b.Held()) },
+		Undecodable: func(key string, err error) { t.Errorf("undecodable %s: %v", key, err) },
+	})
+	if err != nil || p == (datastore.Point{}) || len(blocks) != 2 || blocks[netip.MustParsePrefix("10.244.0.0/26")] != 2 {
+		t.Errorf("blocks-only scan: %v at %+v, %v", blocks, p, err)
+	}
 }
 
 func versionsChange(t *testing.T, b *Backend) {
