@@ -47,8 +47,10 @@ func ReadPods(ctx context.Context, client kubernetes.Interface, page int64) ([]d
 		}
 		if out == nil && list.RemainingItemCount != nil {
 			// The first page says how many follow: one slice, never
-			// copied as it grows (500,000 pods are some 80 MB of it).
-			out = make([]detect.Pod, 0, len(list.Items)+int(min(max(*list.RemainingItemCount, 0), 1<<22)))
+			// copied as it grows (500,000 pods are some 80 MB of it). It
+			// is the server's estimate: at most a million are taken on
+			// its word.
+			out = make([]detect.Pod, 0, len(list.Items)+int(min(max(*list.RemainingItemCount, 0), 1<<20)))
 		}
 		for i := range list.Items {
 			p := detect.FromPod(&list.Items[i])

@@ -167,7 +167,7 @@ func (k *KubeStore) explain(doing string, gvr schema.GroupVersionResource, err e
 	case apierrors.IsNotFound(err):
 		return fmt.Errorf("Kubernetes API %s: %s %s: not served: is Calico's Kubernetes datastore (its crd.projectcalico.org CRDs) installed? %w", k.Host, doing, what, err)
 	case apierrors.IsForbidden(err):
-		return fmt.Errorf("Kubernetes API %s: %s %s: forbidden: bind deploy/safe-ipam-rbac.yaml's ClusterRole to the kubeconfig's identity: %w", k.Host, doing, what, err)
+		return fmt.Errorf("Kubernetes API %s: %s %s: forbidden: bind the ClusterRole of deploy/safe-ipam-rbac.yaml (deploy/safe-ipam-detect.yaml for detect) to the kubeconfig's identity: %w", k.Host, doing, what, err)
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		return fmt.Errorf("Kubernetes API %s: %s %s: the list expired before its last page (compacted); re-run: pages of two moments would not be one view: %w", k.Host, doing, what, err)
 	}
@@ -184,6 +184,9 @@ func spec(obj *unstructured.Unstructured, dst any) error {
 }
 
 func decodeSpec(raw json.RawMessage, dst any) error {
+	if len(raw) == 0 {
+		return nil // no spec: as null, a zero spec
+	}
 	if err := json.Unmarshal(raw, dst); err != nil {
 		return fmt.Errorf("spec: %w", err)
 	}

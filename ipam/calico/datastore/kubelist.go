@@ -3,6 +3,7 @@ package datastore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -25,7 +26,7 @@ type object struct {
 		Name            string `json:"name"`
 		ResourceVersion string `json:"resourceVersion"`
 	} `json:"metadata"`
-	Spec json.RawMessage `json:"spec"`
+	Spec json.RawMessage `json:"spec"` // absent: as null, a zero spec
 }
 
 // listMeta is a list page's metadata.
@@ -53,9 +54,24 @@ func (k *KubeStore) page(ctx context.Context, gvr schema.GroupVersionResource, o
 	defer body.Close()
 	meta, err := decodeList(body, each)
 	if err != nil {
-		return listMeta{}, fmt.Errorf("Kubernetes API %s: listing %s: the answer does not decode (not a complete list): %w", k.Host, gvr.Resource, err)
+		return listMeta{}, fmt.Errorf("Kubernetes API %s: listing %s.%s: the answer %s (not a complete list): %w", k.Host, gvr.Resource, gvr.Group, cutOrBad(err), err)
 	}
 	return meta, nil
+}
+
+// errNotList: the answer is JSON, but not a list's.
+var errNotList = errors.New("not a list")
+
+// cutOrBad tells an answer that is not a list (the server's, or what
+// stands in its way) from one cut off on its way (a timeout, a closed
+// connection), which an operator mends elsewhere.
+func cutOrBad(err error) string {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &syntax) || errors.As(err, &typ) || errors.Is(err, errNotList) {
+		return "does not decode"
+	}
+	return "was not read whole (a timeout, a closed connection)"
 }
 
 // apiPath is gvr's collection: /api/v1/nodes, /apis/GROUP/VERSION/PLURAL.
@@ -92,7 +108,14 @@ func decodeList(r io.Reader, each func(*object)) (listMeta, error) {
 			return meta, fmt.Errorf("%v: %w", key, err)
 		}
 	}
-	return meta, delim(dec, '}')
+	if err := delim(dec, '}'); err != nil {
+		return meta, err
+	}
+	// Read to its end: nothing may follow the list.
+	if tok, err := dec.Token(); err != io.EOF {
+		return meta, fmt.Errorf("after the list: %v %w (%v)", tok, errNotList, err)
+	}
+	return meta, nil
 }
 
 func decodeItems(dec *json.Decoder, each func(*object)) error {
@@ -101,7 +124,7 @@ func decodeItems(dec *json.Decoder, each func(*object)) error {
 		return err
 	}
 	if tok != json.Delim('[') {
-		return fmt.Errorf("want an array, got %v", tok)
+		return fmt.Errorf("%w: want an array, got %v", errNotList, tok)
 	}
 	for dec.More() {
 		var o object
@@ -119,7 +142,7 @@ func delim(dec *json.Decoder, want json.Delim) error {
 		return err
 	}
 	if tok != want {
-		return fmt.Errorf("want %v, got %v", want, tok)
+		return fmt.Errorf("%w: want %v, got %v", errNotList, want, tok)
 	}
 	return nil
 }

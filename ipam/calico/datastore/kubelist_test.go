@@ -1,8 +1,16 @@
 package datastore
 
 import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
 func TestDecodeListReadsItemsAsTheyCome(t *testing.T) {
@@ -34,6 +42,81 @@ func TestDecodeListReadsItemsAsTheyCome(t *testing.T) {
 			}
 			if err != nil || meta.ResourceVersion != tt.rv || meta.Continue != tt.cont {
 				t.Errorf("metadata %+v, %v; want %s, %q", meta, err, tt.rv, tt.cont)
+			}
+		})
+	}
+}
+
+// A scan's list request asks for JSON pages at the list's point, and
+// what the server answers decides its error: a continuation that
+// expired (410) is named so, and an answer cut off on its way is not
+// taken for a damaged document.
+func TestListPages(t *testing.T) {
+	blocks := `{"metadata":{"name":"10-244-0-0-26","resourceVersion":"5"},"spec":{"cidr":"10.244.0.0/26","allocations":[],"unallocated":[],"attributes":[]}}`
+	tests := []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request)
+		err    string
+	}{
+		{"two pages", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("continue") == "" {
+				fmt.Fprintf(w, `{"items":[%s],"metadata":{"resourceVersion":"9","continue":"next"}}`, blocks)
+				return
+			}
+			fmt.Fprint(w, `{"items":[],"metadata":{"resourceVersion":"9"}}`)
+		}, ""},
+		{"an expired continuation", func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("continue") == "" {
+				fmt.Fprint(w, `{"items":[],"metadata":{"resourceVersion":"9","continue":"old"}}`)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusGone)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410,"message":"too old"}`)
+		}, "expired before its last page"},
+		{"cut off", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Length", "1000")
+			fmt.Fprintf(w, `{"items":[%s`, blocks)
+		}, "was not read whole"},
+		{"not a list", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"items":{}}`)
+		}, "does not decode"},
+		{"something after the list", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprint(w, `{"items":[],"metadata":{"resourceVersion":"9"}} {}`)
+		}, "does not decode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var asked []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if got := r.Header.Get("Accept"); got != "application/json" {
+					t.Errorf("Accept %q, want JSON", got)
+				}
+				asked = append(asked, r.URL.Path+"?"+r.URL.Query().Encode())
+				tt.answer(w, r)
+			}))
+			defer srv.Close()
+			k, err := NewKubeForConfig(&rest.Config{Host: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			p, err := k.Scan(context.Background(), Visitor{
+				Block:       func(b *calico.Block) { got = append(got, b.CIDR.String()) },
+				Undecodable: func(key string, err error) { t.Errorf("undecodable %s: %v", key, err) },
+			})
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("scan: %v at %+v; want an error saying %q", err, p, tt.err)
+				}
+				return
+			}
+			if err != nil || p.ResourceVersion != "9" || strings.Join(got, " ") != "10.244.0.0/26" {
+				t.Fatalf("scan: %v at %+v, %v", got, p, err)
+			}
+			want := []string{"/apis/crd.projectcalico.org/v1/ipamblocks?limit=2000", "/apis/crd.projectcalico.org/v1/ipamblocks?continue=next&limit=2000"}
+			if strings.Join(asked, " ") != strings.Join(want, " ") {
+				t.Errorf("asked %q, want %q", asked, want)
 			}
 		})
 	}
