@@ -162,7 +162,11 @@ func once(ctx context.Context, s Sources, stdout io.Writer) int {
 // gone owners across rounds; with a Lease, only while holding it.
 func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
-	beat := metrics.NewHeartbeat(2*o.every + o.settle)
+	// Each of a round's two looks may take up to a period (500,000 pods
+	// on the Kubernetes datastore take about one, docs/performance.md);
+	// a round that has not ended a period after that is stuck.
+	roundLimit := 2*o.every + o.settle
+	beat := metrics.NewHeartbeat(roundLimit + o.every)
 	var leading atomic.Bool
 	if o.metricsAddr != "" {
 		// A standby is alive while it waits for the Lease.
@@ -195,7 +199,7 @@ func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
 		}
 		gone := detect.NewGone()
 		for {
-			rctx, cancel := context.WithTimeout(ctx, o.every+o.settle)
+			rctx, cancel := context.WithTimeout(ctx, roundLimit)
 			Round(rctx, s, gone)
 			cancel()
 			beat.Beat()
