@@ -162,26 +162,24 @@ const DetectTargetKiB = 1 << 20
 func podPages(pods int) float64 { return max(1, math.Ceil(float64(pods)/admindetect.DefaultPage)) }
 
 // calicoBlocks are the blocks of Calico's IPAM data at nodes x pods, all
-// its scan reads (snapshot.LoadBlocks): each node's pods fill its own.
+// its scan reads (snapshot.LoadAllocations): each node's pods fill its own.
 func (r *DetectResult) calicoBlocks(nodes, pods int) float64 {
 	size := 1 << (32 - r.Opts.BlockSize)
 	return float64(nodes * ((pods + size - 1) / size))
 }
 
-// calicoRequests are the requests of Calico's scan at nodes x pods. On
-// the Kubernetes datastore, a page of 2,000 IPAMBlocks a request. On etcd
-// one scan of the blocks' keys, each request over a window of about a
-// page (package etcdrange), which holds fewer keys than a page as often
-// as not: the measured requests grow with the blocks.
+// calicoRequests are the requests of Calico's scan at nodes x pods: the
+// measured ones less its pages at the measured size, plus those at N x
+// P. On the Kubernetes datastore a page of 2,000 IPAMBlocks is a
+// request; on etcd each request reads a window of the blocks' keys that
+// holds about a page (package etcdrange): the measured 500,000-pod round
+// says how near.
 func (r *DetectResult) calicoRequests(nodes, pods int) float64 {
-	if r.Opts.Datastore == datastore.Kubernetes {
-		return r.Calico.Requests - r.kddPages(r.Opts.Nodes, r.Opts.Pods) + r.kddPages(nodes, pods)
-	}
-	return r.Calico.Requests * r.calicoBlocks(nodes, pods) / r.calicoBlocks(r.Opts.Nodes, r.Opts.Pods)
+	return r.Calico.Requests - r.blockPages(r.Opts.Nodes, r.Opts.Pods) + r.blockPages(nodes, pods)
 }
 
-// kddPages are the pages of the IPAMBlocks' list, at least one.
-func (r *DetectResult) kddPages(nodes, pods int) float64 {
+// blockPages are the pages of 2,000 of Calico's blocks, at least one.
+func (r *DetectResult) blockPages(nodes, pods int) float64 {
 	return max(1, math.Ceil(r.calicoBlocks(nodes, pods)/calicoScanPage))
 }
 
@@ -240,13 +238,8 @@ func (r *DetectResult) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nformula (N nodes, P pods each; T = %s, one instance per cluster):\n", DetectPeriod)
 	fmt.Fprintf(w, "  requests/round = %.0f - %.0f + pages(N*P) + c(N,P),  bytes/round = %.0f * N*P/%d;  per second: / T\n",
 		r.Events.Requests+r.PodList.Requests, podPages(o.Nodes*o.Pods), round.Bytes, o.Nodes*o.Pods)
-	if o.Datastore == datastore.Kubernetes {
-		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f - %.0f + one per %d IPAMBlocks, the only objects of Calico's it reads)\n\n",
-			admindetect.DefaultPage, r.Calico.Requests, r.kddPages(o.Nodes, o.Pods), calicoScanPage)
-	} else {
-		fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f * B/%.0f, B Calico's blocks, the only keys of its IPAM data it reads)\n\n",
-			admindetect.DefaultPage, r.Calico.Requests, r.calicoBlocks(o.Nodes, o.Pods))
-	}
+	fmt.Fprintf(w, "  (pages: one per %d pods; c = %.0f - %.0f + one per %d of Calico's blocks, all of its IPAM data it reads)\n\n",
+		admindetect.DefaultPage, r.Calico.Requests, r.blockPages(o.Nodes, o.Pods), calicoScanPage)
 	fmt.Fprintf(w, "  %-22s %16s %10s %12s %10s\n", "cluster", "requests/round", "MB/round", "requests/s", "MB/s")
 	t := DetectPeriod.Seconds()
 	for i, c := range [][2]int{{o.Nodes, o.Pods}, {500, 30}, {1000, 50}, {5000, 100}} {

@@ -32,7 +32,7 @@ const usage = `Usage: safe-ipam detect [--datastore etcdv3|kubernetes] [--kubeco
 
 The continuous check (issue 47), cluster-wide: it reads every pod the API
 server holds (page by page) and Calico's allocations (one scan of its
-datastore), and reports two running pods that list one address in
+blocks), and reports two running pods that list one address in
 status.podIPs (shared-address), a pod whose Calico annotation
 (cni.projectcalico.org/podIPs, or podIP) names other addresses than its
 status.podIPs (annotation-mismatch), a running pod whose address
@@ -163,10 +163,11 @@ func once(ctx context.Context, s Sources, stdout io.Writer) int {
 func loop(ctx context.Context, s Sources, o *options, stderr io.Writer) int {
 	reg := prometheus.NewRegistry()
 	// Each of a round's two looks may take up to a period (500,000 pods
-	// on the Kubernetes datastore take about one, docs/performance.md);
-	// a round that has not ended a period after that is stuck.
+	// on the Kubernetes datastore take about one, docs/performance.md).
+	// Beats come at each round's start and end: a round at its limit, the
+	// pause between rounds, and a period of slack.
 	roundLimit := 2*o.every + o.settle
-	beat := metrics.NewHeartbeat(roundLimit + o.every)
+	beat := metrics.NewHeartbeat(roundLimit + 2*o.every)
 	var leading atomic.Bool
 	if o.metricsAddr != "" {
 		// A standby is alive while it waits for the Lease.

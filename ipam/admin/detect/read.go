@@ -63,10 +63,10 @@ func ReadPods(ctx context.Context, client kubernetes.Interface, page int64) ([]d
 	}
 }
 
-// Allocations are the snapshot's allocations as the check reads them.
-func Allocations(snap *snapshot.Snapshot) []detect.Allocation {
-	out := make([]detect.Allocation, 0, snap.Allocations.Len())
-	for _, al := range snap.Allocations.All() {
+// Allocations are Calico's allocations as the check reads them.
+func Allocations(all snapshot.Allocations) []detect.Allocation {
+	out := make([]detect.Allocation, 0, all.Len())
+	for _, al := range all.All() {
 		alt := al.Alternate()
 		out = append(out, detect.Allocation{Addr: al.Addr, Handle: al.Handle, Namespace: al.Namespace, Pod: al.Pod, Node: al.Node,
 			AltNamespace: alt[calico.AttrNamespace], AltPod: alt[calico.AttrPod]})
@@ -86,15 +86,10 @@ func CalicoAllocations(settings datastore.Settings) func(ctx context.Context) ([
 			return nil, fmt.Errorf("Calico's datastore: %w", err)
 		}
 		defer closeDS()
-		snap, err := snapshot.LoadBlocks(ctx, ds)
+		all, err := snapshot.LoadAllocations(ctx, ds)
 		if err != nil {
 			return nil, fmt.Errorf("reading Calico's allocations: %w", err)
 		}
-		if n := len(snap.Undecodable); n > 0 {
-			// An allocation in a block that does not decode is unread:
-			// the listing is not whole.
-			return nil, fmt.Errorf("reading Calico's allocations: %d of its documents do not decode (safe-ipam audit names them)", n)
-		}
-		return Allocations(snap), nil
+		return Allocations(all), nil
 	}
 }

@@ -212,20 +212,24 @@ func Load(ctx context.Context, ds datastore.Datastore, recs Records, network str
 	return s, nil
 }
 
-// LoadBlocks reads Calico's blocks alone, their allocations and who
-// they name: no handle, affinity or record (Affinities stay empty), which
-// a reader of who holds each address does not need, and whose reading
-// would be most of the scan's cost (a handle per pod).
-func LoadBlocks(ctx context.Context, ds datastore.Datastore) (*Snapshot, error) {
+// LoadAllocations reads Calico's blocks alone and returns their
+// allocations and who they name: no handle, affinity or record, which a
+// reader of who holds each address does not need, and whose reading
+// would be most of the scan's cost (a handle per pod). It is no
+// Snapshot: the audit would take the handles it did not read for
+// missing. A block that does not decode fails it: its allocations are
+// unread, the listing is not whole.
+func LoadAllocations(ctx context.Context, ds datastore.Datastore) (Allocations, error) {
 	s := newSnapshot()
 	v := s.visitor()
 	v.Handle, v.Affinity = nil, nil
-	p, err := ds.Scan(ctx, v)
-	if err != nil {
-		return nil, err
+	if _, err := ds.Scan(ctx, v); err != nil {
+		return Allocations{}, err
 	}
-	s.Revision, s.ResourceVersion, s.names = p.Revision, p.ResourceVersion, nil
-	return s, nil
+	if n := len(s.Undecodable); n > 0 {
+		return Allocations{}, fmt.Errorf("%d of Calico's blocks do not decode (safe-ipam audit names them)", n)
+	}
+	return s.Allocations, nil
 }
 
 func newSnapshot() *Snapshot {

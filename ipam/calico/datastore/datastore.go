@@ -85,6 +85,14 @@ type Visitor struct {
 // blocksOnly says the visitor wants only the blocks.
 func (v Visitor) blocksOnly() bool { return v.Handle == nil && v.Affinity == nil }
 
+// check refuses a visitor a scan would call a nil function of.
+func (v Visitor) check() error {
+	if v.Block == nil || v.Undecodable == nil || (v.Handle == nil) != (v.Affinity == nil) {
+		return errors.New("scan: a Visitor needs Block and Undecodable, and Handle and Affinity both or neither")
+	}
+	return nil
+}
+
 // Point says where a scan read: etcd's revision (records in the same etcd
 // are read at it), or the Kubernetes resourceVersion of the lists.
 type Point struct {

@@ -40,6 +40,9 @@ func (e *EtcdStore) Close() error { return nil }
 // Scan implements Datastore at one etcd revision.
 func (e *EtcdStore) Scan(ctx context.Context, v Visitor) (Point, error) {
 	var p Point
+	if err := v.check(); err != nil {
+		return p, err
+	}
 	page := e.PageSize
 	if page <= 0 {
 		page = pageSize

@@ -106,6 +106,9 @@ func (k *KubeStore) Close() error { return nil }
 // resourceVersion; a token that expired (410) fails the scan rather than
 // mix two moments.
 func (k *KubeStore) Scan(ctx context.Context, v Visitor) (Point, error) {
+	if err := v.check(); err != nil {
+		return Point{}, err
+	}
 	rv, err := k.list(ctx, blocksGVR, "", func(o *object) error { return visitBlock(o, v) }, v)
 	if err != nil {
 		return Point{}, err

@@ -168,6 +168,11 @@ func scanFinds(t *testing.T, b *Backend) {
 	if err != nil || p == (datastore.Point{}) || len(blocks) != 2 || blocks[netip.MustParsePrefix("10.244.0.0/26")] != 2 {
 		t.Errorf("blocks-only scan: %v at %+v, %v", blocks, p, err)
 	}
+	// Handle without Affinity is refused before anything is read.
+	if _, err := ds.Scan(ctx(t), datastore.Visitor{Block: func(*calico.Block) {}, Undecodable: func(string, error) {},
+		Handle: func(string, json.RawMessage, datastore.Version) {}}); err == nil {
+		t.Error("a Visitor with Handle and no Affinity: no error")
+	}
 }
 
 func versionsChange(t *testing.T, b *Backend) {
