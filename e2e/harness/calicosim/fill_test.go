@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/safe-ipam/safe-ipam/ipam/calico"
 )
 
@@ -52,13 +50,9 @@ func TestFilledIsWhatAssignmentsLeave(t *testing.T) {
 // ipamData is every key and value under Calico's IPAM prefix.
 func (s *sim) ipamData() map[string]string {
 	s.t.Helper()
-	resp, err := s.cli.Get(s.ctx, calico.IPAMPrefix, clientv3.WithPrefix())
+	out, err := s.etcd.Dump(calico.IPAMPrefix)
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, kv := range resp.Kvs {
-		out[string(kv.Key)] = string(kv.Value)
 	}
 	return out
 }

@@ -237,7 +237,8 @@ func (s *Server) Close() {
 	s.Pause()
 }
 
-// Dump returns every key and value under prefix, for test failure messages.
+// Dump returns every key and value under prefix: what a test compares, or
+// prints when it fails.
 func (s *Server) Dump(prefix string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
